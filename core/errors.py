@@ -1,0 +1,19 @@
+"""Errors headgraph raises on purpose, so callers (server, CLI) can show a clear message."""
+
+from __future__ import annotations
+
+
+class HeadgraphError(Exception):
+    """Base of every error headgraph raises deliberately (message is user-facing)."""
+
+
+class ModelUnavailable(HeadgraphError):
+    """A model cannot be obtained: not cached locally and the hub is offline or unreachable."""
+
+
+class PathNotAllowed(HeadgraphError):
+    """A local path given as a model spec lies outside the allowed model root."""
+
+
+class UnsupportedModel(HeadgraphError):
+    """A model was found but cannot be read or processed the way it was asked for."""
