@@ -1,0 +1,413 @@
+"""Directed head graphs from pair scores (paper Fig. 1): edges = selected (source, target) pairs.
+
+Two granularities:
+
+* ``"head"``: a node per head, ``"L{layer}H{head}"`` (layer = ORIGINAL block number);
+* ``"role"``: a node per (head, role), ``"L4H7 O"`` -> ``"L5H5 K"``.
+
+The graph is an ``nx.MultiDiGraph`` whose edge key is the pairing ("OQ", "OK", ...), so two heads
+joined by several pairings keep one edge per pairing and every export round-trips.
+
+Grouped-query attention: a K/V subspace belongs to a KV head shared by ``n_heads / n_kv_heads``
+query heads. By default (``kv_nodes="group"``) a K/V side becomes its own node ``"L{l}KV{g}"``
+(attribute ``heads`` lists the query heads it serves): edges stay one per score cell, so top-k
+gives exactly k edges and no score is duplicated. ``kv_nodes="query"`` instead copies each KV
+cell to every query head sharing it (grid expanded by ``repeat_interleave``, the convention
+TransformerLens and Hugging Face use) before selection, so nodes are query heads only.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import networkx as nx
+import torch
+
+from headgraph.core.hubs import HubTable, hub_table
+from headgraph.core.labels import LabelSet, class_counts, class_recovery, head_label, kv_label
+from headgraph.core.ranking import top_pairs
+from headgraph.core.types import ModelInfo, PairScores, ROLES
+
+GRANULARITIES: tuple[str, ...] = ("head", "role")
+THRESHOLD_ON: tuple[str, ...] = ("pk", "normalized", "z", "fdr")
+KV_NODES: tuple[str, ...] = ("group", "query")
+DEFAULT_PAIRINGS: tuple[str, ...] = ("OQ", "OK", "OV")
+_ROLE_ORDER = {r: i for i, r in enumerate(ROLES)}
+
+
+@dataclass
+class HeadGraph:
+    """A selected head graph plus what was computed on it.
+
+    graph: MultiDiGraph (edge key = pairing). Node attributes: layer, head, kind ("head" or
+    "kv_group"), head_name, heads (comma-separated query heads), role (role granularity),
+    head_class / in_class (with labels), in_degree, out_degree, degree, weighted_degree,
+    pagerank, betweenness, hub_rank, is_hub. Edge attributes: pairing, score (raw), normalized,
+    opacity (score / max selected score of the pairing, in (0, 1]), rank (1-based within the
+    pairing), cs (Composition Score of the same head pair, when given), z / q (when selected on
+    them), source_class / target_class (with labels).
+    """
+
+    graph: nx.MultiDiGraph
+    hubs: HubTable
+    pairings: tuple[str, ...]
+    granularity: str
+    rule: str
+    class_counts: dict[str, int] | None = None
+    recovery: dict[str, float] | None = None
+    labels: str | None = None
+    edge_counts: dict[str, int] = field(default_factory=dict)
+
+    def to_node_link(self) -> dict[str, Any]:
+        """Node-link JSON (``nx.node_link_data(graph, edges="edges")``); read back with
+        ``nx.node_link_graph(data, edges="edges")``."""
+        return nx.node_link_data(self.graph, edges="edges")
+
+    def to_graphml(self) -> str:
+        """GraphML text; read back with ``read_export(text, "graphml")`` (or
+        ``nx.read_graphml(f, edge_key_type=str, force_multigraph=True)``)."""
+        return "\n".join(nx.generate_graphml(self.graph)) + "\n"
+
+    def to_gexf(self) -> str:
+        """GEXF 1.2 text (Gephi); read back with ``read_export(text, "gexf")`` (``nx.read_gexf``
+        returns a simple DiGraph when no two edges share ends; the "pairing" attribute keeps
+        the key)."""
+        return "\n".join(nx.generate_gexf(self.graph)) + "\n"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON summary for APIs: rule, counts, hubs and the node-link graph."""
+        return {"granularity": self.granularity, "pairings": list(self.pairings),
+                "rule": self.rule, "edge_counts": dict(self.edge_counts),
+                "class_counts": self.class_counts, "recovery": self.recovery,
+                "labels": self.labels, "hubs": self.hubs.to_dict(),
+                "graph": self.to_node_link()}
+
+
+EXPORT_FORMATS: tuple[str, ...] = ("node-link", "graphml", "gexf")
+
+
+def read_export(payload: str | bytes | dict[str, Any], fmt: str) -> nx.MultiDiGraph:
+    """Read an exported head graph back into a MultiDiGraph keyed by pairing.
+
+    fmt: "node-link" (the dict or its JSON text), "graphml" or "gexf". Reader artefacts are
+    dropped (GraphML's node/edge defaults, GEXF's node "label" and edge "id"), so the result
+    equals the graph that was exported (GEXF keeps no graph-level attributes).
+    """
+    if fmt == "node-link":
+        data = json.loads(payload) if isinstance(payload, (str, bytes)) else payload
+        return nx.node_link_graph(data, directed=True, multigraph=True, edges="edges")
+    raw = payload.encode() if isinstance(payload, str) else payload
+    if fmt == "graphml":
+        src = nx.read_graphml(io.BytesIO(raw), edge_key_type=str, force_multigraph=True)
+        for key in ("node_default", "edge_default"):
+            src.graph.pop(key, None)
+    elif fmt == "gexf":
+        src = nx.read_gexf(io.BytesIO(raw))
+        src.graph.clear()
+    else:
+        raise ValueError(f"unknown export format {fmt!r}; expected one of {EXPORT_FORMATS}")
+    g = nx.MultiDiGraph()
+    g.graph.update(src.graph)
+    for n, d in src.nodes(data=True):
+        g.add_node(n, **{a: v for a, v in d.items() if not (fmt == "gexf" and a == "label")})
+    for u, v, d in src.edges(data=True):
+        attrs = {a: x for a, x in d.items() if not (fmt == "gexf" and a == "id")}
+        g.add_edge(u, v, key=attrs["pairing"], **attrs)
+    return g
+
+
+def _select(ps: PairScores, grids: dict[str, torch.Tensor], metric: torch.Tensor,
+            ok: torch.Tensor, k: int | None) -> torch.Tensor:
+    """Flat indices of the selected cells, best first, via ``ranking.top_pairs`` (ties: lower
+    source layer, source head, target layer, target head first).
+
+    With ``k``: the k best cells among ``ok``; else every ``ok`` cell.
+    """
+    n_ok = int(ok.sum())
+    grid = replace(ps, scores=grids["score"], normalized=grids["normalized"], valid=ok)
+    top = top_pairs(grid, n_ok if k is None else min(k, n_ok), values=metric)
+    return top.flat_index(tuple(ok.shape))
+
+
+def _expand(t: torch.Tensor, dims: tuple[int, ...], reps: tuple[int, ...]) -> torch.Tensor:
+    for d, r in zip(dims, reps):
+        if r > 1:
+            t = t.repeat_interleave(r, dim=d)
+    return t
+
+
+def _align_heads(t: torch.Tensor, dim: int, size: int, *, reduce_valid: bool) -> torch.Tensor:
+    """Bring a CS grid's head axis to ``size`` heads: repeat KV heads onto query heads, or
+    average query heads over their KV group (``any`` for a validity mask)."""
+    n = t.shape[dim]
+    if n == size:
+        return t
+    if size % n == 0:
+        return t.repeat_interleave(size // n, dim=dim)
+    if n % size == 0:
+        shape = list(t.shape)
+        shape[dim: dim + 1] = [size, n // size]
+        g = t.reshape(shape)
+        return g.any(dim=dim + 1) if reduce_valid else g.mean(dim=dim + 1)
+    raise ValueError(f"CS grid head axis {n} cannot be matched to {size} heads")
+
+
+def _n_query_heads(results: Mapping[str, PairScores], info: ModelInfo | None) -> int | None:
+    if info is not None:
+        return info.n_heads
+    sizes = [ps.scores.shape[1] for ps in results.values() if ps.source_role in ("Q", "O")]
+    sizes += [ps.scores.shape[3] for ps in results.values() if ps.target_role in ("Q", "O")]
+    return max(sizes) if sizes else None
+
+
+def _metric_words(kind: str, on: str) -> str:
+    name = "CS" if kind == "cs" else "PK"
+    return {"pk": f"raw {name}", "normalized": f"normalized {name}", "z": "z-score",
+            "fdr": "FDR significance"}[on]
+
+
+def _rule(kind: str, k: int | None, threshold: float | None, on: str, fdr_bool: bool) -> str:
+    if k is not None:
+        return f"top-{k} per pairing by {_metric_words(kind, on)}"
+    if on == "fdr":
+        return "FDR-significant pairs (Benjamini-Hochberg)" if fdr_bool else f"FDR q <= {threshold:g}"
+    return f"{_metric_words(kind, on)} >= {threshold:g}"
+
+
+def _check_args(results: Mapping[str, PairScores], granularity: str, k: int | None,
+                threshold: float | None, threshold_on: str,
+                values: Mapping[str, torch.Tensor] | None, kv_nodes: str) -> tuple[int, ...]:
+    """Validate build_graph's arguments; returns the (shared) original layer numbers."""
+    if granularity not in GRANULARITIES:
+        raise ValueError(f"granularity must be one of {GRANULARITIES}, got {granularity!r}")
+    if threshold_on not in THRESHOLD_ON:
+        raise ValueError(f"threshold_on must be one of {THRESHOLD_ON}, got {threshold_on!r}")
+    if kv_nodes not in KV_NODES:
+        raise ValueError(f"kv_nodes must be one of {KV_NODES}, got {kv_nodes!r}")
+    fdr_mask_only = (threshold_on == "fdr" and k is None and threshold is None
+                     and values is not None
+                     and all(v.dtype == torch.bool for v in values.values()))
+    if (k is None) == (threshold is None) and not fdr_mask_only:
+        raise ValueError("give exactly one of k (top-k per pairing) or threshold")
+    if k is not None and (int(k) != k or k < 1):
+        raise ValueError(f"k must be a positive integer, got {k!r}")
+    if k is not None and threshold_on == "fdr":
+        raise ValueError("top-k cannot rank by 'fdr'; use threshold mode with an FDR mask")
+    if not results:
+        raise ValueError("no pair scores given")
+    layer_sets = {tuple(ps.layer_indices) for ps in results.values()}
+    if len(layer_sets) != 1:
+        raise ValueError(f"results come from different layer sets: {sorted(layer_sets)}")
+    for key, ps in results.items():
+        if key != ps.pairing:
+            raise ValueError(f"results key {key!r} holds pairing {ps.pairing!r}")
+        if ps.source_role not in ROLES or ps.target_role not in ROLES:
+            raise ValueError(f"pairing {key!r} has unknown roles {ps.source_role}/{ps.target_role}")
+        if threshold_on in ("z", "fdr"):
+            if values is None or key not in values:
+                raise ValueError(f"threshold_on={threshold_on!r} needs values[{key!r}]")
+            if tuple(values[key].shape) != tuple(ps.scores.shape):
+                raise ValueError(f"values[{key!r}] shape {tuple(values[key].shape)} != scores "
+                                 f"{tuple(ps.scores.shape)}")
+    return next(iter(layer_sets))
+
+
+def _pairing_grids(ps: PairScores, value: torch.Tensor | None, n_q: int | None,
+                   kv_nodes: str) -> tuple[dict[str, torch.Tensor], tuple[int, int]]:
+    """The pairing's grids (score, normalized, valid, value) and the KV group size of each side
+    (1 = a query head / non-grouped node); with ``kv_nodes="query"`` grids are expanded to
+    query heads and both group sizes are 1."""
+    grids = {"score": ps.scores, "normalized": ps.normalized, "valid": ps.valid.to(torch.bool)}
+    if value is not None:
+        grids["value"] = value.to(ps.scores.device)
+    group = []
+    for role, dim in ((ps.source_role, 1), (ps.target_role, 3)):
+        n = ps.scores.shape[dim]
+        grouped = role in ("K", "V") and n_q is not None and n < n_q
+        if grouped and n_q % n:
+            raise ValueError(f"{n_q} query heads cannot share {n} KV heads evenly")
+        group.append(n_q // n if grouped else 1)
+    if kv_nodes == "query":
+        grids = {name: _expand(t, (1, 3), tuple(group)) for name, t in grids.items()}
+        group = [1, 1]
+    return grids, (group[0], group[1])
+
+
+def _selected(ps: PairScores, grids: dict[str, torch.Tensor], on: str, k: int | None,
+              threshold: float | None) -> torch.Tensor:
+    """Flat indices of the cells that become edges, best first."""
+    score = grids["score"]
+    ok = grids["valid"] & torch.isfinite(score)
+    metric = {"pk": score, "normalized": grids["normalized"]}.get(on, grids.get("value"))
+    if on == "fdr" and metric.dtype == torch.bool:
+        ok, metric = ok & metric, score  # significant cells, ranked by score
+    elif on == "fdr":
+        ok = ok & torch.isfinite(metric) & (metric <= float(threshold))
+        metric = -metric  # ranked by q, smallest first
+    else:
+        metric = metric if metric.is_floating_point() else metric.double()
+        ok = ok & torch.isfinite(metric)
+        if threshold is not None:
+            ok = ok & (metric >= float(threshold))
+    return _select(ps, grids, metric, ok, k)
+
+
+def _cs_cells(cs: Mapping[str, PairScores] | None, ps: PairScores, shape: torch.Size,
+              idx: torch.Tensor) -> list[float | None] | None:
+    """CS of the selected cells (None where CS is invalid), from the mode of the target role."""
+    if cs is None or ps.source_role != "O" or ps.target_role not in ("Q", "K", "V"):
+        return None
+    cs_ps = cs.get(ps.target_role) or cs.get(ps.pairing)
+    if cs_ps is None:
+        return None
+    c, cv = cs_ps.scores.to(idx.device), cs_ps.valid.to(idx.device).to(torch.bool)
+    if c.shape[0] != shape[0] or c.shape[2] != shape[2]:
+        raise ValueError(f"CS grid {tuple(c.shape)} does not match {ps.pairing} {tuple(shape)}")
+    for dim in (1, 3):
+        c = _align_heads(c, dim, shape[dim], reduce_valid=False)
+        cv = _align_heads(cv, dim, shape[dim], reduce_valid=True)
+    return [float(x) if ok else None
+            for x, ok in zip(c.flatten()[idx].tolist(), cv.flatten()[idx].tolist())]
+
+
+def _edge_rows(grids: dict[str, torch.Tensor], idx: torch.Tensor, on: str,
+               cs_vals: list[float | None] | None) -> list[dict[str, Any]]:
+    """Attributes of each selected edge, in rank order."""
+    score = grids["score"].flatten()[idx].double()
+    top = float(score.max())
+    opacity = (score / top if top > 0 else torch.ones_like(score)).tolist()
+    norm = grids["normalized"].flatten()[idx].tolist()
+    value = grids.get("value")
+    extra = None
+    if value is not None and value.dtype != torch.bool:
+        extra = ("z" if on == "z" else "q", value.flatten()[idx].tolist())
+    rows = []
+    for i, s in enumerate(score.tolist()):
+        row: dict[str, Any] = {"score": s, "normalized": float(norm[i]),
+                               "opacity": float(opacity[i]), "rank": i + 1}
+        if cs_vals is not None and cs_vals[i] is not None:
+            row["cs"] = cs_vals[i]
+        if extra is not None:
+            row[extra[0]] = float(extra[1][i])
+        rows.append(row)
+    return rows
+
+
+def _node(nodes: dict[str, dict[str, Any]], granularity: str, role: str, layer: int,
+          head: int, group: int) -> str:
+    """Register (once) and return the node id of one side of an edge."""
+    if group > 1:
+        ident = kv_label(layer, head)
+        members = ",".join(head_label(layer, head * group + j) for j in range(group))
+        kind = "kv_group"
+    else:
+        ident = head_label(layer, head)
+        members = ident
+        kind = "head"
+    name = ident if granularity == "head" else f"{ident} {role}"
+    if name not in nodes:
+        data: dict[str, Any] = {"layer": int(layer), "head": int(head), "kind": kind,
+                                "head_name": ident, "heads": members,
+                                "_sort": (int(layer), kind != "head", int(head),
+                                          _ROLE_ORDER.get(role, 9) if granularity == "role" else 0)}
+        if granularity == "role":
+            data["role"] = role
+        nodes[name] = data
+    return name
+
+
+def _assemble(nodes: dict[str, dict[str, Any]], edges: list[tuple[str, str, str, dict[str, Any]]],
+              labels: LabelSet | None) -> nx.MultiDiGraph:
+    """MultiDiGraph with nodes in (layer, head, role) order, class overlay, then hub stats."""
+    g = nx.MultiDiGraph()
+    for name in sorted(nodes, key=lambda n: nodes[n]["_sort"]):
+        data = {a: v for a, v in nodes[name].items() if not a.startswith("_")}
+        if labels is not None:
+            classes = [labels.classes[h] for h in data["heads"].split(",") if h in labels.classes]
+            data["in_class"] = bool(classes)
+            if classes:
+                data["head_class"] = " / ".join(dict.fromkeys(classes))
+        g.add_node(name, **data)
+    for src, dst, key, attrs in edges:
+        if labels is not None:
+            for end, node in (("source_class", src), ("target_class", dst)):
+                if "head_class" in g.nodes[node]:
+                    attrs[end] = g.nodes[node]["head_class"]
+        g.add_edge(src, dst, key=key, **attrs)
+    return g
+
+
+def build_graph(
+    results: Mapping[str, PairScores],
+    *,
+    granularity: str = "head",
+    k: int | None = 20,
+    threshold: float | None = None,
+    threshold_on: str = "pk",
+    values: Mapping[str, torch.Tensor] | None = None,
+    cs: Mapping[str, PairScores] | None = None,
+    labels: LabelSet | None = None,
+    info: ModelInfo | None = None,
+    kv_nodes: str = "group",
+) -> HeadGraph:
+    """Select edges from each pairing's scores and build the head graph.
+
+    results: ``{pairing: PairScores}`` (e.g. OQ/OK/OV from ``projection_kernel``; layer order is
+    already in ``valid``, and an invalid cell never becomes an edge).
+    Selection, per pairing, exactly one of:
+      * ``k``: the k best valid cells (paper rule k=20), ranked by ``threshold_on`` ("pk" raw
+        score, "normalized", or "z" = ``values[pairing]``); ties -> lower (layer, head) first;
+      * ``threshold``: valid cells with metric >= threshold; for "fdr", ``values[pairing]`` is a
+        bool mask of significant cells (threshold may be None; ignored) or BH q-values (kept
+        when <= threshold).
+    cs: Composition Scores keyed by mode ("Q"/"K"/"V") or pairing; an O->X edge gets the CS of
+    the same head pair from mode X. labels/info: class overlay and model shape (for GQA).
+    kv_nodes: how grouped-query K/V heads become nodes (module docstring).
+    """
+    layers = _check_args(results, granularity, k, threshold, threshold_on, values, kv_nodes)
+    n_q = _n_query_heads(results, info)
+    nodes: dict[str, dict[str, Any]] = {}
+    edges: list[tuple[str, str, str, dict[str, Any]]] = []
+    counts: dict[str, int] = {}
+    for pairing, ps in results.items():
+        value = values[pairing] if values is not None and threshold_on in ("z", "fdr") else None
+        grids, (g_src, g_tgt) = _pairing_grids(ps, value, n_q, kv_nodes)
+        idx = _selected(ps, grids, threshold_on, None if k is None else int(k), threshold)
+        counts[pairing] = int(idx.numel())
+        if idx.numel() == 0:
+            continue
+        shape = grids["score"].shape
+        rows = _edge_rows(grids, idx, threshold_on, _cs_cells(cs, ps, shape, idx))
+        cells = zip(*(t.tolist() for t in torch.unravel_index(idx, shape)))
+        for (sl, sh, tl, th), row in zip(cells, rows):
+            src = _node(nodes, granularity, ps.source_role, layers[sl], sh, g_src)
+            dst = _node(nodes, granularity, ps.target_role, layers[tl], th, g_tgt)
+            edges.append((src, dst, pairing, {"pairing": pairing, **row}))
+
+    g = _assemble(nodes, edges, labels)
+    hubs = hub_table(g)
+    for r in hubs.rows:
+        g.nodes[r.name].update(
+            in_degree=r.in_degree, out_degree=r.out_degree, degree=r.degree,
+            weighted_degree=r.weighted_degree, pagerank=r.pagerank, betweenness=r.betweenness,
+            hub_rank=r.rank, is_hub=r.is_hub)
+    kinds = {ps.kind for ps in results.values()}
+    fdr_mask = threshold_on == "fdr" and all(v.dtype == torch.bool for v in values.values())
+    rule = _rule(kinds.pop() if len(kinds) == 1 else "pk", None if k is None else int(k),
+                 threshold, threshold_on, fdr_mask)
+    g.graph.update(granularity=granularity, rule=rule, pairings=",".join(results),
+                   threshold_on=threshold_on, kv_nodes=kv_nodes)
+    optional = {"k": None if k is None else int(k),
+                "threshold": None if threshold is None else float(threshold),
+                "model": None if info is None else info.name,
+                "labels": None if labels is None else labels.name}
+    g.graph.update({a: v for a, v in optional.items() if v is not None})
+    return HeadGraph(
+        graph=g, hubs=hubs, pairings=tuple(results), granularity=granularity, rule=rule,
+        class_counts=None if labels is None else class_counts(g, labels),
+        recovery=None if labels is None else class_recovery(g, labels),
+        labels=None if labels is None else labels.name, edge_counts=counts)

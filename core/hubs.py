@@ -1,0 +1,126 @@
+"""Hubs of a head graph: degree, weighted degree, PageRank and betweenness per node.
+
+The paper (Yamagiwa et al. 2026, Sec. "graph") reads the directed PK graph of GPT-2 small
+(OQ/OK/OV, top-20 edges each) and finds L4H7 as its hub; ``check_paper_hub`` rebuilds exactly
+that graph from any model's weights and returns its top-ranked node.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import networkx as nx
+
+from headgraph.core.types import HeadWeights
+
+HUB_STD = 2.0
+# Exact betweenness costs ~ nodes * edges; above this it is estimated from sampled pivots.
+BETWEENNESS_EXACT_WORK = 20_000_000
+HUB_RULE = ("hub = total degree > mean + 2 std of total degree over the graph's nodes "
+            "(population std), or the top-ranked node; ranking = total degree, ties by "
+            "weighted degree (sum of edge scores), then node name")
+
+
+@dataclass(frozen=True)
+class HubRow:
+    """Centrality of one node. Degrees count parallel edges (one per pairing), as nx does."""
+
+    name: str
+    rank: int  # 1-based
+    in_degree: int
+    out_degree: int
+    degree: int
+    weighted_degree: float  # sum of "score" over in- and out-edges
+    pagerank: float  # nx.pagerank, weight = score
+    betweenness: float  # nx.betweenness_centrality (unweighted, normalized)
+    is_hub: bool
+
+
+@dataclass(frozen=True)
+class HubTable:
+    """All nodes ranked (``rows``), the first ``top`` of them, and the hub rule applied."""
+
+    rows: tuple[HubRow, ...]
+    top: tuple[HubRow, ...]
+    rule: str
+    threshold: float  # mean + 2 std of total degree
+    betweenness_exact: bool = True  # False: estimated from sampled source nodes (seed 0)
+
+    @property
+    def hubs(self) -> list[str]:
+        """Names of the nodes called hubs, in rank order."""
+        return [r.name for r in self.rows if r.is_hub]
+
+    @property
+    def top_hub(self) -> str | None:
+        """Name of the top-ranked node (None for an empty graph)."""
+        return self.rows[0].name if self.rows else None
+
+    def row(self, name: str) -> HubRow:
+        """The row of one node."""
+        for r in self.rows:
+            if r.name == name:
+                return r
+        raise KeyError(name)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form: rule, threshold, hubs and the ranked rows."""
+        threshold = None if math.isnan(self.threshold) else self.threshold  # strict JSON
+        return {"rule": self.rule, "threshold": threshold, "hubs": self.hubs,
+                "betweenness_exact": self.betweenness_exact,
+                "rows": [asdict(r) for r in self.rows], "top": [r.name for r in self.top]}
+
+
+def hub_table(graph: Any, *, top: int = 10) -> HubTable:
+    """Rank the nodes of a (Multi)DiGraph (or a HeadGraph) by degree and call hubs.
+
+    Degrees and weights come from NetworkX itself (``graph.degree``, weight = edge "score").
+    Betweenness is exact unless nodes * edges > BETWEENNESS_EXACT_WORK (then sampled pivots,
+    seed 0; ``betweenness_exact`` says which).
+    """
+    g = graph if isinstance(graph, nx.Graph) else graph.graph
+    nodes = list(g.nodes)
+    if not nodes:
+        return HubTable(rows=(), top=(), rule=HUB_RULE, threshold=math.nan)
+    deg = dict(g.degree())
+    ind = dict(g.in_degree())
+    outd = dict(g.out_degree())
+    wdeg = dict(g.degree(weight="score"))
+    n_edges = g.number_of_edges()
+    pr = nx.pagerank(g, weight="score") if n_edges else {n: 1.0 / len(nodes) for n in nodes}
+    exact = len(nodes) * max(n_edges, 1) <= BETWEENNESS_EXACT_WORK
+    pivots = None if exact else max(1, min(len(nodes), BETWEENNESS_EXACT_WORK // n_edges))
+    btw = nx.betweenness_centrality(g, k=pivots, seed=None if exact else 0)
+    vals = [float(deg[n]) for n in nodes]
+    mean = sum(vals) / len(vals)
+    std = math.sqrt(sum((v - mean) ** 2 for v in vals) / len(vals))
+    threshold = mean + HUB_STD * std
+    order = sorted(nodes, key=lambda n: (-deg[n], -float(wdeg[n]), str(n)))
+    rows = tuple(
+        HubRow(name=str(n), rank=i + 1, in_degree=int(ind[n]), out_degree=int(outd[n]),
+               degree=int(deg[n]), weighted_degree=float(wdeg[n]), pagerank=float(pr[n]),
+               betweenness=float(btw[n]), is_hub=bool(i == 0 or deg[n] > threshold))
+        for i, n in enumerate(order)
+    )
+    return HubTable(rows=rows, top=rows[: max(int(top), 0)], rule=HUB_RULE, threshold=threshold,
+                    betweenness_exact=exact)
+
+
+def check_paper_hub(heads: HeadWeights, *, k: int = 20,
+                    pairings: tuple[str, ...] = ("OQ", "OK", "OV")) -> str:
+    """Build the paper's head graph (PK, forward layer order, top-``k`` edges per pairing of
+    OQ/OK/OV, head granularity) from ``heads`` and return its top hub's name.
+
+    On GPT-2 small the paper's answer is "L4H7".
+    """
+    from headgraph.core.graph import build_graph
+    from headgraph.core.pk import projection_kernel
+
+    results = {p: projection_kernel(heads, p, order="forward") for p in pairings}
+    hg = build_graph(results, granularity="head", k=k, info=heads.info)
+    top = hg.hubs.top_hub
+    if top is None:
+        raise ValueError("the graph has no edges (no valid head pairs)")
+    return top
