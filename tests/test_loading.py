@@ -15,15 +15,10 @@ from transformers import AutoModelForCausalLM, BloomConfig, GPT2Config, Qwen2Con
 from headgraph.core.demo_model import DEMO_DIR
 from headgraph.core.errors import HeadgraphError, ModelUnavailable, PathNotAllowed, UnsupportedModel
 from headgraph.core.fingerprint import weights_fingerprint
-from headgraph.core.loading import (
-    LoadedModel,
-    byte_level_tokenizer,
-    checkpoint_bytes,
-    load_heads,
-    load_heads_safetensors,
-    load_model,
-)
+from headgraph.core.byte_tokenizer import byte_level_tokenizer
+from headgraph.core.loading import LoadedModel, load_heads, load_model
 from headgraph.core.pk import projection_kernel
+from headgraph.core.streaming import checkpoint_bytes, load_heads_safetensors
 
 torch.set_num_threads(1)
 ATTN = ("W_Q", "W_K", "W_V", "W_O")
@@ -292,6 +287,7 @@ def test_hub_name_offline_is_model_unavailable_fast(monkeypatch, tmp_path):
     assert "folder" in msg
     # hub switched on but unreachable (a closed local port): same error, no retry loop
     monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)  # tests/conftest.py sets it
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
     with pytest.raises(ModelUnavailable, match="cannot be reached"):
         load_model("headgraph-test/tiny-model")
