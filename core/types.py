@@ -90,10 +90,10 @@ class HeadWeights:
 
 @dataclass(frozen=True)
 class RoleBases:
-    """Orthonormal bases of one role for all heads, from one batched SVD.
+    """Orthonormal bases of one role for all heads, from one batched factorization.
 
-    U: [L, H, d_model, r] (columns past a head's measured rank are zero only
-    when a common ``rank`` truncates; see core.subspaces); ranks: [L, H]
+    U: [L, H, d_model, r] (without a common ``rank``, columns past a head's
+    measured rank are zero; see core.subspaces); ranks: [L, H]
     measured numerical ranks; singular_values: [L, H, min(d_model, d_head)].
     """
 

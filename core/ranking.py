@@ -1,0 +1,224 @@
+"""Top pairs, Spearman correlation and PK-vs-CS comparison, as pure tensor operations.
+
+Ties are broken deterministically: score descending, then source layer, source head, target
+layer, target head ascending (the row-major order of the [Ls, Hs, Lt, Ht] grid, kept by a
+stable sort).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from headgraph.core.types import PairScores
+
+
+@dataclass(frozen=True)
+class TopPairs:
+    """The k best valid pairs of a grid, best first; all tensors [k] (positions, not blocks)."""
+
+    source_layer: torch.Tensor
+    source_head: torch.Tensor
+    target_layer: torch.Tensor
+    target_head: torch.Tensor
+    score: torch.Tensor  # raw score (PK or CS) of each pair
+    normalized: torch.Tensor
+    value: torch.Tensor  # the value ranked by (score, normalized or the explicit values)
+    layer_indices: tuple[int, ...]
+    kind: str = "pk"
+    pairing: str = ""
+    metric: str = "pk"
+
+    def __len__(self) -> int:
+        return int(self.score.numel())
+
+    def flat_index(self, shape: tuple[int, ...]) -> torch.Tensor:
+        """Indices of the pairs in a flattened grid of ``shape`` [Ls, Hs, Lt, Ht]."""
+        _, hs, lt, ht = shape
+        return ((self.source_layer * hs + self.source_head) * lt + self.target_layer) * ht + self.target_head
+
+    def to_records(self, extra: dict[str, torch.Tensor] | None = None) -> list[dict[str, Any]]:
+        """[{"source": "L{block}H{h}", "target": ..., "pk" (or "cs"): ..., "normalized": ...,
+        "value": ..., "rank": i, ...}] with original block numbers; ``extra`` grids (same shape
+        as the scored grid) add one key each, read at the selected pairs."""
+        idx = [t.tolist() for t in (self.source_layer, self.source_head, self.target_layer, self.target_head)]
+        cols: dict[str, list[float]] = {
+            self.kind: self.score.tolist(),
+            "normalized": self.normalized.tolist(),
+            "value": self.value.tolist(),
+        }
+        for name, grid in (extra or {}).items():
+            sel = grid[self.source_layer, self.source_head, self.target_layer, self.target_head]
+            cols[name] = sel.tolist()
+        records = []
+        for i, (sl, sh, tl, th) in enumerate(zip(*idx)):
+            rec: dict[str, Any] = {
+                "rank": i + 1,
+                "source": f"L{self.layer_indices[sl]}H{sh}",
+                "target": f"L{self.layer_indices[tl]}H{th}",
+                "source_layer": self.layer_indices[sl], "source_head": sh,
+                "target_layer": self.layer_indices[tl], "target_head": th,
+            }
+            for name, values in cols.items():
+                rec[name] = values[i]
+            records.append(rec)
+        return records
+
+
+def _ranking_order(values: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """Flat indices of valid, non-NaN cells, best first with row-major tie order."""
+    flat = values.reshape(-1)
+    ok = valid.reshape(-1) & ~torch.isnan(flat)
+    cand = torch.nonzero(ok).flatten()  # ascending flat index
+    order = torch.sort(flat[cand], descending=True, stable=True).indices
+    return cand[order]
+
+
+def top_pairs(
+    result: PairScores, k: int = 20, *, metric: str = "pk", values: torch.Tensor | None = None
+) -> TopPairs:
+    """The ``k`` highest-ranked valid pairs (all valid ones when fewer), deterministic ties.
+
+    metric: "pk" ranks raw scores (for CS results: the CS), "normalized" the normalized ones;
+    ``values`` (a tensor shaped like the grid, e.g. z-scores) overrides both.
+    """
+    if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+        raise ValueError(f"k must be a non-negative integer, got {k!r}")
+    if values is not None:
+        if values.shape != result.scores.shape:
+            raise ValueError(f"values shape {tuple(values.shape)} != grid {tuple(result.scores.shape)}")
+        ranked, name = values, "values"
+    elif metric in ("pk", "cs", "score"):
+        ranked, name = result.scores, "pk"
+    elif metric == "normalized":
+        ranked, name = result.normalized, "normalized"
+    else:
+        raise ValueError(f"metric must be 'pk' or 'normalized' (or pass values=), got {metric!r}")
+    flat = _ranking_order(ranked, result.valid)[:k]
+    _, hs, lt, ht = result.scores.shape
+    th = flat % ht
+    tl = (flat // ht) % lt
+    sh = (flat // (ht * lt)) % hs
+    sl = flat // (ht * lt * hs)
+    return TopPairs(
+        source_layer=sl, source_head=sh, target_layer=tl, target_head=th,
+        score=result.scores.reshape(-1)[flat], normalized=result.normalized.reshape(-1)[flat],
+        value=ranked.reshape(-1)[flat], layer_indices=tuple(result.layer_indices),
+        kind=result.kind, pairing=result.pairing, metric=name,
+    )
+
+
+def average_ranks(x: torch.Tensor) -> torch.Tensor:
+    """Ranks 1..n of a 1-D tensor, ties sharing their average rank (float64)."""
+    n = x.numel()
+    sorted_x, order = torch.sort(x, stable=True)
+    _, counts = torch.unique_consecutive(sorted_x, return_counts=True)
+    ends = torch.cumsum(counts, 0).to(torch.float64)
+    avg = ends - (counts.to(torch.float64) - 1) / 2.0  # mean of positions start+1 .. end
+    ranks = torch.empty(n, dtype=torch.float64, device=x.device)
+    ranks[order] = torch.repeat_interleave(avg, counts)
+    return ranks
+
+
+def spearman(a: torch.Tensor, b: torch.Tensor, valid: torch.Tensor) -> float:
+    """Spearman rho of a and b over the cells where ``valid`` (average ranks for ties);
+    NaN when fewer than 2 cells or a constant side."""
+    x = a[valid].to(torch.float64)
+    y = b[valid].to(torch.float64)
+    if x.numel() < 2:
+        return math.nan
+    rx = average_ranks(x)
+    ry = average_ranks(y)
+    rx = rx - rx.mean()
+    ry = ry - ry.mean()
+    den = torch.sqrt((rx * rx).sum() * (ry * ry).sum())
+    if float(den) == 0.0:
+        return math.nan
+    return float((rx * ry).sum() / den)
+
+
+def expand_heads(grid: torch.Tensor, n_source: int, n_target: int) -> torch.Tensor:
+    """Repeat a [L, Hs, L, Ht] grid's KV-head axes to query heads (repeat_interleave, the
+    layout of TransformerLens's _expand_kv_heads) -> [L, n_source, L, n_target]."""
+    _, hs, _, ht = grid.shape
+    if hs != n_source:
+        if n_source % hs:
+            raise ValueError(f"cannot expand {hs} source heads to {n_source}")
+        grid = grid.repeat_interleave(n_source // hs, dim=1)
+    if ht != n_target:
+        if n_target % ht:
+            raise ValueError(f"cannot expand {ht} target heads to {n_target}")
+        grid = grid.repeat_interleave(n_target // ht, dim=3)
+    return grid
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """How PK and CS rank the same pairs.
+
+    quadrant [L, H, L, H] int8: 0 in neither metric's top x%, 1 PK only, 2 CS only, 3 both
+    (0 for invalid pairs too; see ``valid``). pk_values: PK on the CS grid (KV heads expanded).
+    """
+
+    rho_all: float
+    rho_top: float
+    n_valid: int
+    n_top: int
+    n_union: int
+    top_percent: float
+    quadrant: torch.Tensor
+    valid: torch.Tensor
+    pk_values: torch.Tensor
+    counts: dict[str, int]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-JSON summary (no grids)."""
+        nan = lambda v: None if math.isnan(v) else v  # noqa: E731
+        return {"rho_all": nan(self.rho_all), "rho_top": nan(self.rho_top), "n_valid": self.n_valid,
+                "n_top": self.n_top, "n_union": self.n_union, "top_percent": self.top_percent,
+                "counts": dict(self.counts)}
+
+
+def _top_mask(values: torch.Tensor, valid: torch.Tensor, n_top: int) -> torch.Tensor:
+    mask = torch.zeros(values.numel(), dtype=torch.bool, device=values.device)
+    mask[_ranking_order(values, valid)[:n_top]] = True
+    return mask.reshape(values.shape)
+
+
+def compare_metrics(
+    pk: PairScores, cs: PairScores, *, top_percent: float = 5.0, pk_metric: str = "pk"
+) -> Comparison:
+    """Spearman rho between PK and CS over all valid pairs and over the union of each metric's
+    top ``top_percent`` % (ceil of that share of valid pairs), plus per-pair quadrant codes.
+
+    CS grids have query heads on both axes; PK grids with KV-head axes (K/V roles on grouped-
+    query models) are expanded to query heads by repeat_interleave before comparing.
+    """
+    if not 0.0 < top_percent <= 100.0:
+        raise ValueError(f"top_percent must lie in (0, 100], got {top_percent!r}")
+    if pk_metric not in ("pk", "normalized"):
+        raise ValueError(f"pk_metric must be 'pk' or 'normalized', got {pk_metric!r}")
+    L, h_src, L2, h_tgt = cs.scores.shape
+    pk_grid = pk.scores if pk_metric == "pk" else pk.normalized
+    pk_vals = expand_heads(pk_grid, h_src, h_tgt)
+    pk_valid = expand_heads(pk.valid, h_src, h_tgt)
+    if pk_vals.shape != cs.scores.shape:
+        raise ValueError(f"PK grid {tuple(pk.scores.shape)} cannot match CS grid {tuple(cs.scores.shape)}")
+    valid = pk_valid & cs.valid
+    n_valid = int(valid.sum())
+    n_top = math.ceil(top_percent / 100.0 * n_valid) if n_valid else 0
+    top_pk = _top_mask(pk_vals, valid, n_top)
+    top_cs = _top_mask(cs.scores, valid, n_top)
+    union = top_pk | top_cs
+    quadrant = (top_pk.to(torch.int8) + 2 * top_cs.to(torch.int8)).to(torch.int8)
+    counts = {name: int((quadrant[valid] == code).sum())
+              for code, name in enumerate(("neither", "pk_only", "cs_only", "both"))}
+    return Comparison(
+        rho_all=spearman(pk_vals, cs.scores, valid),
+        rho_top=spearman(pk_vals, cs.scores, union),
+        n_valid=n_valid, n_top=n_top, n_union=int(union.sum()), top_percent=float(top_percent),
+        quadrant=quadrant, valid=valid, pk_values=pk_vals, counts=counts,
+    )

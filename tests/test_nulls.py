@@ -1,0 +1,113 @@
+"""Nulls: covariance, anisotropic/Haar samples, empirical p-values and Benjamini-Hochberg."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from headgraph.core.nulls import (
+    anisotropic_null,
+    anisotropic_pk_samples,
+    benjamini_hochberg,
+    haar_null,
+    pair_pvalues,
+    role_covariance,
+)
+from headgraph.core.pk import projection_kernel
+from headgraph.core.reference import haar_moments
+
+
+def _heads(make_heads, seed=0, L=3, H=3, d=32, dh=4, basis=None):
+    g = torch.Generator().manual_seed(seed)
+    r = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64)  # noqa: E731
+    if basis is None:
+        return make_heads(r(L, H, d, dh), r(L, H, d, dh), r(L, H, d, dh), r(L, H, dh, d))
+    k = basis.shape[1]
+    return make_heads(*(basis @ r(L, H, k, dh) for _ in range(3)), (basis @ r(L, H, k, dh)).transpose(-2, -1))
+
+
+def _bh_reference(p: np.ndarray, alpha: float) -> np.ndarray:
+    """Textbook step-up procedure, written independently with Python loops in float64."""
+    m = len(p)
+    order = sorted(range(m), key=lambda i: p[i])
+    k_max = 0
+    for rank, i in enumerate(order, start=1):
+        if p[i] <= rank * alpha / m:
+            k_max = rank
+    rejected = np.zeros(m, dtype=bool)
+    for rank, i in enumerate(order, start=1):
+        if rank <= k_max:
+            rejected[i] = True
+    return rejected
+
+
+def test_role_covariance_is_mean_of_head_outer_products(make_heads):
+    heads = _heads(make_heads, seed=1)
+    for role in ("Q", "O"):
+        w = heads.role(role)
+        expected = sum(w[a, b] @ w[a, b].T for a in range(3) for b in range(3)) / (9 * 4)
+        assert torch.allclose(role_covariance(heads, role), expected, atol=1e-12)
+
+
+def test_isotropic_covariance_gives_the_haar_law():
+    eye = torch.eye(30, dtype=torch.float64)
+    samples = anisotropic_pk_samples(eye, eye, 5, 5, 6000, seed=0)
+    mom = haar_moments(30, 5)
+    assert abs(float(samples.mean()) - mom.mean) < 4 * math.sqrt(mom.variance / 6000)
+    assert float(samples.var()) == pytest.approx(mom.variance, rel=0.12)
+
+
+def test_anisotropic_null_reflects_where_weights_live(make_heads):
+    basis = torch.linalg.qr(torch.randn(32, 8, generator=torch.Generator().manual_seed(2), dtype=torch.float64)).Q
+    heads = _heads(make_heads, seed=3, basis=basis)
+    null = anisotropic_null(heads, "OK", samples=1500, seed=0)
+    # planes confined to one shared 8-dim subspace: expected PK = 4 * 4 / 8, not 4 * 4 / 32
+    assert null.mean == pytest.approx(2.0, rel=0.05)
+    assert null.samples.shape == (1500,) and torch.all(null.samples[1:] >= null.samples[:-1])
+    again = anisotropic_null(heads, "OK", samples=1500, seed=0)
+    assert torch.equal(null.samples, again.samples)
+    assert null.to_dict()["kind"] == "anisotropic"
+    # against this null the confined model's PKs are unremarkable; against Haar they are all extreme
+    pk = projection_kernel(heads, "OK")
+    p_aniso = pair_pvalues(pk, null)
+    p_haar = pair_pvalues(pk, haar_null(32, 4, samples=1500, seed=0, pairing="OK"))
+    assert float(p_aniso[pk.valid].median()) > 0.2
+    assert float(p_haar[pk.valid].max()) < 0.01
+
+
+def test_pvalues_match_a_brute_force_count(make_heads):
+    heads = _heads(make_heads, seed=4)
+    pk = projection_kernel(heads, "OV")
+    null = anisotropic_null(heads, "OV", samples=500, seed=1)
+    p = pair_pvalues(pk, null)
+    samples = null.samples.numpy()
+    for idx in torch.nonzero(pk.valid).tolist():
+        obs = float(pk.scores[tuple(idx)])
+        expected = (1 + np.sum(samples >= obs)) / (1 + samples.size)
+        assert float(p[tuple(idx)]) == pytest.approx(expected, abs=1e-15)
+    assert torch.all((p > 0) & (p <= 1))
+    assert torch.all(p[~pk.valid] == 1)
+    with pytest.raises(ValueError, match="pairing"):
+        pair_pvalues(projection_kernel(heads, "OK"), null)
+
+
+def test_benjamini_hochberg_matches_reference_and_is_monotone():
+    rng = np.random.default_rng(0)
+    p = np.concatenate([rng.uniform(0, 1, 300), rng.uniform(0, 0.002, 40)])
+    p[5] = p[7] = p[300]  # ties
+    grid = torch.tensor(p).reshape(2, 5, 2, 17)
+    valid = torch.tensor(rng.uniform(size=grid.shape) < 0.8)
+    previous = torch.zeros_like(valid)
+    for alpha in (0.001, 0.01, 0.05, 0.1, 0.3, 1.0):
+        got = benjamini_hochberg(grid, valid, alpha)
+        ref = _bh_reference(grid[valid].numpy(), alpha)
+        assert np.array_equal(got[valid].numpy(), ref), alpha
+        assert not bool(got[~valid].any())
+        assert bool((previous & ~got).sum() == 0)  # monotone: a larger alpha never rejects fewer
+        previous = got
+    assert int(benjamini_hochberg(grid, valid, 0.05).sum()) > 0
+    high = torch.full((3,), 0.9, dtype=torch.float64)
+    assert not bool(benjamini_hochberg(high, torch.ones(3, dtype=torch.bool)).any())
