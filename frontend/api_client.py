@@ -1,0 +1,168 @@
+"""HTTP client for the headgraph API: the frontend's only way to reach data.
+
+The dashboard never imports ``headgraph.core``; every number it shows comes from these calls.
+Failures become :class:`ApiError` carrying the API's one-line message (shown in the page).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import httpx
+
+
+class ApiError(Exception):
+    """A non-2xx API answer (or no answer): HTTP status and the API's message."""
+
+    def __init__(self, status: int, message: str, payload: Any = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.payload = payload
+
+
+def error_message(payload: Any, fallback: str) -> str:
+    """The human message of an API error body ({"error": {"message"}} or FastAPI's {"detail"})."""
+    if isinstance(payload, dict):
+        err = payload.get("error")
+        if isinstance(err, dict) and err.get("message"):
+            return str(err["message"])
+        if isinstance(err, str):
+            return err
+        detail = payload.get("detail")
+        if isinstance(detail, str):
+            return detail
+        if isinstance(detail, list) and detail:
+            first = detail[0]
+            if isinstance(first, dict):
+                loc = ".".join(str(x) for x in first.get("loc", []) if x not in ("query", "body"))
+                return f"{loc}: {first.get('msg', '')}".strip(": ")
+        if payload.get("message"):
+            return str(payload["message"])
+    return fallback
+
+
+class ApiClient:
+    """Typed-ish wrappers over the JSON endpoints of one headgraph server."""
+
+    def __init__(self, base_url: str, *, token: str | None = None, timeout: float = 120.0,
+                 http: httpx.Client | None = None) -> None:
+        """``http`` lets a caller supply the transport (e.g. an in-process test client)."""
+        self.base_url = base_url.rstrip("/")
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = http or httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
+
+    def close(self) -> None:
+        self._http.close()
+
+    # -- transport ----------------------------------------------------------------------
+    def request(self, method: str, path: str, *, params: dict[str, Any] | None = None,
+                **kwargs: Any) -> httpx.Response:
+        """Send a request; raise ApiError with the API's message on any non-2xx or transport error."""
+        clean = {k: v for k, v in (params or {}).items() if v is not None and v != ""}
+        try:
+            resp = self._http.request(method, path, params=clean, **kwargs)
+        except httpx.HTTPError as err:
+            raise ApiError(0, f"API unreachable at {self.base_url}: {err}") from err
+        if resp.status_code >= 400:
+            try:
+                payload = resp.json()
+            except ValueError:
+                payload = None
+            raise ApiError(resp.status_code, error_message(payload, f"HTTP {resp.status_code}"), payload)
+        return resp
+
+    def get(self, path: str, **params: Any) -> Any:
+        return self.request("GET", path, params=params).json()
+
+    # -- endpoints ----------------------------------------------------------------------
+    def health(self) -> dict[str, Any]:
+        return self.get("/api/health")
+
+    def models(self) -> list[dict[str, Any]]:
+        data = self.get("/api/models")
+        return data.get("models", data) if isinstance(data, dict) else data
+
+    def model_info(self, model: str) -> dict[str, Any]:
+        return self.get("/api/models/info", model=model)
+
+    def compute(self, model: str, pairings: list[str] | None = None) -> dict[str, Any]:
+        params = {"model": model, "pairings": ",".join(pairings) if pairings else None}
+        return self.request("POST", "/api/models/compute", params=params).json()
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        return self.get(f"/api/jobs/{job_id}")
+
+    def pk(self, model: str, pairing: str, metric: str = "raw", order: str = "forward") -> dict[str, Any]:
+        return self.get("/api/pk", model=model, pairing=pairing, metric=metric, order=order)
+
+    def cs(self, model: str, mode: str) -> dict[str, Any]:
+        return self.get("/api/cs", model=model, mode=mode)
+
+    def top(self, model: str, pairing: str, k: int = 20, metric: str = "pk") -> dict[str, Any]:
+        return self.get("/api/top", model=model, pairing=pairing, k=k, metric=metric)
+
+    def pair(self, model: str, pairing: str, source: str, target: str,
+             labels: str | None = None) -> dict[str, Any]:
+        return self.get("/api/pair", model=model, pairing=pairing, source=source, target=target,
+                        labels=labels)
+
+    def head(self, model: str, head: str, labels: str | None = None, k: int = 5) -> dict[str, Any]:
+        return self.get("/api/head", model=model, head=head, labels=labels, k=k)
+
+    def graph(self, model: str, pairings: list[str], *, k: int | None = 20,
+              threshold: float | None = None, threshold_on: str = "pk",
+              labels: str | None = None, granularity: str = "head") -> dict[str, Any]:
+        return self.get("/api/graph", model=model, pairings=",".join(pairings), k=k,
+                        threshold=threshold, threshold_on=threshold_on,
+                        labels=labels, granularity=granularity)
+
+    def scatter(self, model: str, pairing: str, top_percent: float = 5.0) -> dict[str, Any]:
+        return self.get("/api/scatter", model=model, pairing=pairing, top_percent=top_percent)
+
+    def reference(self, model: str) -> dict[str, Any]:
+        return self.get("/api/reference", model=model)
+
+    def tokens(self, model: str, role: str, k: int = 10, layer: int | None = None,
+               head: int | None = None) -> dict[str, Any]:
+        return self.get("/api/tokens", model=model, role=role, k=k, layer=layer, head=head)
+
+    def patterns(self, model: str) -> dict[str, Any]:
+        return self.get("/api/patterns", model=model)
+
+    def labels(self) -> list[dict[str, Any]]:
+        data = self.get("/api/labels")
+        return data.get("label_sets", data.get("labels", data)) if isinstance(data, dict) else data
+
+    def label_set(self, name: str) -> dict[str, Any]:
+        return self.get(f"/api/labels/{name}")
+
+    def upload_labels(self, content: bytes, filename: str, model: str | None = None,
+                      name: str | None = None) -> dict[str, Any]:
+        files = {"file": (filename, content)}
+        return self.request("POST", "/api/labels", params={"model": model, "name": name},
+                            files=files).json()
+
+    def download(self, **params: Any) -> tuple[bytes, str]:
+        """Bytes and suggested file name of GET /api/download (Content-Disposition)."""
+        resp = self.request("GET", "/api/download", params=params)
+        cd = resp.headers.get("content-disposition", "")
+        name = cd.split("filename=")[-1].strip('"; ') if "filename=" in cd else "download"
+        return resp.content, name
+
+
+class ClientPool:
+    """One ApiClient per base URL, shared by the callbacks of one Dash app (thread-safe)."""
+
+    def __init__(self, token: str | None = None) -> None:
+        self.token = token
+        self._clients: dict[str, ApiClient] = {}
+        self._lock = threading.Lock()
+
+    def get(self, base_url: str) -> ApiClient:
+        with self._lock:
+            client = self._clients.get(base_url)
+            if client is None:
+                client = self._clients[base_url] = ApiClient(base_url, token=self.token)
+            return client

@@ -1,0 +1,79 @@
+"""Dash app factory and its mount on the FastAPI server (``mount_frontend``).
+
+The dashboard is a Flask-backed Dash app wrapped in ``a2wsgi.WSGIMiddleware`` and mounted on
+"/" after every /api route, so /api keeps answering (unknown /api paths stay JSON 404s) and
+Dash callbacks run in a2wsgi's thread pool, never on the event loop. Callbacks read data only
+through the HTTP API (``ApiClient``) at HEADGRAPH_API_URL, or else at the local address the
+request came in on (the same server).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from dash import Dash
+
+from headgraph.frontend.api_client import ApiClient, ClientPool
+from headgraph.frontend.callbacks import register_callbacks
+from headgraph.frontend.layout import build_layout
+
+ApiProvider = Callable[[], ApiClient]
+
+
+def local_base_url(environ: dict[str, Any]) -> str:
+    """http(s)://host:port of the socket a WSGI request arrived on (the server itself)."""
+    host = str(environ.get("SERVER_NAME") or "127.0.0.1")
+    if host in ("0.0.0.0", "::", ""):
+        host = "127.0.0.1"
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    scheme = environ.get("wsgi.url_scheme", "http")
+    return f"{scheme}://{host}:{environ.get('SERVER_PORT') or 80}"
+
+
+def api_provider(api_url: str | None = None, token: str | None = None) -> ApiProvider:
+    """A function giving the ApiClient for the current callback's request.
+
+    ``api_url`` (or env HEADGRAPH_API_URL) wins; otherwise the server's own local address.
+    """
+    pool = ClientPool(token)
+    fixed = api_url or os.environ.get("HEADGRAPH_API_URL") or None
+
+    def get() -> ApiClient:
+        if fixed:
+            return pool.get(fixed)
+        import flask
+
+        return pool.get(local_base_url(flask.request.environ))
+
+    return get
+
+
+def create_dash(*, api_url: str | None = None, token: str | None = None,
+                requests_pathname_prefix: str = "/") -> Dash:
+    """The dashboard as a Flask-backed Dash app (not yet mounted anywhere)."""
+    app = Dash(
+        __name__,
+        title="headgraph",
+        update_title=None,
+        requests_pathname_prefix=requests_pathname_prefix,
+        routes_pathname_prefix="/",
+        suppress_callback_exceptions=True,
+        serve_locally=True,
+    )
+    app.layout = build_layout
+    register_callbacks(app, api_provider(api_url, token))
+    return app
+
+
+def mount_frontend(app: Any, settings: Any = None) -> Dash:
+    """Mount the dashboard on ``app`` at "/" (called last by the server's app factory)."""
+    from a2wsgi import WSGIMiddleware
+
+    token = getattr(settings, "api_token", None)
+    dash_app = create_dash(token=token)
+    app.mount("/", WSGIMiddleware(dash_app.server, workers=16), name="frontend")
+    app.state.dash_app = dash_app
+    return dash_app

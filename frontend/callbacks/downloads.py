@@ -1,0 +1,101 @@
+"""PNG / SVG / CSV buttons under every figure (dcc.Download).
+
+Images are rendered server-side with kaleido from the figure currently shown; CSV comes from
+the API (its download endpoint for score grids, the view's JSON otherwise).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from dash import Dash, Input, Output, State, ctx, dcc, no_update
+from dash.exceptions import PreventUpdate
+
+from headgraph.frontend import exports
+from headgraph.frontend.api_client import ApiClient, ApiError
+from headgraph.frontend.callbacks.common import ApiProvider
+from headgraph.frontend.callbacks.graph import load_graph
+from headgraph.frontend.callbacks.heatmap import metric_grid
+from headgraph.frontend.layout import DOWNLOADABLE
+from headgraph.frontend.state import parse_query
+
+CsvMaker = Callable[[ApiClient, dict[str, Any]], tuple[str, str]]
+# Which params store describes each figure's data.
+PARAMS_OF = {"graph": "graph", "heatmap": "heatmap", "head-grid": "head-grid", "scatter": "scatter",
+             "kl-grid": "reference", "ref-hist": "reference", "null-fig": "reference",
+             "token-grid": "tokens", "patterns": "tokens", "cosines": "pair-panel"}
+
+
+def _stem(*parts: Any) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", "_".join(str(p) for p in parts if p not in (None, ""))).strip("-")
+
+
+def _heatmap_csv(client: ApiClient, p: dict[str, Any]) -> tuple[str, str]:
+    if p["metric"] == "cs":
+        body, _ = client.download(what="cs", format="csv", model=p["model"], mode=p["pairing"][1])
+    else:
+        body, _ = client.download(what="pk", format="csv", model=p["model"], pairing=p["pairing"],
+                                  metric=p["metric"])
+    return body.decode(), _stem(p["model"], p["pairing"], p["metric"])
+
+
+CSV_MAKERS: dict[str, CsvMaker] = {
+    "graph": lambda c, p: (exports.graph_csv(load_graph(c, p)[0]), _stem(p["model"], "graph", *p["pairings"])),
+    "heatmap": _heatmap_csv,
+    "head-grid": lambda c, p: (exports.head_grid_csv(metric_grid(c, p["model"], p["pairing"], p["metric"]),
+                                                     p["head"], p["direction"]),
+                               _stem(p["model"], p["head"], p["direction"], p["pairing"])),
+    "scatter": lambda c, p: (exports.scatter_csv(c.scatter(p["model"], p["pairing"], p["top_percent"])),
+                             _stem(p["model"], "scatter", p["pairing"])),
+    "kl-grid": lambda c, p: (exports.kl_csv(c.reference(p["model"])["kl"]), _stem(p["model"], "kl")),
+    "ref-hist": lambda c, p: (exports.histogram_csv(c.reference(p["model"])["kl"], p["pairing"]),
+                              _stem(p["model"], "reference", p["pairing"])),
+    "null-fig": lambda c, p: (exports.nulls_csv(c.reference(p["model"])), _stem(p["model"], "nulls")),
+    "token-grid": lambda c, p: (exports.tokens_csv(c.tokens(p["model"], p["role"], k=10)),
+                                _stem(p["model"], "tokens", p["role"])),
+    "patterns": lambda c, p: (exports.patterns_csv(c.patterns(p["model"])), _stem(p["model"], "patterns")),
+    "cosines": lambda c, p: (exports.cosines_csv(c.pair(p["model"], p["pairing"], *p["pair"])),
+                             _stem(p["model"], p["pairing"], *p["pair"])),
+}
+
+
+def register(app: Dash, api: ApiProvider) -> None:
+    for fig_id in DOWNLOADABLE:
+        _register_one(app, api, fig_id)
+
+
+def _register_one(app: Dash, api: ApiProvider, fig_id: str) -> None:
+    store = PARAMS_OF[fig_id]
+
+    @app.callback(
+        Output(f"dl-{fig_id}", "data"), Output(f"dl-{fig_id}-msg", "children"),
+        Input(f"dl-{fig_id}-png", "n_clicks"), Input(f"dl-{fig_id}-svg", "n_clicks"),
+        Input(f"dl-{fig_id}-csv", "n_clicks"),
+        State(fig_id, "figure"), State(f"params-{store}", "data"), State("url", "search"),
+        prevent_initial_call=True,
+    )
+    def download(_png: int, _svg: int, _csv: int, figure: dict | None, params: dict | None,
+                 search: str | None) -> tuple:
+        fmt = str(ctx.triggered_id or "").rsplit("-", 1)[-1]
+        if fmt not in ("png", "svg", "csv"):
+            raise PreventUpdate
+        state = parse_query(search)
+        try:
+            if fmt == "csv":
+                if not params or not params.get("ready"):
+                    return no_update, "no data yet"
+                text, stem = CSV_MAKERS[fig_id](api(), params)
+                return dcc.send_string(text, f"{stem or fig_id}.csv"), ""
+            if not figure:
+                return no_update, "no figure yet"
+            try:
+                image = exports.figure_image(figure, fmt)
+            except Exception as err:  # noqa: BLE001 - kaleido/chromium failures become a message
+                return no_update, f"{fmt.upper()} export failed: {type(err).__name__}: {err}"
+            return dcc.send_bytes(image, f"{_stem(state.model, fig_id)}.{fmt}"), ""
+        except ApiError as err:
+            return no_update, err.message
+        except (ValueError, KeyError) as err:
+            return no_update, f"export failed: {err}"

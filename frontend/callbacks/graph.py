@@ -1,0 +1,112 @@
+"""Head graph view: top-k or threshold edges per pairing, class overlay, hubs, two layouts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dash import Dash, Input, Output, html, no_update
+
+from headgraph.frontend.api_client import ApiError
+from headgraph.frontend.callbacks.common import WAITING, ApiProvider, error_note, stat
+from headgraph.frontend.figures import empty_figure, graph_figure
+from headgraph.frontend.graph_layout import grid_positions, positions
+from headgraph.frontend.state import threshold_on
+
+SLIDER_STEPS = 200
+
+
+def all_head_nodes(info: dict[str, Any]) -> list[dict[str, Any]]:
+    """Node records for every (layer, head) of a model (backdrop of the layer x head layout)."""
+    return [{"id": f"L{layer}H{h}", "layer": layer, "head": h}
+            for layer in info["layer_indices"] for h in range(info["n_heads"])]
+
+
+def metric_range(client: Any, model: str, pairings: list[str], metric: str) -> tuple[float, float]:
+    """(min, max) of the thresholded metric over the valid pairs of the chosen pairings."""
+    api_metric = {"raw": "raw", "normalized": "normalized", "z": "z"}.get(metric, "raw")
+    lo, hi = float("inf"), float("-inf")
+    for p in pairings:
+        g = client.pk(model, p, api_metric)
+        if g.get("min") is not None:
+            lo, hi = min(lo, g["min"]), max(hi, g["max"])
+    if lo > hi:
+        return 0.0, 1.0
+    return lo, hi
+
+
+def summary(data: dict[str, Any], threshold: float | None) -> list[Any]:
+    counts = data.get("edge_counts", {})
+    total = sum(counts.values())
+    hubs = data.get("hubs", {}).get("hubs", [])
+    parts = [stat("edges", total, "edges"),
+             *[stat(p, n, f"edges-{p}") for p, n in counts.items()],
+             stat("hubs", ", ".join(hubs), "hubs"),
+             stat("nodes", len(data["graph"].get("nodes", [])), "nodes")]
+    if threshold is not None:
+        parts.append(stat("threshold", f"{threshold:.4g}", "threshold"))
+    cc = data.get("class_counts")
+    if cc:
+        parts += [stat("in-class", cc.get("in_class"), "in-class"),
+                  stat("out-of-class", cc.get("out_of_class"), "out-of-class")]
+    parts.append(html.Span(data.get("rule", ""), className="rule-text", id="graph-rule"))
+    parts.append(html.Span("click a node for its head panel, the middle of an edge for the pair",
+                           className="hint"))
+    return parts
+
+
+def load_graph(client: Any, params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], float | None, tuple]:
+    """(graph JSON, model info, threshold used, slider (min, max, step, marks)) for view params.
+
+    In threshold mode without a chosen threshold, 80% of the way from the metric's minimum to
+    its maximum is used (deterministic, so a link without one still reproduces the view).
+    """
+    model, pairings = params["model"], list(params["pairings"])
+    info = client.model_info(model)["info"]
+    threshold = None
+    slider: tuple = (no_update,) * 4
+    if params["rule"] == "threshold":
+        lo, hi = metric_range(client, model, pairings, params["metric"])
+        threshold = params["threshold"]
+        if threshold is None:
+            threshold = lo + 0.8 * (hi - lo)
+        slider = (lo, hi, (hi - lo) / SLIDER_STEPS or 0.01, {lo: f"{lo:.3g}", hi: f"{hi:.3g}"})
+    data = client.graph(model, pairings, k=None if threshold is not None else params["k"],
+                        threshold=threshold, threshold_on=threshold_on(params["metric"]),
+                        labels=params.get("overlay") or None)
+    return data, info, threshold, slider
+
+
+def register(app: Dash, api: ApiProvider) -> None:
+    @app.callback(
+        Output("graph", "figure"), Output("graph-summary", "children"),
+        Output("threshold-slider", "min"), Output("threshold-slider", "max"),
+        Output("threshold-slider", "step"), Output("threshold-slider", "marks"),
+        Output("graph-summary", "data-edges"), Output("graph-summary", "data-hubs"),
+        Input("params-graph", "data"),
+    )
+    def render_graph(params: dict[str, Any] | None) -> tuple:
+        slider = (no_update,) * 4
+        if not params or not params.get("ready"):
+            return (empty_figure(WAITING), [], *slider, None, None)
+        pairings = list(params["pairings"])
+        if not pairings:
+            return (empty_figure("pick at least one pairing (OQ / OK / OV) above"), [], *slider, "0", "")
+        try:
+            data, info, threshold, slider = load_graph(api(), params)
+        except ApiError as err:
+            return (empty_figure(err.message), [error_note(err.message)], *slider, None, None)
+        node_link = data["graph"]
+        backdrop = {"nodes": all_head_nodes(info)}
+        if params["layout"] == "grid":
+            pos = grid_positions(node_link, info["layer_indices"])
+            head_pos = grid_positions(backdrop, info["layer_indices"])
+        else:
+            pos = positions(node_link, "force")
+            head_pos = None
+        fig = graph_figure({**data, "layer_indices": info["layer_indices"]}, pos, layout=params["layout"],
+                           all_heads=[n["id"] for n in backdrop["nodes"]], head_pos=head_pos,
+                           selected=params.get("head"),
+                           selected_edge=(*params["pair"], params["pairing"]) if params.get("pair") else None)
+        total = sum(data.get("edge_counts", {}).values())
+        hubs = ",".join(data.get("hubs", {}).get("hubs", []))
+        return (fig, summary(data, threshold), *slider, str(total), hubs)

@@ -1,0 +1,141 @@
+"""Model bar: model list, shape and cache state, the Compute job and its progress bar.
+
+On a cold cache the job starts by itself; the views wait for ``ready-store`` (the model id and
+a token that changes when new results land) and fill in when the job is done.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import parse_qs
+
+from dash import Dash, Input, Output, State, ctx, no_update
+from dash.exceptions import PreventUpdate
+
+from headgraph.frontend.api_client import ApiError
+from headgraph.frontend.callbacks.common import UNAVAILABLE, ApiProvider
+from headgraph.frontend.state import GRAPH_PAIRINGS, parse_query
+
+HIDDEN = {"display": "none"}
+
+
+def cached_names(cached: list[str] | None) -> set[tuple[str, tuple[tuple[str, str], ...]]]:
+    """Parsed cache entries ("pk?order=forward&pairing=OK") as (name, sorted params)."""
+    out = set()
+    for item in cached or []:
+        name, _, query = item.partition("?")
+        params = tuple(sorted((k, v[-1]) for k, v in parse_qs(query).items()))
+        out.add((name, params))
+    return out
+
+
+def is_complete(cached: list[str] | None, pairings: tuple[str, ...] = GRAPH_PAIRINGS) -> bool:
+    """True when what a full compute job stores for ``pairings`` is all in the cache."""
+    have = cached_names(cached)
+    names = {n for n, _ in have}
+    if not {"reference", "patterns"} <= names:
+        return False
+    for p in pairings:
+        for name in ("pk", "z", "null"):
+            if not any(n == name and dict(params).get("pairing") == p
+                       and dict(params).get("order", "forward") == "forward" for n, params in have):
+                return False
+    return True
+
+
+def describe(info: dict[str, Any] | None) -> str:
+    """One line about a model's shape: layers x heads, widths, vocabulary, dtype."""
+    if not info:
+        return "shape known after loading"
+    kv = f" ({info['n_kv_heads']} KV)" if info.get("n_kv_heads") != info.get("n_heads") else ""
+    vocab = f" · vocab {info['d_vocab']}" if info.get("d_vocab") else ""
+    return (f"{info['n_layers']} layers × {info['n_heads']} heads{kv} · d_model {info['d_model']} · "
+            f"d_head {info['d_head']}{vocab} · {info.get('dtype', '')} · {info.get('architecture', '')}")
+
+
+def progress_view(job: dict[str, Any]) -> tuple[dict[str, str], dict[str, str], str, str]:
+    """(container style, bar style, label, state) for a job record."""
+    frac = float(job.get("fraction") or 0.0)
+    state = job.get("state", "queued")
+    label = f"{job.get('stage', '')} · {frac * 100:.0f}% · {job.get('message', '')}"
+    if state == "failed":
+        label = f"failed: {job.get('error') or job.get('message', '')} (press Compute to retry)"
+    return ({"display": "flex"}, {"width": f"{frac * 100:.1f}%"}, label, state)
+
+
+def register(app: Dash, api: ApiProvider) -> None:
+    @app.callback(
+        Output("ready-store", "data"), Output("job-store", "data"), Output("job-poll", "disabled"),
+        Output("progress", "style"), Output("progress-bar", "style"), Output("progress-label", "children"),
+        Output("progress", "data-state"), Output("progress", "data-fraction"),
+        Output("model-info", "children"), Output("model-message", "children"),
+        Output("models-store", "data"), Output("compute-btn", "disabled"),
+        Input("url", "search"), Input("compute-btn", "n_clicks"), Input("job-poll", "n_intervals"),
+        State("job-store", "data"), State("ready-store", "data"), State("models-store", "data"),
+    )
+    def model_status(search: str | None, _clicks: int, _ticks: int, job: dict | None,
+                     ready: dict | None, models: list | None) -> tuple:
+        model = parse_query(search).model
+        trig = ctx.triggered_id
+        keep = [no_update] * len(_SLOTS)
+        client = api()
+        try:
+            if trig == "job-poll":
+                if not job:
+                    return _set(keep, poll=True)
+                rec = client.job(job["id"])
+                style, bar, label, state = progress_view(rec)
+                out = _set(keep, progress=style, bar=bar, label=label, pstate=state,
+                           pfrac=f"{float(rec.get('fraction') or 0):.4f}", job={**job, "state": state})
+                if state == "done":
+                    info = client.model_info(job["model"])
+                    out = _set(out, poll=True, info=describe(info.get("info")) + " · cached ✓",
+                               ready={"model": job["model"], "token": rec["id"]}, message="")
+                elif state == "failed":
+                    out = _set(out, poll=True, message=label)
+                return tuple(out)
+            if trig == "compute-btn":
+                return tuple(_start(client, model, keep))
+            # URL changed (or first load): only act when the model itself changed.
+            if ready and ready.get("model") == model and models:
+                raise PreventUpdate
+            if job and job.get("model") == model and job.get("state") in ("queued", "running"):
+                raise PreventUpdate
+            models = client.models()
+            entry = next((m for m in models if m["id"] == model), None)
+            out = _set(keep, models=models)
+            if entry is None:
+                info = client.model_info(model)  # resolves paths / raises the API's 4xx message
+                entry = {"id": model, "status": "available", "info": info.get("info"),
+                         "cached": info.get("cached")}
+            if entry.get("status") == UNAVAILABLE:
+                return tuple(_set(out, ready=None, info=describe(entry.get("info")),
+                                  message=entry.get("message", UNAVAILABLE), compute_off=True,
+                                  progress=HIDDEN, poll=True))
+            out = _set(out, compute_off=False, message="", info=describe(entry.get("info")))
+            if is_complete(entry.get("cached")):
+                return tuple(_set(out, ready={"model": model, "token": entry.get("fingerprint") or model},
+                                  info=describe(entry.get("info")) + " · cached ✓", progress=HIDDEN,
+                                  poll=True))
+            return tuple(_start(client, model, out, ready=None))
+        except ApiError as err:
+            return tuple(_set(keep, message=f"{model}: {err.message}", poll=True))
+
+    def _start(client: Any, model: str, out: list[Any], **extra: Any) -> list[Any]:
+        submitted = client.compute(model, list(GRAPH_PAIRINGS))
+        rec = submitted["job"]
+        style, bar, label, state = progress_view(rec)
+        return _set(out, job={"id": rec["id"], "model": model, "state": state}, poll=False,
+                    progress=style, bar=bar, label=label, pstate=state, pfrac="0", **extra)
+
+
+_SLOTS = ("ready", "job", "poll", "progress", "bar", "label", "pstate", "pfrac", "info", "message",
+          "models", "compute_off")
+
+
+def _set(values: list[Any], **changes: Any) -> list[Any]:
+    """Copy of the output list with named slots replaced (keeps the many outputs readable)."""
+    out = list(values)
+    for name, value in changes.items():
+        out[_SLOTS.index(name)] = value
+    return out

@@ -1,0 +1,46 @@
+"""Token view: top tokens per head-role in a layer x head grid (Fig. 6) and pattern scores (Fig. 7)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dash import Dash, Input, Output
+
+from headgraph.frontend.api_client import ApiError
+from headgraph.frontend.callbacks.common import WAITING, ApiProvider, error_note, stat
+from headgraph.frontend.figures import empty_figure, patterns_figure, token_grid_figure
+
+TOKENS_SHOWN = 5
+
+
+def register(app: Dash, api: ApiProvider) -> None:
+    @app.callback(
+        Output("token-grid", "figure"), Output("patterns", "figure"),
+        Output("tokens-summary", "children"), Output("tokens-summary", "data-heads"),
+        Input("params-tokens", "data"),
+    )
+    def render_tokens(params: dict[str, Any] | None) -> tuple:
+        if not params or not params.get("ready"):
+            return empty_figure(WAITING), empty_figure(WAITING, 260), [], None
+        client = api()
+        model, role = params["model"], params["role"]
+        notes: list[Any] = []
+        try:
+            info = client.model_info(model)["info"]
+        except ApiError as err:
+            return empty_figure(err.message), empty_figure(err.message, 260), [error_note(err.message)], None
+        n_heads = info["n_kv_heads"] if role in ("K", "V") else info["n_heads"]
+        try:
+            tokens = client.tokens(model, role, k=TOKENS_SHOWN)
+            tok_fig = token_grid_figure(tokens, info["layer_indices"], n_heads)
+            n_rows = len(tokens["heads"])
+        except ApiError as err:
+            tok_fig, n_rows = empty_figure(err.message), None
+            notes.append(error_note(err.message))
+        try:
+            pat_fig = patterns_figure(client.patterns(model))
+        except ApiError as err:
+            pat_fig = empty_figure(err.message, 260)
+            notes.append(error_note(err.message))
+        chips = [stat("role", role, "token-role"), stat("heads", n_rows, "token-heads"), *notes]
+        return tok_fig, pat_fig, chips, None if n_rows is None else str(n_rows)

@@ -1,0 +1,59 @@
+"""Node positions for the head graph, computed from the API's node-link JSON.
+
+Two layouts: "grid" (x = head index, y = layer position, so deeper layers sit higher, as in the
+paper's figures) and "force" (networkx spring layout, seeded so a link reproduces the picture).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import networkx as nx
+
+Positions = dict[str, tuple[float, float]]
+
+
+def node_link_to_graph(node_link: dict[str, Any]) -> nx.MultiDiGraph:
+    """A MultiDiGraph from ``nx.node_link_data(..., edges="edges")`` JSON (one edge per pairing)."""
+    g = nx.MultiDiGraph()
+    for node in node_link.get("nodes", []):
+        g.add_node(node["id"], **{k: v for k, v in node.items() if k != "id"})
+    for edge in node_link.get("edges", node_link.get("links", [])):
+        attrs = {k: v for k, v in edge.items() if k not in ("source", "target", "key")}
+        g.add_edge(edge["source"], edge["target"], key=edge.get("key", attrs.get("pairing")), **attrs)
+    return g
+
+
+def grid_positions(node_link: dict[str, Any], layer_indices: list[int] | None = None) -> Positions:
+    """(x, y) = (head index, layer position); roles of one head spread a little along x."""
+    layers = sorted({int(n.get("layer", 0)) for n in node_link.get("nodes", [])} | set(layer_indices or []))
+    row = {layer: i for i, layer in enumerate(layers)}
+    role_dx = {"Q": -0.27, "K": -0.09, "V": 0.09, "O": 0.27}
+    pos: Positions = {}
+    for n in node_link.get("nodes", []):
+        x = float(n.get("head", 0)) + role_dx.get(str(n.get("role", "")), 0.0)
+        pos[n["id"]] = (x, float(row.get(int(n.get("layer", 0)), 0)))
+    return pos
+
+
+def force_positions(node_link: dict[str, Any], *, seed: int = 0) -> Positions:
+    """Spring layout of the (undirected view of the) graph, weight = edge score, seeded."""
+    g = nx.Graph()
+    g.add_nodes_from(n["id"] for n in node_link.get("nodes", []))
+    for e in node_link.get("edges", node_link.get("links", [])):
+        w = float(e.get("score") or 0.0)
+        if g.has_edge(e["source"], e["target"]):
+            g[e["source"]][e["target"]]["weight"] += w
+        else:
+            g.add_edge(e["source"], e["target"], weight=w)
+    if g.number_of_nodes() == 0:
+        return {}
+    raw = nx.spring_layout(g, seed=seed, weight="weight")
+    return {n: (float(x), float(y)) for n, (x, y) in raw.items()}
+
+
+def positions(node_link: dict[str, Any], layout: str, layer_indices: list[int] | None = None) -> Positions:
+    """Positions for a layout name ("grid" | "force")."""
+    if layout == "force":
+        return force_positions(node_link)
+    return grid_positions(node_link, layer_indices)

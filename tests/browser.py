@@ -1,0 +1,170 @@
+"""Shared helpers for the browser tests and the screenshot script.
+
+Start a real ``headgraph serve`` on a free loopback port (cold cache in a temp folder), drive
+Debian's chromium through Playwright (never ``playwright install``), and read what Plotly
+actually rendered (figure data, point positions) so tests can click nodes, edges and points.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+HEADGRAPH = ROOT / ".venv" / "bin" / "headgraph"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Server:
+    """A running ``headgraph serve`` subprocess."""
+
+    proc: subprocess.Popen
+    url: str
+    cache_dir: Path
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+
+
+def start_server(cache_dir: Path, *, extra_env: dict[str, str] | None = None, timeout: float = 90.0) -> Server:
+    """Start ``headgraph serve --host 127.0.0.1 --port <free>`` and wait for /api/health."""
+    port = free_port()
+    env = dict(os.environ)
+    env.update({"HEADGRAPH_CACHE_DIR": str(cache_dir), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+                "BROWSER_PATH": CHROMIUM, "PYTHONUNBUFFERED": "1"})
+    env.update(extra_env or {})
+    exe = str(HEADGRAPH) if HEADGRAPH.exists() else "headgraph"
+    log_path = cache_dir.parent / f"serve-{port}.log"
+    log = open(log_path, "wb")  # noqa: SIM115 - closed with the process
+    proc = subprocess.Popen([exe, "serve", "--host", "127.0.0.1", "--port", str(port)], cwd=str(ROOT),
+                            env=env, stdout=log, stderr=subprocess.STDOUT)
+    server = Server(proc, f"http://127.0.0.1:{port}", cache_dir, log_path)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"headgraph serve exited early:\n{server.log()[-3000:]}")
+        try:
+            if httpx.get(server.url + "/api/health", timeout=2).status_code == 200:
+                return server
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    server.stop()
+    raise RuntimeError(f"headgraph serve did not answer /api/health in {timeout} s:\n{server.log()[-3000:]}")
+
+
+def launch_browser(playwright: Any) -> Any:
+    """Debian's chromium, headless, no network extras."""
+    return playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+
+
+def figure(page: Any, graph_id: str) -> dict[str, Any]:
+    """The figure Plotly rendered in dcc.Graph ``graph_id``: {"data": [...], "layout": {...}}."""
+    return page.evaluate(
+        """(id) => {
+            const el = document.getElementById(id);
+            const gd = el && el.querySelector('.js-plotly-plot');
+            if (!gd || !gd.data) return null;
+            return {data: JSON.parse(JSON.stringify(gd.data)),
+                    layout: {title: gd.layout.title, height: gd.layout.height}};
+        }""", graph_id)
+
+
+def wait_figure(page: Any, graph_id: str, predicate: Any, timeout: float = 60.0) -> dict[str, Any]:
+    """Poll the rendered figure until ``predicate(figure)`` holds; return it."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = figure(page, graph_id)
+        if last is not None:
+            try:
+                if predicate(last):
+                    return last
+            except (KeyError, IndexError, TypeError):
+                pass
+        page.wait_for_timeout(200)
+    title = (last or {}).get("layout", {}).get("title")
+    raise AssertionError(f"figure {graph_id!r} never satisfied the condition; last title: {title}")
+
+
+def point_xy(page: Any, graph_id: str, x: float, y: float) -> tuple[float, float]:
+    """Page coordinates of data point (x, y) in a cartesian dcc.Graph (for mouse clicks)."""
+    return tuple(page.evaluate(
+        """([id, x, y]) => {
+            const gd = document.getElementById(id).querySelector('.js-plotly-plot');
+            const fl = gd._fullLayout, xa = fl.xaxis, ya = fl.yaxis;
+            const box = gd.getBoundingClientRect();
+            return [box.left + xa._offset + xa.l2p(x), box.top + ya._offset + ya.l2p(y)];
+        }""", [graph_id, x, y]))
+
+
+def click_point(page: Any, graph_id: str, x: float, y: float) -> None:
+    """Hover then click a data point, as a user would (Plotly clicks act on the hovered point)."""
+    px, py = point_xy(page, graph_id, x, y)
+    page.mouse.move(px, py)
+    page.wait_for_timeout(150)
+    page.mouse.click(px, py)
+
+
+def query_of(url: str) -> dict[str, str]:
+    from urllib.parse import parse_qs, urlparse
+
+    return {k: v[-1] for k, v in parse_qs(urlparse(url).query).items()}
+
+
+def wait_until(fn: Any, timeout: float = 30.0, interval: float = 0.2, message: str = "condition",
+               page: Any = None) -> Any:
+    """Poll ``fn`` until truthy; on timeout name the condition (and the page URL when given).
+
+    With ``page`` the wait goes through Playwright (page.wait_for_timeout), which also lets the
+    sync API process browser events: ``page.url`` is a cached value that only moves then.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = fn()
+        if value:
+            return value
+        if page is not None:
+            page.wait_for_timeout(interval * 1000)
+        else:
+            time.sleep(interval)
+    where = f" (page at {page.url})" if page is not None else ""
+    raise AssertionError(f"timed out waiting for {message}{where}")
+
+
+if __name__ == "__main__":  # pragma: no cover - manual smoke run
+    s = start_server(Path(sys.argv[1]))
+    print(s.url)
+    try:
+        while True:
+            time.sleep(1)
+    except KeyboardInterrupt:
+        s.stop()

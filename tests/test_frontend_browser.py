@@ -1,0 +1,358 @@
+"""Browser acceptance tests: a real ``headgraph serve`` (cold cache) driven by Debian's chromium.
+
+Every check compares what the page rendered (Plotly's own figure data, DOM text, the URL)
+against the API's JSON for the same view, on the built-in demo model.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import httpx
+import pytest
+from playwright.sync_api import Page, sync_playwright
+
+from browser import (Server, click_point, figure, launch_browser, query_of, start_server, wait_figure,
+                     wait_until)
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    cache = tmp_path_factory.mktemp("frontend") / "cache"
+    srv = start_server(cache)
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with sync_playwright() as p:
+        b = launch_browser(p)
+        yield b
+        b.close()
+
+
+@pytest.fixture()
+def page(browser: Any) -> Iterator[Page]:
+    ctx = browser.new_context(viewport={"width": 1500, "height": 1000})
+    pg = ctx.new_page()
+    yield pg
+    ctx.close()
+
+
+def api(server: Server, path: str, **params: Any) -> Any:
+    r = httpx.get(server.url + path, params=params, timeout=120)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def stat(page: Page, key: str, timeout: float = 60_000) -> str:
+    """data-value of a summary chip (the raw value the page rendered)."""
+    loc = page.locator(f"#stat-{key}")
+    loc.wait_for(state="attached", timeout=timeout)
+    return loc.get_attribute("data-value") or ""
+
+
+def trace_points(fig: dict[str, Any], kind: str) -> list[tuple[float, float, list[Any]]]:
+    """(x, y, customdata) of every point whose customdata starts with ``kind`` ("node"/"edge")."""
+    out = []
+    for tr in fig["data"]:
+        for x, y, cd in zip(tr.get("x") or [], tr.get("y") or [], tr.get("customdata") or []):
+            if isinstance(cd, list) and cd and cd[0] == kind:
+                out.append((x, y, cd))
+    return out
+
+
+# -- cold cache: progress bar, responsive API, the view fills in ------------------------------
+
+def test_cold_cache_progress_then_graph_and_api_stays_responsive(server: Server, page: Page) -> None:
+    page.goto(server.url + "/")
+    progress = page.locator("#progress")
+    progress.wait_for(state="visible", timeout=60_000)
+    label = page.locator("#progress-label").inner_text()
+    assert "%" in label
+    # The same job while it runs (idempotent POST); /api/health must answer fast meanwhile.
+    job = httpx.post(server.url + "/api/models/compute", params={"model": "demo"}, timeout=30).json()["job"]
+    latencies, states = [], []
+    with httpx.Client(base_url=server.url, timeout=5) as http:
+        while True:
+            rec = http.get(f"/api/jobs/{job['id']}").json()
+            states.append(rec["state"])
+            if rec["state"] not in ("queued", "running"):
+                break
+            t0 = time.perf_counter()
+            assert http.get("/api/health").status_code == 200
+            latencies.append(time.perf_counter() - t0)
+            time.sleep(0.2)
+    assert rec["state"] == "done", rec
+    assert "running" in states and latencies, "the compute job was never seen running"
+    print("health latencies during the job (ms):", [round(1000 * t) for t in latencies])
+    assert max(latencies) < 0.2, f"/api/health took {max(latencies):.3f} s during a computation"
+    # The page saw progress and the graph view filled in with the API's numbers.
+    wait_until(lambda: progress.get_attribute("data-state") == "done", 60, message="progress done", page=page)
+    assert page.locator("#progress-bar").get_attribute("style").replace(" ", "").startswith("width:100")
+    graph = api(server, "/api/graph", model="demo", pairings="OQ,OK,OV", k=20)
+    assert int(stat(page, "edges")) == sum(graph["edge_counts"].values()) == 3 * 20
+    assert stat(page, "hubs") == ", ".join(graph["hubs"]["hubs"])
+    fig = wait_figure(page, "graph", lambda f: len(trace_points(f, "edge")) == 60)
+    edges = {(cd[1], cd[2], cd[3]) for _, _, cd in trace_points(fig, "edge")}
+    assert edges == {(e["source"], e["target"], e["pairing"]) for e in graph["graph"]["edges"]}
+
+
+# -- heatmap ----------------------------------------------------------------------------------
+
+def test_heatmap_cells_equal_api_grid(server: Server, page: Page) -> None:
+    page.goto(server.url + "/?model=demo&view=heatmap&pairing=OV&metric=normalized")
+    grid = api(server, "/api/pk", model="demo", pairing="OV", metric="normalized")
+    fig = wait_figure(page, "heatmap", lambda f: f["data"][0]["type"] == "heatmap"
+                      and "normalized" in f["layout"]["title"]["text"])
+    z = fig["data"][0]["z"]
+    assert len(z) == 16 and all(len(row) == 16 for row in z)
+    assert stat(page, "cells") == "256"
+    flat = [[v for tl in sh for v in tl] for sl in grid["grid"] for sh in sl]
+    ok = [[v for tl in sh for v in tl] for sl in grid["valid"] for sh in sl]
+    for i in range(16):
+        for j in range(16):
+            if ok[i][j]:
+                assert z[i][j] == pytest.approx(flat[i][j], rel=1e-9)
+            else:
+                assert z[i][j] is None
+    # Clicking a valid cell opens that pair; the head grid then shows its source head.
+    i, j = next((i, j) for i in range(16) for j in range(16) if ok[i][j])
+    click_point(page, "heatmap", j, i)
+    title = page.locator("#pair-panel-title")
+    title.wait_for(timeout=30_000)
+    src, tgt = grid["source_labels"][i], grid["target_labels"][j]
+    assert title.get_attribute("data-pair") == f"{src},{tgt}"
+    assert query_of(page.url)["pair"] == f"{src},{tgt}"
+    hg = wait_figure(page, "head-grid", lambda f: f["data"] and f["data"][0]["type"] == "heatmap")
+    assert hg["data"][0]["z"][1] == pytest.approx([grid["grid"][0][int(src[3:])][1][h] for h in range(8)])
+
+
+# -- graph clicks, head and pair panels, URL --------------------------------------------------
+
+def test_graph_node_and_edge_clicks_open_panels_and_update_url(server: Server, page: Page) -> None:
+    page.goto(server.url + "/?model=demo&view=graph&k=5")
+    graph = api(server, "/api/graph", model="demo", pairings="OQ,OK,OV", k=5)
+    assert int(stat(page, "edges")) == 15 == sum(graph["edge_counts"].values())
+    fig = wait_figure(page, "graph", lambda f: len(trace_points(f, "edge")) == 15)
+    # Node click -> head panel + URL.
+    x, y, cd = next(p for p in trace_points(fig, "node") if p[2][1] == "L1H4")
+    click_point(page, "graph", x, y)
+    head_title = page.locator("#head-panel-title")
+    head_title.wait_for(timeout=30_000)
+    assert head_title.get_attribute("data-head") == "L1H4"
+    wait_until(lambda: query_of(page.url).get("head") == "L1H4", 10, message="head in URL", page=page)
+    head = api(server, "/api/head", model="demo", head="L1H4")
+    partners = page.locator("#head-partners").inner_text()
+    assert head["partners"]["OK"]["in"][0]["head"] in partners
+    # Edge click -> pair panel with the API's PK.
+    fig = figure(page, "graph")
+    x, y, cd = trace_points(fig, "edge")[0]
+    click_point(page, "graph", x, y)
+    pair_title = page.locator("#pair-panel-title")
+    pair_title.wait_for(timeout=30_000)
+    assert pair_title.get_attribute("data-pair") == f"{cd[1]},{cd[2]}"
+    assert pair_title.get_attribute("data-pairing") == cd[3]
+    q = query_of(page.url)
+    assert q["pair"] == f"{cd[1]},{cd[2]}" and q["pairing"] == cd[3]
+    pair = api(server, "/api/pair", model="demo", pairing=cd[3], source=cd[1], target=cd[2])
+    assert float(pair_title.get_attribute("data-pk")) == pytest.approx(pair["pk"], rel=1e-12)
+    edge = next(e for e in graph["graph"]["edges"] if (e["source"], e["target"], e["pairing"]) == tuple(cd[1:4]))
+    assert pair["pk"] == pytest.approx(edge["score"], rel=1e-6)
+    cos = wait_figure(page, "cosines", lambda f: f["data"] and f["data"][0]["type"] == "bar")
+    assert cos["data"][0]["y"] == pytest.approx(pair["cosines"])
+    # Back restores the head selection (history entries per navigation).
+    page.go_back()
+    wait_until(lambda: query_of(page.url).get("head") == "L1H4" and "pair" not in query_of(page.url), 10,
+               message="back to the head selection", page=page)
+    page.locator("#head-panel").wait_for(state="visible", timeout=10_000)
+    # A partner button in the head panel opens that pair (strongest OK source of L1H4).
+    best = head["partners"]["OK"]["in"][0]["head"]
+    page.locator("#head-partners button", has_text=best).filter(
+        has_text=f"{head['partners']['OK']['in'][0]['pk']:.3g}").first.click()
+    wait_until(lambda: query_of(page.url).get("pair") == f"{best},L1H4" and query_of(page.url).get("pairing") == "OK",
+               10, message="partner pair in URL", page=page)
+    page.locator("#pair-panel-title").wait_for(timeout=30_000)
+    assert page.locator("#pair-panel-title").get_attribute("data-pair") == f"{best},L1H4"
+
+
+# -- shareable link in a new browser context --------------------------------------------------
+
+def test_copied_link_reproduces_view_in_new_context(server: Server, browser: Any, page: Page) -> None:
+    page.goto(server.url + "/")
+    stat(page, "edges")
+    page.click("#tab-heatmap")
+    page.check("#metric-radio input[value='z']")
+    page.locator("#pairing-select").click()
+    page.get_by_role("option", name="OQ", exact=True).click()
+    wait_until(lambda: query_of(page.url).get("pairing") == "OQ" and query_of(page.url).get("metric") == "z",
+               15, message="URL state", page=page)
+    fig = wait_figure(page, "heatmap", lambda f: "OQ" in f["layout"]["title"]["text"]
+                      and "z-score" in f["layout"]["title"]["text"])
+    page.locator("#copy-link").click()
+    link = page.locator("#share-url").input_value()
+    assert query_of(link)["view"] == "heatmap" and query_of(link)["pairing"] == "OQ"
+    # A fresh context (no cookies, no storage) opens the copied link.
+    ctx = browser.new_context(viewport={"width": 1500, "height": 1000})
+    try:
+        other = ctx.new_page()
+        other.goto(link)
+        fig2 = wait_figure(other, "heatmap", lambda f: "OQ" in f["layout"]["title"]["text"]
+                           and "z-score" in f["layout"]["title"]["text"])
+        assert fig2["data"][0]["z"] == fig["data"][0]["z"]
+        assert other.locator("#metric-radio input[value='z']").is_checked()
+        assert other.locator("#view-heatmap").is_visible() and not other.locator("#view-graph").is_visible()
+    finally:
+        ctx.close()
+    # Back/forward walk the history of views.
+    page.go_back()
+    wait_until(lambda: query_of(page.url).get("pairing") != "OQ", 10, message="back", page=page)
+    page.go_forward()
+    wait_until(lambda: query_of(page.url).get("pairing") == "OQ", 10, message="forward", page=page)
+
+
+# -- scatter, reference, tokens -----------------------------------------------------------------
+
+def test_scatter_matches_api_and_point_click_opens_pair(server: Server, page: Page) -> None:
+    page.goto(server.url + "/?model=demo&view=scatter&pairing=OK&top_percent=10")
+    data = api(server, "/api/scatter", model="demo", pairing="OK", top_percent=10)
+    assert float(stat(page, "rho-all")) == pytest.approx(data["comparison"]["rho_all"], rel=1e-12)
+    assert float(stat(page, "rho-top")) == pytest.approx(data["comparison"]["rho_top"], rel=1e-12)
+    fig = wait_figure(page, "scatter", lambda f: sum(len(t.get("x") or []) for t in f["data"]
+                                                     if t.get("customdata")) == len(data["points"]["pk"]))
+    both = next(t for t in fig["data"] if t["name"].startswith("both"))
+    assert len(both["x"]) == data["comparison"]["counts"]["both"]
+    x, y, (s, t) = both["x"][0], both["y"][0], both["customdata"][0]
+    click_point(page, "scatter", x, y)
+    title = page.locator("#pair-panel-title")
+    title.wait_for(timeout=30_000)
+    assert title.get_attribute("data-pair") == f"{s},{t}"
+
+
+def test_reference_kl_grid_equals_api(server: Server, page: Page) -> None:
+    page.goto(server.url + "/?model=demo&view=reference&pairing=OK")
+    ref = api(server, "/api/reference", model="demo")
+    fig = wait_figure(page, "kl-grid", lambda f: f["data"] and f["data"][0]["type"] == "heatmap")
+    z = fig["data"][0]["z"]
+    assert sum(len(r) for r in z) == 16
+    assert z == ref["kl"]["kl"]
+    shown = json.loads(page.locator("#reference-summary").get_attribute("data-kl"))
+    assert shown == ref["kl"]["kl"]
+    hist = wait_figure(page, "ref-hist", lambda f: any(t["type"] == "bar" for t in f["data"]))
+    bar = next(t for t in hist["data"] if t["type"] == "bar")
+    assert bar["y"] == pytest.approx(ref["kl"]["histograms"]["OK"]["model_density"])
+    assert float(stat(page, "random-mean")) == pytest.approx(ref["kl"]["histograms"]["OK"]["random_mean"])
+
+
+def test_tokens_and_patterns_views(server: Server, page: Page) -> None:
+    page.goto(server.url + "/?model=demo&view=tokens&role=V")
+    tokens = api(server, "/api/tokens", model="demo", role="V", k=5)
+    fig = wait_figure(page, "token-grid", lambda f: f["data"] and f["data"][0]["type"] == "heatmap")
+    text = fig["data"][0]["text"]
+    assert len(text) == 2 and all(len(r) == 8 for r in text)
+    first = next(h for h in tokens["heads"] if h["layer"] == 1 and h["head"] == 3)
+    assert text[1][3].split("<br>")[0] == first["tokens"][0]["display"]
+    pats = api(server, "/api/patterns", model="demo")
+    pfig = wait_figure(page, "patterns", lambda f: len(f["data"]) == len(pats["kinds"]))
+    for tr, kind in zip(pfig["data"], pats["kinds"]):
+        assert len(tr["z"]) == len(pats["scores"][kind])
+        for row, expected in zip(tr["z"], pats["scores"][kind]):
+            assert row == pytest.approx(expected)
+
+
+# -- overlays: bad upload error in page, good upload colours the graph -------------------------
+
+def test_overlay_upload_error_then_success(server: Server, page: Page) -> None:
+    page.goto(server.url + "/?model=demo&view=graph")
+    stat(page, "edges")
+    bad = b"head,class\nL0H0,Previous Token\nL7H2,Induction\n"
+    expected = httpx.post(server.url + "/api/labels", params={"model": "demo"},
+                          files={"file": ("bad.csv", bad)}, timeout=30)
+    assert expected.status_code == 422
+    message = expected.json()["error"]["message"]
+    assert "line 3" in message
+    page.set_input_files("#overlay-upload input[type=file]",
+                         files=[{"name": "bad.csv", "mimeType": "text/csv", "buffer": bad}])
+    err = page.locator("#upload-error")
+    wait_until(lambda: message in err.inner_text(), 20, message="upload error shown", page=page)
+    good = b"head,class\nL0H0,Previous Token\nL0H6,Previous Token\nL1H4,Induction\n"
+    page.set_input_files("#overlay-upload input[type=file]",
+                         files=[{"name": "demo_classes.csv", "mimeType": "text/csv", "buffer": good}])
+    wait_until(lambda: query_of(page.url).get("overlay") == "demo_classes", 20, message="overlay in URL",
+               page=page)
+    fig = wait_figure(page, "graph", lambda f: any(t.get("name") == "Previous Token" for t in f["data"]))
+    names = {t.get("name") for t in fig["data"]}
+    assert "Induction" in names
+    graph = api(server, "/api/graph", model="demo", pairings="OQ,OK,OV", k=20, labels="demo_classes")
+    assert stat(page, "in-class") == str(graph["class_counts"]["in_class"])
+
+
+# -- downloads and the offline hub model --------------------------------------------------------
+
+def test_downloads_png_and_csv(server: Server, page: Page) -> None:
+    page.goto(server.url + "/?model=demo&view=heatmap&pairing=OK")
+    wait_figure(page, "heatmap", lambda f: "OK" in f["layout"]["title"]["text"])
+    with page.expect_download(timeout=60_000) as dl:
+        page.click("#dl-heatmap-csv")
+    rows = Path(dl.value.path()).read_text().strip().splitlines()
+    assert rows[0] == "source,target,raw" and len(rows) == 1 + 64
+    with page.expect_download(timeout=90_000) as dl:
+        page.click("#dl-heatmap-png")
+    assert Path(dl.value.path()).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert dl.value.suggested_filename.endswith(".png")
+
+
+def test_offline_hub_model_is_disabled_with_message(server: Server, page: Page) -> None:
+    page.goto(server.url + "/?model=gpt2")
+    models = {m["id"]: m for m in api(server, "/api/models")["models"]}
+    msg = page.locator("#model-message")
+    wait_until(lambda: models["gpt2"]["message"] in msg.inner_text(), 30, message="offline message", page=page)
+    assert page.locator("#compute-btn").is_disabled()
+    page.locator("#model-select").click()
+    option = page.get_by_role("option", name="gpt2 — not available offline")
+    option.wait_for(timeout=10_000)
+    disabled = option.get_attribute("aria-disabled") == "true" or option.locator("input").is_disabled()
+    assert disabled, option.evaluate("e => e.outerHTML")
+
+
+# -- edge rules and layouts ------------------------------------------------------------------
+
+def test_threshold_slider_k_input_and_force_layout(server: Server, page: Page) -> None:
+    page.goto(server.url + "/?model=demo&view=graph&pairings=OK&rule=threshold&threshold=5.5")
+    expected = api(server, "/api/graph", model="demo", pairings="OK", threshold=5.5)
+    assert int(stat(page, "edges")) == sum(expected["edge_counts"].values())
+    assert float(stat(page, "threshold")) == 5.5
+    assert page.locator("#threshold-box").is_visible() and not page.locator("#k-input").is_visible()
+    # Keyboard on the slider handle moves the threshold; the graph follows the API for it.
+    handle = page.locator("#threshold-slider [role=slider]").first
+    handle.focus()
+    handle.press("End")  # to the slider's maximum = the largest OK score
+    wait_until(lambda: float(query_of(page.url).get("threshold", "5.5")) > 5.5, 15, message="threshold moved",
+               page=page)
+    thr = float(query_of(page.url)["threshold"])
+    grid = api(server, "/api/pk", model="demo", pairing="OK")
+    assert thr == grid["max"]
+    moved = api(server, "/api/graph", model="demo", pairings="OK", threshold=thr)
+    wait_until(lambda: stat(page, "threshold") == f"{thr:.4g}", 20, message="graph re-rendered", page=page)
+    assert int(stat(page, "edges")) == sum(moved["edge_counts"].values()) < sum(expected["edge_counts"].values())
+    # Back to top-k with k typed in, then the force layout.
+    page.check("#rule-radio input[value='topk']")
+    page.locator("#k-input").fill("3")
+    page.locator("#k-input").press("Enter")
+    wait_until(lambda: query_of(page.url).get("k") == "3" and query_of(page.url).get("rule") == "topk", 15,
+               message="k in URL", page=page)
+    wait_until(lambda: stat(page, "edges") == "3", 20, message="3 edges", page=page)
+    grid = wait_figure(page, "graph", lambda f: len(trace_points(f, "edge")) == 3)
+    page.check("#layout-radio input[value='force']")
+    force = wait_figure(page, "graph", lambda f: len(trace_points(f, "edge")) == 3
+                        and not any(t.get("name") == "no edge" for t in f["data"]))
+    grid_xy = {cd[1]: (x, y) for x, y, cd in trace_points(grid, "node")}
+    force_xy = {cd[1]: (x, y) for x, y, cd in trace_points(force, "node")}
+    assert set(force_xy) == {n["id"] for n in api(server, "/api/graph", model="demo", pairings="OK", k=3)["graph"]["nodes"]}
+    assert any(force_xy[n] != grid_xy[n] for n in force_xy)
