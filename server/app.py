@@ -1,0 +1,163 @@
+"""The FastAPI application factory: API routers, JSON errors, request logs, optional frontend.
+
+``create_app(settings)`` builds one app; uvicorn runs it directly (one worker) or through the
+import string ``headgraph.server.app:create_app`` with ``factory=True`` (several workers, each
+reading its settings from HEADGRAPH_* environment variables).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse
+from starlette.routing import Match
+
+import headgraph
+from headgraph.server.deps import TOKEN_MARK
+from headgraph.server.errors import error_body, install_handlers
+from headgraph.server.jobs import JobManager
+from headgraph.server.logs import AccessLogMiddleware, configure_logging
+from headgraph.server.routers import (downloads, graph, health, jobs, labels, models,
+                                      reference, scores, tokens)
+from headgraph.server.service import Service
+from headgraph.server.settings import Settings
+
+log = logging.getLogger("headgraph.app")
+API_ROUTERS = (health.router, models.router, jobs.router, scores.router, graph.router,
+               reference.router, tokens.router, labels.router, downloads.router)
+FRONTEND_MODULE = "headgraph.frontend.app"
+API_DESCRIPTION = """\
+Attention-head affinity read from weights: Projection Kernel (Yamagiwa et al.,
+arXiv:2601.10266) and Composition Score (Elhage et al. 2021).
+
+* **Models** are chosen with the `model` query parameter (ids from `GET /api/models`).
+* **Cold results**: a GET whose result is not cached yet computes it synchronously in a compute
+  process (once, however many clients ask) and answers when done; `POST /api/models/compute`
+  instead starts a background job whose progress `GET /api/jobs/{id}` reports, after which
+  every read is served from the cache. `GET /api/models` lists what is cached per model.
+* **Errors** are JSON `{"error": {"status", "message"}}`; unknown names list what is allowed.
+* **Auth**: when the server has `HEADGRAPH_API_TOKEN`, POST endpoints need
+  `Authorization: Bearer <token>`.
+"""
+API_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
+
+
+def add_api_fallback(app: FastAPI) -> None:
+    """Catch-all for /api/...: 405 (with Allow) for a known path asked with another method,
+    else a JSON 404; so the frontend mounted on "/" never answers an /api path with HTML."""
+
+    async def api_fallback(request: Request) -> JSONResponse:
+        path = request.url.path
+        allowed = set()
+        for route in request.app.router.routes:  # API routes precede this one (and the frontend)
+            if getattr(route, "endpoint", None) is api_fallback:
+                break
+            for method in API_METHODS:
+                match, _ = route.matches({**request.scope, "method": method})
+                if match == Match.FULL:
+                    allowed.add(method)
+        if allowed:
+            methods = ", ".join(sorted(allowed))
+            return JSONResponse(error_body(405, f"{request.method} is not allowed on {path}; "
+                                                f"use {methods}"),
+                                status_code=405, headers={"Allow": methods})
+        return JSONResponse(error_body(404, f"no API endpoint {request.method} {path}; see /docs"),
+                            status_code=404)
+
+    app.add_api_route("/api/{rest:path}", api_fallback, methods=list(API_METHODS),
+                      include_in_schema=False)
+
+
+def install_openapi(app: FastAPI, settings: Settings) -> None:
+    """OpenAPI where operations marked ``TOKEN_MARK`` get bearer security, only when the server
+    has a token (the mark itself is dropped)."""
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        schema = get_openapi(title=app.title, version=app.version, description=app.description,
+                             routes=app.routes)
+        marked = False
+        for ops in schema.get("paths", {}).values():
+            for op in ops.values():
+                if isinstance(op, dict) and op.pop(TOKEN_MARK, False):
+                    marked = True
+                    if settings.api_token:
+                        op["security"] = [{"bearer": []}]
+        if marked and settings.api_token:
+            schema.setdefault("components", {}).setdefault("securitySchemes", {})["bearer"] = {
+                "type": "http", "scheme": "bearer",
+                "description": "HEADGRAPH_API_TOKEN (write and compute endpoints)"}
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def mount_frontend_if_present(app: FastAPI, settings: Settings) -> bool:
+    """THE single place the dashboard is attached: ``headgraph.frontend.app.mount_frontend``.
+
+    Called last, so the frontend (mounted on "/") never shadows an /api route. The API works
+    without it: a missing module is skipped; an error inside the frontend is logged.
+    """
+    try:
+        module = importlib.import_module(FRONTEND_MODULE)
+    except ModuleNotFoundError as err:
+        if err.name not in (FRONTEND_MODULE, "headgraph.frontend"):
+            log.error("frontend not mounted: %s", err)
+        return False
+    except Exception as err:  # noqa: BLE001 - a broken frontend must not take the API down
+        log.error("frontend not mounted: %s: %s", type(err).__name__, err, exc_info=err)
+        return False
+    hook = getattr(module, "mount_frontend", None)
+    if not callable(hook):
+        return False
+    try:
+        hook(app, settings)
+    except Exception as err:  # noqa: BLE001
+        log.error("frontend not mounted: %s: %s", type(err).__name__, err, exc_info=err)
+        return False
+    return True
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """Build the headgraph app (settings default to HEADGRAPH_* environment variables)."""
+    settings = settings or Settings.from_env()
+    configure_logging()
+    if settings.compute_processes == 0:  # computations run in this process's threads
+        import torch
+
+        torch.set_num_threads(settings.intra_op_threads)
+    service = Service(settings)
+    job_manager = JobManager(service, settings.workers)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        log.info("headgraph API ready (cache %s, device %s)", settings.cache_dir, settings.device)
+        yield
+        job_manager.shutdown()
+        service.close()
+
+    app = FastAPI(
+        title="headgraph API",
+        version=headgraph.__version__,
+        description=API_DESCRIPTION,
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.service = service
+    app.state.jobs = job_manager
+    install_handlers(app)
+    app.add_middleware(AccessLogMiddleware)
+    for router in API_ROUTERS:
+        app.include_router(router)
+    add_api_fallback(app)
+    install_openapi(app, settings)
+    app.state.frontend = mount_frontend_if_present(app, settings)
+    return app

@@ -1,0 +1,259 @@
+"""``headgraph`` command line: serve, compute, export, models, cache.
+
+Results go to stdout (one JSON object, CSV or GraphML); progress bars and logs go to stderr
+only, so ``headgraph export ... --format json | jq`` works. MODEL is a registry name
+("demo", "gpt2", ...) or any local checkpoint folder (the model root restricts the server,
+not the CLI, which runs with the user's own rights).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from headgraph.server.settings import Settings
+
+log = logging.getLogger("headgraph.cli")
+METRICS = ("pk", "normalized", "cs", "z")
+EXPORT_FORMATS = ("csv", "json", "graphml")
+
+
+def _settings(args: argparse.Namespace, **overrides: Any) -> Settings:
+    extra: dict[str, Any] = dict(overrides)
+    if getattr(args, "cache_dir", None):
+        extra["cache_dir"] = Path(args.cache_dir)
+    return Settings.from_env(**extra)
+
+
+def _service(args: argparse.Namespace) -> Any:
+    from headgraph.server.service import Service
+
+    return Service(_settings(args, allow_any_path=True), inline=True)
+
+
+def _resolve(service: Any, model: str) -> Any:
+    """Registry name, or any existing local folder (relative paths included)."""
+    if Path(model).expanduser().is_dir() and model not in service.registry.allowed_ids():
+        return service.registry.resolve_path(Path(model))
+    return service.resolve(model)
+
+
+def _fail(message: str, code: int = 2) -> int:
+    print(f"headgraph: error: {message}", file=sys.stderr)
+    return code
+
+
+# -- serve ----------------------------------------------------------------------------------
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    if args.cache_dir:
+        os.environ["HEADGRAPH_CACHE_DIR"] = str(Path(args.cache_dir).expanduser())
+    settings = Settings.from_env()
+    workers = args.workers or settings.workers
+    os.environ["HEADGRAPH_WORKERS"] = str(workers)  # worker processes size their torch threads by it
+    settings = Settings.from_env()
+    common = dict(host=args.host, port=args.port, access_log=False, log_level=args.log_level,
+                  timeout_graceful_shutdown=5)
+    if workers > 1:
+        # Each worker process builds its own app from the environment (shared diskcache).
+        uvicorn.run("headgraph.server.app:create_app", factory=True, workers=workers, **common)
+    else:
+        from headgraph.server.app import create_app
+
+        uvicorn.run(create_app(settings), **common)
+    return 0
+
+
+# -- compute --------------------------------------------------------------------------------
+
+def cmd_compute(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from headgraph.server.jobs import run_compute
+    from headgraph.server.service import parse_pairings
+
+    service = _service(args)
+    ref = _resolve(service, args.model)
+    pairings = parse_pairings(args.pairings)
+    bar = tqdm(total=1000, file=sys.stderr, desc=ref.id, unit="‰", disable=args.quiet,
+               bar_format="{desc}: {percentage:3.0f}%|{bar}| {postfix}")
+
+    def progress(stage: str, fraction: float, message: str) -> None:
+        bar.n = int(round(fraction * 1000))
+        bar.set_postfix_str(message)
+        bar.refresh()
+
+    try:
+        done = run_compute(service, ref, pairings, progress)
+    finally:
+        bar.close()
+    stats = service.store.stats()
+    print(json.dumps({"model": ref.id, "fingerprint": service.identity(ref).fingerprint,
+                      "computed": done, "cache": stats["directory"]}))
+    return 0
+
+
+# -- export ---------------------------------------------------------------------------------
+
+def export_records(service: Any, ref: Any, pairing: str, top: int, metric: str, order: str
+                   ) -> list[dict[str, Any]]:
+    """Ranked pairs with source, target, pk, normalized, cs (+ z when ranked by z)."""
+    records = service.top(ref, pairing, top, metric, order)
+    out = []
+    for r in records:
+        row = {"source": r["source"], "target": r["target"], "pk": r.get("pk"),
+               "normalized": r.get("normalized"), "cs": r.get("cs")}
+        if metric == "z":
+            row["z"] = r.get("z")
+        out.append(row)
+    return out
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from headgraph.server.service import check_pairing
+
+    service = _service(args)
+    ref = _resolve(service, args.model)
+    check_pairing(args.pairing)
+    if args.format == "graphml":
+        if args.metric == "cs":
+            return _fail("graphml export ranks edges by pk, normalized or z (CS is an edge attribute)")
+        text = service.graph_export(ref, "graphml", pairings=[args.pairing], granularity="head",
+                                    k=args.top, threshold=None, threshold_on=args.metric,
+                                    labels=None)
+    else:
+        rows = export_records(service, ref, args.pairing, args.top, args.metric, args.order)
+        if args.format == "json":
+            text = json.dumps({"model": ref.id, "pairing": args.pairing, "metric": args.metric,
+                               "order": args.order, "pairs": rows}) + "\n"
+        else:
+            buf = io.StringIO()
+            cols = ["source", "target", "pk", "normalized", "cs"] + (["z"] if args.metric == "z" else [])
+            w = csv.DictWriter(buf, fieldnames=cols, lineterminator="\n")
+            w.writeheader()
+            for r in rows:
+                w.writerow({c: "" if r.get(c) is None else r[c] for c in cols})
+            text = buf.getvalue()
+    if args.output:
+        Path(args.output).write_text(text)
+        print(f"wrote {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    return 0
+
+
+# -- models, cache --------------------------------------------------------------------------
+
+def cmd_models(args: argparse.Namespace) -> int:
+    service = _service(args)
+    rows = []
+    for entry in service.registry.entries():
+        ident = service.identity(entry.ref, load=False)
+        rows.append({"id": entry.ref.id, "kind": entry.ref.kind, "status": entry.status,
+                     "message": entry.message,
+                     "fingerprint": None if ident is None else ident.fingerprint})
+    if args.json:
+        print(json.dumps({"models": rows}))
+    else:
+        width = max(len(r["id"]) for r in rows)
+        for r in rows:
+            print(f"{r['id']:<{width}}  {r['kind']:<7}  {r['status']:<22}  {r['message']}")
+    return 0
+
+
+def cmd_cache(args: argparse.Namespace) -> int:
+    from headgraph.server.store import Store
+
+    settings = _settings(args)
+    store = Store(settings.cache_dir, size_limit=settings.cache_size_bytes)
+    try:
+        if args.action == "clear":
+            removed = store.clear()
+            print(json.dumps({"cleared": removed, "directory": str(store.directory)}))
+        else:
+            print(json.dumps(store.stats()))
+    finally:
+        store.close()
+    return 0
+
+
+# -- parser ---------------------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="headgraph", description="Attention-head affinity from weights "
+                                "(Projection Kernel, Composition Score): API server and tools.")
+    p.add_argument("-v", "--verbose", action="store_true", help="log progress details to stderr")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def cache_opt(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--cache-dir", help="result cache folder (default: $HEADGRAPH_CACHE_DIR "
+                        "or ~/.cache/headgraph)")
+
+    s = sub.add_parser("serve", help="run the API (and dashboard when installed)")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=8050)
+    s.add_argument("--workers", type=int, default=None,
+                   help="worker processes (default: $HEADGRAPH_WORKERS or 1)")
+    s.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    cache_opt(s)
+    s.set_defaults(func=cmd_serve)
+
+    c = sub.add_parser("compute", help="precompute and cache everything for one model")
+    c.add_argument("model", help="registry name (demo, gpt2, ...) or a local checkpoint folder")
+    c.add_argument("--pairings", default="OQ,OK,OV")
+    c.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    cache_opt(c)
+    c.set_defaults(func=cmd_compute)
+
+    e = sub.add_parser("export", help="ranked head pairs of one pairing (json, csv) or its graph (graphml)")
+    e.add_argument("model", help="registry name (demo, gpt2, ...) or a local checkpoint folder")
+    e.add_argument("--pairing", default="OK")
+    e.add_argument("--top", type=int, default=20, help="number of pairs / edges (1..1000)")
+    e.add_argument("--metric", default="pk", choices=METRICS, help="ranking metric")
+    e.add_argument("--order", default="forward", choices=["forward", "all", "same-layer"])
+    e.add_argument("--format", default="json", choices=EXPORT_FORMATS)
+    e.add_argument("-o", "--output", help="write to this file instead of stdout")
+    cache_opt(e)
+    e.set_defaults(func=cmd_export)
+
+    m = sub.add_parser("models", help="list the models this deployment offers")
+    m.add_argument("--json", action="store_true")
+    cache_opt(m)
+    m.set_defaults(func=cmd_models)
+
+    k = sub.add_parser("cache", help="show or clear the result cache")
+    k.add_argument("action", choices=["info", "clear"])
+    cache_opt(k)
+    k.set_defaults(func=cmd_cache)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from headgraph.core.errors import HeadgraphError
+    from headgraph.server.errors import ApiError
+    from headgraph.server.logs import configure_logging
+
+    configure_logging(logging.INFO if args.verbose or args.command == "serve" else logging.WARNING)
+    if args.command == "export" and not 1 <= args.top <= 1000:
+        return _fail(f"--top must be in 1..1000, got {args.top}")
+    try:
+        return int(args.func(args) or 0)
+    except (HeadgraphError, ApiError, ValueError) as err:
+        return _fail(str(err).splitlines()[0] if str(err) else type(err).__name__)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,200 @@
+"""Background compute jobs with progress, persisted in the store so any worker can report them.
+
+A job precomputes everything the dashboard reads for one model (PK per pairing, CS per mode,
+z-scores, references, anisotropic nulls, token tables, pattern scores) through the same
+single-flight cache keys the GET endpoints use, so a finished job means warm reads. A job is
+driven by a thread of this process, each step computed in a compute process
+(server.compute), so the event loop keeps answering.
+
+Job records live in the store's never-evicted ``meta`` cache under ``job:{id}``; the process
+running a job refreshes its heartbeat, so a job whose process died reads as failed and a new
+POST starts a fresh attempt.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from headgraph.core.errors import HeadgraphError
+from headgraph.server.errors import ApiError, one_line
+from headgraph.server.store import DiskLock
+
+if TYPE_CHECKING:
+    from headgraph.server.registry import ModelRef
+    from headgraph.server.service import Service
+
+log = logging.getLogger("headgraph.jobs")
+
+Progress = Callable[[str, float, str], None]
+ACTIVE = ("queued", "running")
+HEARTBEAT_S = 5.0
+STALE_S = 30.0
+
+
+@dataclass
+class JobState:
+    """What GET /api/jobs/{id} reports: state, stage, fraction in [0, 1], message."""
+
+    id: str
+    model: str
+    params: dict[str, Any]
+    state: str = "queued"  # queued | running | done | failed
+    stage: str = "queued"
+    fraction: float = 0.0
+    message: str = ""
+    attempt: int = 1
+    created: float = field(default_factory=time.time)
+    updated: float = field(default_factory=time.time)
+    heartbeat: float = field(default_factory=time.time)
+    error: str | None = None
+    computed: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def compute_plan(service: "Service", ref: "ModelRef", pairings: list[str]
+                 ) -> list[tuple[str, Callable[[], Any]]]:
+    """Ordered (stage name, thunk) list of what a full compute of one model caches."""
+    info = service.info(ref)
+    plan: list[tuple[str, Callable[[], Any]]] = []
+    for p in pairings:
+        plan.append((f"pk {p}", lambda p=p: service.pk(ref, p, "forward")))
+        plan.append((f"z {p}", lambda p=p: service.zscores(ref, p, "forward")))
+    for mode in service.cs_modes_for(pairings):
+        plan.append((f"cs {mode}", lambda m=mode: service.cs(ref, m, "forward")))
+    plan.append(("reference", lambda: service.reference(ref)))
+    for p in pairings:
+        plan.append((f"null {p}", lambda p=p: service.null(ref, p)))
+    if info.get("d_vocab"):
+        for role in ("O", "V", "Q", "K"):
+            plan.append((f"tokens {role}", lambda r=role: service.tokens(ref, r)))
+    plan.append(("patterns", lambda: service.patterns_or_none(ref)))
+    return plan
+
+
+def run_compute(service: "Service", ref: "ModelRef", pairings: list[str],
+                progress: Progress) -> list[str]:
+    """Load the model and compute the plan, reporting (stage, fraction, message) after each step."""
+    progress("load", 0.0, f"loading {ref.id}")
+    service.identity(ref)  # loads the model (in a compute process for the API) when unknown
+    plan = compute_plan(service, ref, pairings)
+    total = len(plan) + 1
+    progress("load", 1 / total, f"loaded {ref.id}")
+    done: list[str] = []
+    for i, (stage, thunk) in enumerate(plan, start=1):
+        progress(stage, i / total, f"computing {stage}")
+        thunk()
+        done.append(stage)
+    progress("done", 1.0, f"{len(done)} computations cached")
+    return done
+
+
+class JobManager:
+    """Submit, run and report compute jobs (one per process; records shared via the store)."""
+
+    def __init__(self, service: "Service", workers: int = 1) -> None:
+        self.service = service
+        self.meta = service.store.meta
+        self.workers = max(1, workers)
+        self._pool: ThreadPoolExecutor | None = None
+        self._guard = threading.Lock()
+        self._active: set[str] = set()
+        self._stop = threading.Event()
+        self._beat: threading.Thread | None = None
+
+    # -- records ------------------------------------------------------------------------
+    def get(self, job_id: str) -> JobState | None:
+        raw = self.meta.get("job:" + job_id, retry=True)
+        if not isinstance(raw, dict):
+            return None
+        job = JobState(**raw)
+        if job.state in ACTIVE and time.time() - job.heartbeat > STALE_S:
+            job.state, job.error = "failed", "the worker running this job stopped; POST again to retry"
+            job.message = job.error
+        return job
+
+    def _save(self, job: JobState) -> None:
+        job.updated = time.time()
+        self.meta.set("job:" + job.id, job.to_dict(), retry=True)
+
+    def _update(self, job_id: str, **changes: Any) -> None:
+        with self._guard:
+            raw = self.meta.get("job:" + job_id, retry=True)
+            if not isinstance(raw, dict):
+                return
+            raw.update(changes)
+            raw["heartbeat"] = time.time()
+            job = JobState(**raw)
+            self._save(job)
+
+    # -- submitting ---------------------------------------------------------------------
+    def submit(self, ref: "ModelRef", pairings: list[str]) -> tuple[JobState, bool]:
+        """Start a job for (model, pairings), or return the one already running; (job, created)."""
+        params = {"pairings": list(pairings)}
+        index = f"jobkey:{ref.id}|{','.join(pairings)}"
+        with DiskLock(self.meta, "lock:" + index, 10.0):
+            previous_id = self.meta.get(index, retry=True)
+            previous = self.get(previous_id) if isinstance(previous_id, str) else None
+            if previous is not None and previous.state in ACTIVE:
+                return previous, False
+            attempt = previous.attempt + 1 if previous is not None else 1
+            job = JobState(id=uuid.uuid4().hex[:16], model=ref.id, params=params, attempt=attempt,
+                           message="waiting for a compute thread")
+            self._save(job)
+            self.meta.set(index, job.id, retry=True)
+        with self._guard:
+            self._active.add(job.id)
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="headgraph-job")
+            if self._beat is None:
+                self._beat = threading.Thread(target=self._heartbeat, name="headgraph-job-beat",
+                                              daemon=True)
+                self._beat.start()
+            pool = self._pool
+        pool.submit(self._run, job.id, ref, list(pairings))
+        return job, True
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(HEARTBEAT_S):
+            with self._guard:
+                active = list(self._active)
+            for job_id in active:
+                self._update(job_id)
+
+    def _run(self, job_id: str, ref: "ModelRef", pairings: list[str]) -> None:
+        started = time.perf_counter()
+
+        def progress(stage: str, fraction: float, message: str) -> None:
+            self._update(job_id, state="running", stage=stage,
+                         fraction=round(min(max(fraction, 0.0), 1.0), 4), message=message)
+
+        try:
+            done = run_compute(self.service, ref, pairings, progress)
+        except Exception as err:  # noqa: BLE001 - any failure becomes the job's one-line error
+            msg = one_line(err) or type(err).__name__
+            expected = isinstance(err, (HeadgraphError, ApiError, ValueError))
+            log.error("job %s (%s) failed: %s: %s", job_id, ref.id, type(err).__name__, msg,
+                      exc_info=None if expected else err)  # tracebacks only for the unexpected
+            self._update(job_id, state="failed", error=msg, message=msg)
+        else:
+            log.info("job %s (%s) done in %.1f s", job_id, ref.id, time.perf_counter() - started)
+            self._update(job_id, state="done", stage="done", fraction=1.0, computed=done,
+                         message=f"done: {len(done)} computations cached")
+        finally:
+            with self._guard:
+                self._active.discard(job_id)
+
+    def shutdown(self) -> None:
+        self._stop.set()
+        with self._guard:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)

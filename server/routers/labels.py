@@ -1,0 +1,123 @@
+"""Head-class label sets: built-in (IOI, identity heads...) and uploaded (JSON or CSV)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi.concurrency import run_in_threadpool
+
+from headgraph.server.deps import TOKEN_PROTECTED, get_service, require_token
+from headgraph.server.errors import Invalid
+from headgraph.server.schemas import ErrorBody, LabelSetList, LabelSetOut
+from headgraph.server.service import Service
+
+router = APIRouter(prefix="/api/labels", tags=["labels"])
+MAX_UPLOAD = 1 << 20
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"
+UPLOAD_BODY = {
+    "requestBody": {
+        "required": True,
+        "description": "the label set: a CSV text (header 'head,class'), a JSON object "
+                       "{'classes': {'L9H6': 'Name Mover'}}, or a multipart form with a 'file' part",
+        "content": {
+            "text/csv": {"schema": {"type": "string"}},
+            "application/json": {"schema": {"type": "object"}},
+            "multipart/form-data": {"schema": {"type": "object", "properties": {
+                "file": {"type": "string", "format": "binary"}}, "required": ["file"]}},
+        },
+    }
+}
+
+
+def summary(label_set: Any, builtin: bool) -> dict[str, Any]:
+    return {"name": label_set.name, "description": label_set.description,
+            "model": label_set.model, "builtin": builtin, "n_heads": len(label_set.classes),
+            "classes": label_set.class_names}
+
+
+@router.get("", response_model=LabelSetList, summary="Available label sets")
+def list_label_sets(service: Service = Depends(get_service)) -> Any:
+    builtin = set(service.builtin_label_sets())
+    sets = service.label_sets()
+    return {"label_sets": [summary(ls, name in builtin) for name, ls in sorted(sets.items())]}
+
+
+@router.get("/{name}", response_model=LabelSetOut, responses={404: {"model": ErrorBody}},
+            summary="One label set with its head -> class map")
+def get_label_set(name: str = Path(..., min_length=1, max_length=128),
+                  service: Service = Depends(get_service)) -> Any:
+    ls = service.label_set(name)
+    return {**ls.to_dict(), "builtin": name in service.builtin_label_sets()}
+
+
+def _format_of(fmt: str | None, filename: str | None, content_type: str) -> str:
+    if fmt:
+        return fmt
+    if filename and "." in filename:
+        ext = filename.rsplit(".", 1)[1].lower()
+        if ext in ("csv", "json"):
+            return ext
+    if "json" in content_type:
+        return "json"
+    if "csv" in content_type or content_type.startswith("text/"):
+        return "csv"
+    raise Invalid("cannot tell the upload format: give format=csv|json, a .csv/.json file name "
+                  "or a text/csv / application/json content type")
+
+
+@router.post("", status_code=201, response_model=LabelSetOut,
+             openapi_extra={**UPLOAD_BODY, **TOKEN_PROTECTED},
+             responses={401: {"model": ErrorBody}, 404: {"model": ErrorBody},
+                        422: {"model": ErrorBody}},
+             dependencies=[Depends(require_token)],
+             summary="Upload a label set (JSON or CSV); malformed input -> 422 naming the line")
+async def upload_label_set(
+    request: Request,
+    name: str | None = Query(None, pattern=NAME_PATTERN, description="set name (default: from the JSON or the file name)"),
+    model: str | None = Query(None, min_length=1, max_length=512, description="check every head exists in this model"),
+    format: str | None = Query(None, pattern="^(csv|json)$", description="csv or json (default: from file name / content type)"),
+    service: Service = Depends(get_service),
+) -> Any:
+    from headgraph.core.labels import parse_label_set
+
+    content_type = request.headers.get("content-type", "").lower()
+    filename = None
+    if content_type.startswith("multipart/form-data"):
+        try:
+            form = await request.form(max_files=1, max_fields=10, max_part_size=MAX_UPLOAD)
+        except Exception as err:  # noqa: BLE001 - any multipart parse failure is the client's
+            raise Invalid(f"malformed multipart body: {err}") from None
+        part = form.get("file")
+        if part is None or isinstance(part, str):
+            raise Invalid("multipart upload needs a 'file' part")
+        filename = part.filename
+        raw = await part.read(MAX_UPLOAD + 1)
+    else:
+        raw = await request.body()
+    if len(raw) > MAX_UPLOAD:
+        raise Invalid(f"label set larger than {MAX_UPLOAD} bytes")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise Invalid(f"label set is not UTF-8 text (byte {err.start})") from None
+    fmt = _format_of(format, filename, content_type)
+    default_name = None
+    if filename:
+        stem = filename.rsplit("/", 1)[-1].rsplit(".", 1)[0]
+        if re.match(NAME_PATTERN, stem):
+            default_name = stem
+
+    def parse_and_save() -> Any:
+        info = None
+        if model:
+            ref = service.resolve(model)
+            info = service.model_info(ref)
+        ls = parse_label_set(text, fmt, name=name or default_name, info=info)
+        if not re.match(NAME_PATTERN, ls.name):
+            raise Invalid(f"label set name {ls.name!r} must match {NAME_PATTERN}")
+        service.save_label_set(ls)
+        return {**ls.to_dict(), "builtin": False}
+
+    return await run_in_threadpool(parse_and_save)

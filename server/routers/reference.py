@@ -1,0 +1,34 @@
+"""Reference distributions: KL grid between pairings, Haar moments, anisotropic nulls."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends
+
+from headgraph.server.deps import cached_first, get_service, model_ref
+from headgraph.server.registry import ModelRef
+from headgraph.server.schemas import ErrorBody, ReferenceOut
+from headgraph.server.service import GRAPH_PAIRINGS, Service
+
+router = APIRouter(prefix="/api", tags=["reference"])
+ERRORS = {404: {"model": ErrorBody}, 403: {"model": ErrorBody}, 422: {"model": ErrorBody}}
+
+
+@router.get("/reference", response_model=ReferenceOut, responses=ERRORS,
+            summary="KL grid and histograms of PK per pairing, Haar moments, anisotropic nulls")
+async def reference(ref: ModelRef = Depends(model_ref),
+                    service: Service = Depends(get_service)) -> Any:
+    def run() -> dict[str, Any]:
+        out = dict(service.reference(ref))
+        nulls = {}
+        for pairing in GRAPH_PAIRINGS:
+            null = service.null(ref, pairing)
+            nulls[pairing] = {"alpha": null["alpha"], "samples": null["samples"],
+                              "significant": int(null["significant"].sum()),
+                              "significant_haar": int(null["significant_haar"].sum()),
+                              "summary": null["summary"], "summary_haar": null["summary_haar"]}
+        out["nulls"] = nulls
+        return {"model": ref.id, **out}
+
+    return await cached_first(run)

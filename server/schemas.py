@@ -1,0 +1,247 @@
+"""Pydantic response models: what OpenAPI (/docs) documents for every JSON endpoint.
+
+Large nested payloads from core (KL grids, node-link graphs, token tables) are typed as
+``dict[str, Any]`` inside a typed envelope; the shapes are described in the field docs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Grid4 = list[list[list[list[float | None]]]]
+Mask4 = list[list[list[list[bool]]]]
+
+
+class ErrorDetail(BaseModel):
+    status: int
+    message: str
+    allowed: list[str] | None = None
+    type: str | None = None
+
+
+class ErrorBody(BaseModel):
+    """Every 4xx/5xx answer: ``{"error": {"status", "message", ...}}``."""
+
+    error: ErrorDetail
+
+
+class Health(BaseModel):
+    status: str = "ok"
+    version: str
+    compute_version: str
+    pid: int
+    device: str
+
+
+class CacheStats(BaseModel):
+    """Store counters: entries, bytes, bound and real computations (over all processes)."""
+
+    directory: str
+    entries: int
+    bytes: int
+    size_limit: int
+    computations: int
+    counts: dict[str, int] = Field(default_factory=dict, description="computations per cache key")
+
+
+class ModelSummary(BaseModel):
+    id: str = Field(description="value to pass as ?model=")
+    kind: str = Field(description="builtin | hub | local")
+    status: str = Field(description="available | not cached | not available offline")
+    message: str
+    info: dict[str, Any] | None = Field(None, description="ModelInfo once the model was loaded")
+    fingerprint: str | None = None
+    cached: list[str] | None = Field(None, description="computations in the cache (name?params)")
+
+
+class ModelList(BaseModel):
+    models: list[ModelSummary]
+
+
+class ModelInfoOut(BaseModel):
+    model_config = ConfigDict(protected_namespaces=())
+
+    model: str
+    fingerprint: str
+    info: dict[str, Any] = Field(description="ModelInfo: shape, layer_indices, processing, source")
+    cached: list[str]
+
+
+class Job(BaseModel):
+    """A compute job: state queued|running|done|failed, stage, fraction in [0, 1]."""
+
+    id: str
+    model: str
+    params: dict[str, Any]
+    state: str
+    stage: str
+    fraction: float
+    message: str
+    attempt: int
+    created: float
+    updated: float
+    heartbeat: float
+    error: str | None = None
+    computed: list[str] = Field(default_factory=list)
+
+
+class JobSubmitted(BaseModel):
+    job: Job
+    created: bool = Field(description="false when the same computation was already running")
+    status_url: str
+
+
+class ScoreGrid(BaseModel):
+    """A [source_layer][source_head][target_layer][target_head] grid of one pairing or CS mode.
+
+    Layers are positions; ``layer_indices`` gives their original block numbers. Invalid cells
+    (outside the layer order, zero rank) hold 0 (raw/normalized) or null (z) and are false in
+    ``valid``. ``source_labels``/``target_labels`` name the flattened [layer, head] axes.
+    """
+
+    model: str
+    kind: str = Field(description="pk | cs")
+    pairing: str
+    metric: str
+    order: str
+    source_role: str
+    target_role: str
+    shape: list[int]
+    layer_indices: list[int]
+    source_labels: list[str]
+    target_labels: list[str]
+    grid: Grid4
+    valid: Mask4
+    source_ranks: list[list[int]]
+    target_ranks: list[list[int]]
+    min: float | None = None
+    max: float | None = None
+
+
+class TopPair(BaseModel):
+    source: str
+    target: str
+    pk: float | None = None
+    normalized: float | None = None
+    cs: float | None = None
+    z: float | None = None
+
+
+class TopPairs(BaseModel):
+    model: str
+    pairing: str
+    metric: str
+    k: int
+    pairs: list[dict[str, Any]] = Field(description="ranked records: source, target, pk, normalized, cs, ...")
+
+
+class PairOut(BaseModel):
+    """One pair: PK, normalized, principal cosines/angles, CS, z, p-values, classes, tokens."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str
+    pairing: str
+    source: str
+    target: str
+    pk: float
+    normalized: float
+    cosines: list[float]
+    angles: list[float]
+    ranks: list[int]
+    cs: float | None = None
+    z: float | None = None
+    p_haar: float | None = None
+    p_anisotropic: float | None = None
+    source_class: str | None = None
+    target_class: str | None = None
+    source_tokens: list[dict[str, Any]] | None = None
+    target_tokens: list[dict[str, Any]] | None = None
+
+
+class HeadOut(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    model: str
+    head: str
+    layer: int
+    index: int
+    tokens: dict[str, Any]
+    partners: dict[str, Any]
+
+
+class GraphOut(BaseModel):
+    """Head graph: rule, edge counts, hubs, class counts and the node-link graph."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str
+    granularity: str
+    pairings: list[str]
+    rule: str
+    edge_counts: dict[str, int]
+    hubs: dict[str, Any]
+    class_counts: dict[str, int] | None = None
+    recovery: dict[str, float] | None = None
+    labels: str | None = None
+    graph: dict[str, Any] = Field(description="networkx node-link data (keys: nodes, edges)")
+
+
+class ScatterOut(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    model: str
+    pairing: str
+    mode: str
+    top_percent: float
+    points: dict[str, Any] = Field(description="parallel lists: source, target, pk, cs, quadrant")
+    comparison: dict[str, Any] = Field(description="spearman (all / top), quadrant counts")
+
+
+class ReferenceOut(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    model: str
+    kl: dict[str, Any] = Field(description="4x4 KL grid, histograms, means (core KLGrid.to_dict)")
+    haar_moments: Any
+    nulls: dict[str, Any] = Field(description="anisotropic null summary per pairing")
+
+
+class TokensOut(BaseModel):
+    model: str
+    role: str
+    k: int
+    formula: str
+    heads: list[dict[str, Any]] = Field(description="per head: name, layer, head, tokens [{id, score, text, display}]")
+
+
+class PatternsOut(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    model: str
+    layer_indices: list[int]
+    kinds: list[str]
+    scores: dict[str, list[list[float | None]]]
+
+
+class LabelSetSummary(BaseModel):
+    name: str
+    description: str
+    model: str | None = None
+    builtin: bool
+    n_heads: int
+    classes: list[str]
+
+
+class LabelSetList(BaseModel):
+    label_sets: list[LabelSetSummary]
+
+
+class LabelSetOut(BaseModel):
+    name: str
+    description: str
+    model: str | None = None
+    builtin: bool
+    classes: dict[str, str]

@@ -1,0 +1,135 @@
+"""Server configuration, read once from ``HEADGRAPH_*`` environment variables.
+
+pydantic-settings is not a dependency, so this is a frozen dataclass with a
+``from_env`` constructor; ``create_app(Settings(...))`` takes one directly in tests.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Mapping
+
+DEFAULT_MODELS: tuple[str, ...] = ("demo", "gpt2", "bigscience/bloom-560m", "Qwen/Qwen2-0.5B-Instruct")
+DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
+
+
+def _int(env: Mapping[str, str], name: str, default: int, lo: int, hi: int) -> int:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError as err:
+        raise ValueError(f"{name}={raw!r} is not an integer") from err
+    if not lo <= value <= hi:
+        raise ValueError(f"{name}={value} must be in [{lo}, {hi}]")
+    return value
+
+
+def _float(env: Mapping[str, str], name: str, default: float, lo: float, hi: float) -> float:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError as err:
+        raise ValueError(f"{name}={raw!r} is not a number") from err
+    if not lo <= value <= hi:
+        raise ValueError(f"{name}={value} must be in [{lo}, {hi}]")
+    return value
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the API service needs to know about its deployment.
+
+    cache_dir: diskcache folder (results, job states, counters; survives restarts).
+    models: registry names offered by GET /api/models ("demo" is always available).
+    model_root: folder whose sub-folders (with config.json) are local checkpoints;
+        None allows no local paths in the server.
+    allow_any_path: let any local folder be a model (the CLI sets it; the server never does).
+    device: "auto" (cuda when present) | "cpu" | "cuda".
+    api_token: when set, write/compute endpoints need ``Authorization: Bearer <token>``.
+    workers: uvicorn worker processes for ``serve`` and compute threads per process.
+    cache_size_gb: size bound of the result cache (least-recently-stored eviction).
+    model_lru: loaded models kept in memory per process.
+    lock_expire_s: a single-flight lock not refreshed for this long is abandoned
+        (its holder died); live holders refresh it every third of that.
+    torch_threads: intra-op threads per process (None: CPU count / worker processes, so
+        several workers do not oversubscribe the CPUs).
+    compute_nice: how many nice levels compute processes run below the API (0: same).
+    compute_processes: spawned compute processes per API process, where models are loaded
+        and cold results computed (0: compute in the API process's own threads).
+    """
+
+    cache_dir: Path = field(default_factory=lambda: Path("~/.cache/headgraph").expanduser())
+    models: tuple[str, ...] = DEFAULT_MODELS
+    model_root: Path | None = None
+    allow_any_path: bool = False
+    device: str = "auto"
+    api_token: str | None = None
+    workers: int = 1
+    cache_size_gb: float = 20.0
+    model_lru: int = 2
+    lock_expire_s: float = 30.0
+    torch_threads: int | None = None
+    compute_nice: int = 10
+    compute_processes: int = 1
+
+    def __post_init__(self) -> None:
+        if self.device not in DEVICES:
+            raise ValueError(f"device {self.device!r} must be one of {list(DEVICES)}")
+        if self.workers < 1:
+            raise ValueError("workers must be >= 1")
+        if self.cache_size_gb <= 0:
+            raise ValueError("cache_size_gb must be > 0")
+        object.__setattr__(self, "cache_dir", Path(self.cache_dir).expanduser())
+        if self.model_root is not None:
+            object.__setattr__(self, "model_root", Path(self.model_root).expanduser().resolve())
+        names = tuple(dict.fromkeys(m.strip() for m in self.models if m.strip()))
+        if "demo" not in names:
+            names = ("demo",) + names
+        object.__setattr__(self, "models", names)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> "Settings":
+        """Read HEADGRAPH_* variables (``env`` defaults to os.environ); ``overrides`` win."""
+        env = os.environ if env is None else env
+        models_raw = env.get("HEADGRAPH_MODELS", "").strip()
+        root_raw = env.get("HEADGRAPH_MODEL_ROOT", "").strip()
+        token = env.get("HEADGRAPH_API_TOKEN", "").strip() or None
+        base = cls(
+            cache_dir=Path(env.get("HEADGRAPH_CACHE_DIR", "").strip() or "~/.cache/headgraph"),
+            models=tuple(models_raw.split(",")) if models_raw else DEFAULT_MODELS,
+            model_root=Path(root_raw) if root_raw else None,
+            device=(env.get("HEADGRAPH_DEVICE", "").strip() or "auto").lower(),
+            api_token=token,
+            workers=_int(env, "HEADGRAPH_WORKERS", 1, 1, 64),
+            cache_size_gb=_float(env, "HEADGRAPH_CACHE_SIZE_GB", 20.0, 0.001, 100000.0),
+            torch_threads=_int(env, "HEADGRAPH_TORCH_THREADS", 0, 0, 1024) or None,
+            compute_nice=_int(env, "HEADGRAPH_COMPUTE_NICE", 10, 0, 19),
+            compute_processes=_int(env, "HEADGRAPH_COMPUTE_PROCESSES", 1, 0, 64),
+        )
+        return replace(base, **overrides) if overrides else base
+
+    @property
+    def torch_device(self) -> str:
+        """Concrete torch device: "auto" becomes cuda when present, else cpu."""
+        if self.device != "auto":
+            return self.device
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+
+    @property
+    def intra_op_threads(self) -> int:
+        """Torch threads per worker process."""
+        if self.torch_threads:
+            return self.torch_threads
+        return max(1, (os.cpu_count() or 1) // self.workers)
+
+    @property
+    def cache_size_bytes(self) -> int:
+        return int(self.cache_size_gb * (1 << 30))

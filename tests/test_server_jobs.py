@@ -1,0 +1,200 @@
+"""Two uvicorn worker processes on one cache: single flight, jobs, auth, restart from cache."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import pytest
+
+from headgraph.server.launch import ServerProcess
+
+TOKEN = "s3cret-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+ALL_PAIRINGS = ",".join(a + b for a in "QKVO" for b in "QKVO")
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("jobs") / "cache"
+
+
+@pytest.fixture(scope="module")
+def server(cache_dir):
+    env = {"HEADGRAPH_API_TOKEN": TOKEN, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+           "HEADGRAPH_DEVICE": "cpu", "HEADGRAPH_WORKERS": "2"}
+    srv = ServerProcess(cache_dir, workers=2, env=env).start()
+    yield srv
+    errors = srv.server_errors()
+    srv.stop()
+    assert not errors, errors
+
+
+class HealthProbe:
+    """Polls /api/health every 20 ms in a thread and records each answer's latency."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.latencies: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        with httpx.Client(timeout=10) as c:
+            while not self._stop.is_set():
+                t0 = time.perf_counter()
+                assert c.get(self.url + "/api/health").status_code == 200
+                self.latencies.append(time.perf_counter() - t0)
+                time.sleep(0.02)
+
+    def __enter__(self) -> "HealthProbe":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(15)
+
+
+def assert_responsive(latencies: list[float]) -> None:
+    """/api/health kept answering while computations ran.
+
+    A blocked event loop would show up as one probe lasting as long as the computation
+    (seconds); this shared 2-CPU test machine adds one-off scheduler stalls of the probing
+    client itself, so the bound is on the 95th percentile (200 ms) plus a hard cap (1 s).
+    """
+    assert len(latencies) >= 5
+    ordered = sorted(latencies)
+    p95 = ordered[int(0.95 * (len(ordered) - 1))]
+    assert p95 < 0.2, ordered[-10:]
+    assert ordered[-1] < 1.0, ordered[-10:]
+
+
+def stats(url: str) -> dict:
+    r = httpx.get(url + "/api/cache/stats", timeout=30)
+    assert r.status_code == 200
+    return r.json()
+
+
+def test_cold_key_hit_by_16_clients_is_computed_once(server):
+    barrier = threading.Barrier(16)
+    answers: list[httpx.Response] = []
+    lock = threading.Lock()
+
+    def client():
+        with httpx.Client(timeout=300) as c:
+            barrier.wait()
+            r = c.get(server.url + "/api/reference", params={"model": "demo"})
+            with lock:
+                answers.append(r)
+
+    with HealthProbe(server.url) as probe:
+        threads = [threading.Thread(target=client) for _ in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(300)
+    assert len(answers) == 16 and all(r.status_code == 200 for r in answers), answers[0].text
+    assert len({r.text for r in answers}) == 1  # identical bodies from both workers
+    assert len({r.headers.get("content-length") for r in answers}) == 1
+    counts = stats(server.url)["counts"]
+    ref_keys = [k for k in counts if "/reference?" in k]
+    null_keys = [k for k in counts if "/null?" in k]
+    assert len(ref_keys) == 1 and len(null_keys) == 3
+    assert all(v == 1 for v in counts.values()), counts  # nothing computed twice
+    assert_responsive(probe.latencies)
+
+
+def test_compute_needs_the_token(server):
+    url = server.url + "/api/models/compute"
+    r = httpx.post(url, params={"model": "demo"})
+    assert r.status_code == 401 and "Bearer" in r.json()["error"]["message"]
+    r = httpx.post(url, params={"model": "demo"}, headers={"Authorization": "Bearer wrong"})
+    assert r.status_code == 401
+    r = httpx.post(server.url + "/api/labels", content="head,class\nL0H0,A\n",
+                   headers={"content-type": "text/csv"})
+    assert r.status_code == 401
+    assert httpx.get(server.url + "/api/pk", params={"model": "demo"}).status_code == 200
+    spec = httpx.get(server.url + "/openapi.json").json()
+    assert spec["paths"]["/api/models/compute"]["post"]["security"] == [{"bearer": []}]
+    assert spec["paths"]["/api/labels"]["post"]["security"] == [{"bearer": []}]
+    assert "security" not in spec["paths"]["/api/pk"]["get"]
+    assert spec["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
+
+
+def test_compute_job_progress_idempotency_and_cached_listing(server):
+    url = server.url + "/api/models/compute"
+    with HealthProbe(server.url) as probe:
+        first = httpx.post(url, params={"model": "demo", "pairings": ALL_PAIRINGS}, headers=AUTH, timeout=30)
+        assert first.status_code == 202, first.text
+        job = first.json()["job"]
+        assert first.json()["created"] is True and first.json()["status_url"] == f"/api/jobs/{job['id']}"
+        again = httpx.post(url, params={"model": "demo", "pairings": ALL_PAIRINGS}, headers=AUTH, timeout=30)
+        assert again.status_code == 202
+        assert again.json()["job"]["id"] == job["id"] and again.json()["created"] is False
+        fractions, stages = [], set()
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            state = httpx.get(server.url + f"/api/jobs/{job['id']}", timeout=30).json()
+            fractions.append(state["fraction"])
+            stages.add(state["stage"])
+            if state["state"] in ("done", "failed"):
+                break
+            time.sleep(0.05)
+    assert state["state"] == "done", state
+    assert state["fraction"] == 1.0 and fractions == sorted(fractions)
+    assert len(stages) >= 2
+    assert {"pk QK", "pk OO", "cs Q", "cs K", "cs V", "reference", "patterns"} <= set(state["computed"])
+    assert_responsive(probe.latencies)
+
+    models = {m["id"]: m for m in httpx.get(server.url + "/api/models", timeout=30).json()["models"]}
+    cached = models["demo"]["cached"]
+    assert "pk?order=forward&pairing=QK" in cached and "tokens?k=50&role=O" in cached
+    assert models["demo"]["fingerprint"] and models["demo"]["info"]["n_heads"] == 8
+
+    before = stats(server.url)["computations"]
+    redo = httpx.post(url, params={"model": "demo", "pairings": ALL_PAIRINGS}, headers=AUTH, timeout=30).json()
+    assert redo["created"] is True and redo["job"]["attempt"] == 2
+    for _ in range(600):
+        state = httpx.get(server.url + f"/api/jobs/{redo['job']['id']}", timeout=30).json()
+        if state["state"] in ("done", "failed"):
+            break
+        time.sleep(0.05)
+    assert state["state"] == "done"
+    assert stats(server.url)["computations"] == before  # everything came from the cache
+
+
+def test_failed_job_keeps_a_one_line_error_and_can_be_retried(server):
+    url = server.url + "/api/models/compute"
+    first = httpx.post(url, params={"model": "gpt2"}, headers=AUTH, timeout=30).json()["job"]
+    for _ in range(600):
+        state = httpx.get(server.url + f"/api/jobs/{first['id']}", timeout=30).json()
+        if state["state"] in ("done", "failed"):
+            break
+        time.sleep(0.05)
+    assert state["state"] == "failed"
+    assert "HF_HUB_OFFLINE" in state["error"] and "\n" not in state["error"]
+    retry = httpx.post(url, params={"model": "gpt2"}, headers=AUTH, timeout=30).json()
+    assert retry["created"] is True and retry["job"]["id"] != first["id"]
+    assert retry["job"]["attempt"] == 2
+    bad = httpx.post(url, params={"model": "demo", "pairings": "OK,XX"}, headers=AUTH)
+    assert bad.status_code == 422 and "XX" in bad.json()["error"]["message"]
+
+
+def test_restart_serves_from_cache(server, cache_dir):
+    urls = [("/api/reference", {"model": "demo"}), ("/api/pk", {"model": "demo", "pairing": "OV"}),
+            ("/api/top", {"model": "demo", "pairing": "OK", "k": 20}),
+            ("/api/tokens", {"model": "demo", "role": "O", "k": 5})]
+    before = {u: httpx.get(server.url + u, params=p, timeout=120).json() for u, p in urls}
+    total = stats(server.url)["computations"]
+    server.stop()
+    env = {"HF_HUB_OFFLINE": "1", "HEADGRAPH_DEVICE": "cpu"}
+    with ServerProcess(cache_dir, workers=1, env=env) as again:
+        after = {u: httpx.get(again.url + u, params=p, timeout=120).json() for u, p in urls}
+        assert after == before
+        assert stats(again.url)["computations"] == total  # nothing recomputed
+        demo = next(m for m in httpx.get(again.url + "/api/models").json()["models"] if m["id"] == "demo")
+        assert demo["fingerprint"] and demo["cached"]
+        log = again.log()
+    assert "computed v" not in log  # the store logs every real computation
