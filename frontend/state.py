@@ -25,6 +25,22 @@ RULES: tuple[str, ...] = ("topk", "threshold")
 DIRECTIONS: tuple[str, ...] = ("out", "in")
 HEAD_RE = re.compile(r"^L(\d+)H(\d+)$")
 K_MAX = 1000
+# The API's per-model label set: each model's heads classed by its own attention patterns.
+PATTERN_OVERLAY = "patterns"
+
+
+def default_overlay(model: str, label_sets: list[dict[str, Any]] | None = None) -> str:
+    """The class overlay a link that names none opens ``model`` with.
+
+    A built-in set made for the model (GET /api/labels ``model`` hint equal to the model id;
+    the one labelling most heads, ties by name), else the per-model ``patterns`` set, which
+    the API computes for every model it can run. Without the label-set list: ``patterns``.
+    """
+    own = [s for s in label_sets or [] if s.get("builtin") and not s.get("per_model")
+           and s.get("model") and s.get("model") == model and s.get("n_heads")]
+    if own:
+        return sorted(own, key=lambda s: (-int(s["n_heads"]), str(s["name"])))[0]["name"]
+    return PATTERN_OVERLAY
 
 
 @dataclass(frozen=True)
@@ -40,7 +56,7 @@ class ViewState:
     threshold: float | None = None
     metric: str = "raw"
     layout: str = "grid"
-    overlay: str = ""  # label-set name; "" = none
+    overlay: str = PATTERN_OVERLAY  # label-set name; "" = none (a link without it: default_overlay)
     head: str | None = None  # selected head "L1H4" -> head panel
     pair: tuple[str, str] | None = None  # selected (source, target) -> pair panel
     direction: str = "out"  # head grid: outgoing or incoming scores of `head`
@@ -72,8 +88,12 @@ def _number(value: str | None, default: float | None, lo: float, hi: float) -> f
     return min(max(x, lo), hi)
 
 
-def parse_query(search: str | None) -> ViewState:
-    """ViewState from a URL query string such as ``?model=demo&view=heatmap&pairing=OV``."""
+def parse_query(search: str | None, label_sets: list[dict[str, Any]] | None = None) -> ViewState:
+    """ViewState from a URL query string such as ``?model=demo&view=heatmap&pairing=OV``.
+
+    A query without ``overlay`` gets the model's ``default_overlay`` (from ``label_sets``, the
+    API's label-set list, when known); ``overlay=`` (blank) means no overlay.
+    """
     q = {key: vals[-1] for key, vals in parse_qs((search or "").lstrip("?"), keep_blank_values=True).items()}
     d = ViewState()
     pairings = tuple(p for p in (q.get("pairings") or "").split(",") if p in PAIRINGS)
@@ -83,8 +103,9 @@ def parse_query(search: str | None) -> ViewState:
     if len(parts) == 2 and all(HEAD_RE.match(p) for p in parts):
         pair = (parts[0], parts[1])
     k = _number(q.get("k"), d.k, 1, K_MAX)
+    model = q.get("model") or d.model
     return ViewState(
-        model=q.get("model") or d.model,
+        model=model,
         view=_choice(q.get("view"), VIEWS, d.view),
         pairing=_choice((q.get("pairing") or "").upper(), PAIRINGS, d.pairing),
         pairings=pairings if "pairings" in q else d.pairings,
@@ -93,7 +114,7 @@ def parse_query(search: str | None) -> ViewState:
         threshold=_number(q.get("threshold"), None, -1e6, 1e6),
         metric=_choice(q.get("metric"), METRICS, d.metric),
         layout=_choice(q.get("layout"), LAYOUTS, d.layout),
-        overlay=q.get("overlay") or "",
+        overlay=q["overlay"] if "overlay" in q else default_overlay(model, label_sets),
         head=head,
         pair=pair,
         direction=_choice(q.get("direction"), DIRECTIONS, d.direction),

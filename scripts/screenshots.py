@@ -1,8 +1,9 @@
 """Capture the dashboard's views as PNG screenshots under docs/.
 
 Starts ``headgraph serve`` on a free loopback port with a fresh cache (or --cache-dir), lets
-the demo model compute, uploads a small class overlay derived from the API's pattern scores,
-then opens each view through its shareable link and saves a full-page screenshot:
+the demo model compute, then opens each view through its shareable link and saves a full-page
+screenshot. The links name no overlay, so the views show the dashboard's default one: the
+API's per-model ``patterns`` set (heads classed by the demo's own attention patterns):
 
     docs/dashboard-graph.png  docs/heatmap.png  docs/scatter.png
     docs/reference.png        docs/tokens.png   docs/pair.png
@@ -28,35 +29,16 @@ sys.path.insert(0, str(ROOT / "tests"))
 from browser import Server, launch_browser, start_server, wait_figure  # noqa: E402
 
 VIEWPORT = {"width": 1440, "height": 900}
-OVERLAY = "demo_patterns"
-PATTERN_CLASSES = {"previous_token": "Previous Token", "induction": "Induction",
-                   "duplicate_token": "Duplicate Token", "first_token": "First Token"}
-
-
-def overlay_csv(patterns: dict[str, Any], threshold: float = 0.5) -> str:
-    """head,class rows for heads whose strongest pattern score (other than identity) >= threshold."""
-    rows = ["head,class"]
-    layers = patterns["layer_indices"]
-    for i, layer in enumerate(layers):
-        for h in range(len(patterns["scores"]["identity"][i])):
-            best = max(PATTERN_CLASSES, key=lambda k: patterns["scores"][k][i][h] or 0.0)
-            if (patterns["scores"][best][i][h] or 0.0) >= threshold:
-                rows.append(f"L{layer}H{h},{PATTERN_CLASSES[best]}")
-    return "\n".join(rows) + "\n"
 
 
 def prepare(server: Server) -> dict[str, Any]:
-    """Compute the demo model, upload the overlay, return a few API answers the shots use."""
+    """Compute the demo model; return a few API answers the shots use."""
     with httpx.Client(base_url=server.url, timeout=300) as http:
         job = http.post("/api/models/compute", params={"model": "demo"}).json()["job"]
         while (state := http.get(f"/api/jobs/{job['id']}").json())["state"] in ("queued", "running"):
             time.sleep(0.3)
         if state["state"] != "done":
             raise RuntimeError(f"compute failed: {state.get('error')}")
-        patterns = http.get("/api/patterns", params={"model": "demo"}).json()
-        r = http.post("/api/labels", params={"model": "demo", "name": OVERLAY},
-                      content=overlay_csv(patterns), headers={"content-type": "text/csv"})
-        r.raise_for_status()
         top = http.get("/api/top", params={"model": "demo", "pairing": "OK", "k": 1}).json()["pairs"][0]
         return {"top": top}
 
@@ -92,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             info = prepare(server)
             src, tgt = info["top"]["source"], info["top"]["target"]
-            base = f"{server.url}/?model=demo&overlay={OVERLAY}"
+            base = f"{server.url}/?model=demo"  # no overlay named: the default ("patterns")
             with sync_playwright() as p:
                 browser = launch_browser(p)
                 page = browser.new_page(viewport=VIEWPORT, device_scale_factor=1)

@@ -1,4 +1,4 @@
-"""``headgraph`` command line: serve, compute, export, models, cache.
+"""``headgraph`` command line: serve, compute, export, hubs, models, cache.
 
 Results go to stdout (one JSON object, CSV or GraphML); progress bars and logs go to stderr
 only, so ``headgraph export ... --format json | jq`` works. MODEL is a registry name
@@ -152,6 +152,48 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- hubs -----------------------------------------------------------------------------------
+
+HUB_COLUMNS = (("rank", "rank", "{}"), ("node", "name", "{}"), ("in", "in_degree", "{}"),
+               ("out", "out_degree", "{}"), ("total", "degree", "{}"),
+               ("weighted", "weighted_degree", "{:.4f}"), ("pagerank", "pagerank", "{:.4f}"),
+               ("betweenness", "betweenness", "{:.4f}"), ("hub", "is_hub", "{}"))
+
+
+def hub_text(report: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+    """The ranked hub table as aligned text, preceded by the graph and hub rules."""
+    cells = [[fmt.format(("yes" if r[key] else "") if key == "is_hub" else r[key])
+              for _, key, fmt in HUB_COLUMNS] for r in rows]
+    heads = [title for title, _, _ in HUB_COLUMNS]
+    widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(heads)]
+    lines = [f"model: {report['model']}",
+             f"graph: {report['graph_rule']} (head granularity, pairings "
+             f"{','.join(report['pairings'])}; edges "
+             + ", ".join(f"{p} {n}" for p, n in report["edge_counts"].items()) + ")",
+             f"rule: {report['rule']}",
+             f"hubs: {', '.join(report['hubs']) or '-'}",
+             "  ".join(h.rjust(w) if i != 1 else h.ljust(w) for i, (h, w) in enumerate(zip(heads, widths)))]
+    for c in cells:
+        lines.append("  ".join(v.rjust(w) if i != 1 else v.ljust(w)
+                               for i, (v, w) in enumerate(zip(c, widths))))
+    return "\n".join(lines) + "\n"
+
+
+def cmd_hubs(args: argparse.Namespace) -> int:
+    from headgraph.server.service import parse_pairings
+
+    service = _service(args)
+    ref = _resolve(service, args.model)
+    report = service.hubs(ref, pairings=parse_pairings(args.pairings), k=args.top)
+    rows = report["rows"] if args.rows is None else report["rows"][: args.rows]
+    if args.json:
+        sys.stdout.write(json.dumps({**report, "rows": rows}) + "\n")
+    else:
+        sys.stdout.write(hub_text(report, rows))
+    sys.stdout.flush()
+    return 0
+
+
 # -- models, cache --------------------------------------------------------------------------
 
 def cmd_models(args: argparse.Namespace) -> int:
@@ -226,6 +268,28 @@ def build_parser() -> argparse.ArgumentParser:
     cache_opt(e)
     e.set_defaults(func=cmd_export)
 
+    h = sub.add_parser(
+        "hubs", help="ranked hub table of the paper's head graph (PK top-k per pairing); "
+        "`headgraph hubs gpt2` prints L4H7 first on real GPT-2 small",
+        description="Build the paper's head graph (Projection Kernel, forward layer order, head "
+        "granularity, the top-K edges of each pairing) from MODEL's weights and print every "
+        "node ranked by total degree (ties: weighted degree, then name) with in/out/total "
+        "degree, weighted degree, PageRank, betweenness and whether the hub rule calls it a "
+        "hub. Results are cached like the API's (GET /api/graph with the same parameters "
+        "returns the same table). Paper check (Yamagiwa et al. 2026): on real GPT-2 small, "
+        "`headgraph hubs gpt2` should print L4H7 first; it needs the weights on disk (Hugging "
+        "Face cache or a local folder).",
+        epilog="examples: headgraph hubs gpt2 | headgraph hubs ./my-checkpoint --json | "
+               "headgraph hubs demo --pairings OK --top 10")
+    h.add_argument("model", help="registry name (demo, gpt2, ...) or a local checkpoint folder")
+    h.add_argument("--pairings", default="OQ,OK,OV", help="comma-separated pairings (paper: OQ,OK,OV)")
+    h.add_argument("--top", type=int, default=20,
+                   help="edges kept per pairing, the K of top-K (paper: 20; 1..1000)")
+    h.add_argument("--rows", type=int, default=None, help="print only the first N ranked nodes")
+    h.add_argument("--json", action="store_true", help="one JSON object instead of the text table")
+    cache_opt(h)
+    h.set_defaults(func=cmd_hubs)
+
     m = sub.add_parser("models", help="list the models this deployment offers")
     m.add_argument("--json", action="store_true")
     cache_opt(m)
@@ -245,8 +309,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from headgraph.server.logs import configure_logging
 
     configure_logging(logging.INFO if args.verbose or args.command == "serve" else logging.WARNING)
-    if args.command == "export" and not 1 <= args.top <= 1000:
+    if args.command in ("export", "hubs") and not 1 <= args.top <= 1000:
         return _fail(f"--top must be in 1..1000, got {args.top}")
+    if args.command == "hubs" and args.rows is not None and args.rows < 1:
+        return _fail(f"--rows must be at least 1, got {args.rows}")
     try:
         return int(args.func(args) or 0)
     except (HeadgraphError, ApiError, ValueError) as err:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Literal, TypeVar
 
 import numpy as np
@@ -51,6 +51,19 @@ TOKENS_CACHED_K = 50  # token tables are computed once at this depth and sliced 
 NULL_SAMPLES = 2000
 KL_SAMPLES = 20000
 FDR_ALPHA = 0.05
+# The per-model "patterns" label set: head classes discovered from the model's own
+# attention-pattern scores (core.patterns.pattern_scores, mean attention probabilities in
+# [0, 1]). A head gets the class of its highest score above the threshold among these kinds;
+# heads with none stay unlabelled. first_token (the usual attention sink) and identity (what
+# heads with nothing to do fall back to) are left out: they are defaults, not functions.
+PATTERN_LABELS = "patterns"
+PATTERN_LABEL_THRESHOLDS: dict[str, float] = {"previous_token": 0.4, "induction": 0.4,
+                                              "duplicate_token": 0.4}
+PATTERN_LABEL_CLASSES: tuple[str, ...] = ("Previous Token", "Induction", "Duplicate Token")
+PATTERN_LABEL_DESCRIPTION = (
+    "Per model, from its attention-pattern scores (GET /api/patterns): each head gets the class "
+    "of its highest score above the threshold among " + ", ".join(
+        f"{k} > {v:g}" for k, v in PATTERN_LABEL_THRESHOLDS.items()) + "; others unlabelled")
 
 
 @dataclass(frozen=True)
@@ -424,7 +437,10 @@ class Service:
         return self._builtin_labels
 
     def label_sets(self) -> dict[str, Any]:
-        """Built-in label sets plus uploaded ones (uploaded under a built-in name are refused)."""
+        """Built-in label sets plus uploaded ones (uploaded under a built-in name are refused).
+
+        The per-model set PATTERN_LABELS is not here: it exists only for a given model
+        (``label_set(PATTERN_LABELS, ref)``)."""
         out: dict[str, Any] = dict(self.builtin_label_sets())
         for key in list(self.store.meta.iterkeys()):
             if isinstance(key, str) and key.startswith("labels:"):
@@ -442,18 +458,42 @@ class Service:
         return LabelSet(name=raw["name"], description=raw.get("description", ""),
                         classes=dict(raw.get("classes", {})), model=raw.get("model"))
 
-    def label_set(self, name: str | None) -> Any:
-        """A label set by name (None for no name); NotFound lists the available ones."""
+    def label_set(self, name: str | None, ref: ModelRef | None = None) -> Any:
+        """A label set by name (None for no name); NotFound lists the available ones.
+
+        PATTERN_LABELS resolves per model: ``ref``'s classes from its attention patterns
+        (``pattern_label_set``); without ``ref`` it is an Invalid request.
+        """
         if not name:
             return None
+        if name == PATTERN_LABELS:
+            if ref is None:
+                raise Invalid(f"label set {PATTERN_LABELS!r} is computed per model: give model=")
+            return self.pattern_label_set(ref)
         found = self.builtin_label_sets().get(name) or self._uploaded(name)
         if found is None:
-            sets = sorted(self.label_sets())
+            sets = sorted([*self.label_sets(), PATTERN_LABELS])
             raise NotFound(f"unknown label set {name!r}; available: {sets}", allowed=sets)
         return found
 
+    def pattern_label_set(self, ref: ModelRef) -> Any:
+        """core.labels.LabelSet of ``ref``'s heads classed by attention-pattern scores.
+
+        Built from the cached (single-flight) pattern scores with PATTERN_LABEL_THRESHOLDS;
+        heads named L{layer}H{head} (original block numbers). NotFound when the model cannot
+        be run here (no attention patterns).
+        """
+        from headgraph.core.labels import label_set_from_scores
+
+        patterns = self.patterns(ref)
+        grids = {kind: torch.tensor(np.asarray(patterns["scores"][kind], dtype=np.float64))
+                 for kind in PATTERN_LABEL_THRESHOLDS}  # JSON null (NaN) -> nan
+        ls = label_set_from_scores(grids, patterns["layer_indices"], PATTERN_LABEL_THRESHOLDS,
+                                   name=PATTERN_LABELS, description=PATTERN_LABEL_DESCRIPTION)
+        return replace(ls, model=ref.id)
+
     def save_label_set(self, label_set: Any) -> None:
-        if label_set.name in self.builtin_label_sets():
+        if label_set.name in self.builtin_label_sets() or label_set.name == PATTERN_LABELS:
             raise Invalid(f"label set name {label_set.name!r} is taken by a built-in set")
         self.store.meta.set("labels:" + label_set.name, label_set.to_dict(), retry=True)
 
@@ -527,7 +567,7 @@ class Service:
         """Head graph (core.graph.build_graph) as JSON: node-link, hubs, class counts; cached."""
         for p in pairings:
             check_pairing(p)
-        label_set = self.label_set(labels)
+        label_set = self.label_set(labels, ref)
         params = {"pairings": ",".join(pairings), "granularity": granularity, "k": k,
                   "threshold": threshold, "threshold_on": threshold_on,
                   "labels": "" if label_set is None else
@@ -539,13 +579,34 @@ class Service:
                                                             label_set=label_set).to_dict()),
                            ("graph", (ref,), {**kwargs, "labels": labels}))
 
+    def hubs(self, ref: ModelRef, *, pairings: list[str] | tuple[str, ...] = GRAPH_PAIRINGS,
+             k: int = 20) -> dict[str, Any]:
+        """Hub table of the paper's head graph: PK, forward order, head granularity, top-``k``
+        edges per pairing (paper: OQ/OK/OV, k = 20; on GPT-2 small its top hub is L4H7).
+
+        Read from the cached JSON graph (``graph``), so it is the very table GET /api/graph
+        returns for the same parameters: model, pairings, k, graph_rule (edge selection),
+        edge_counts, and core.hubs.HubTable.to_dict() (rule, threshold, hubs, rows, top),
+        plus top_hub.
+        """
+        names = [check_pairing(p) for p in dict.fromkeys(pairings)]
+        if not 1 <= int(k) <= 1000:
+            raise Invalid(f"k must be in 1..1000, got {k}")
+        g = self.graph(ref, pairings=names, granularity="head", k=int(k), threshold=None,
+                       threshold_on="pk", labels=None)
+        table = g["hubs"]
+        rows = table.get("rows", [])
+        return {"model": ref.id, "pairings": names, "k": int(k), "graph_rule": g.get("rule"),
+                "edge_counts": g.get("edge_counts"), **table,
+                "top_hub": rows[0]["name"] if rows else None}
+
     def graph_export(self, ref: ModelRef, fmt: str, *, pairings: list[str], granularity: str,
                      k: int | None, threshold: float | None, threshold_on: str,
                      labels: str | None) -> str:
         """The head graph as GraphML or GEXF text, cached like the JSON graph."""
         if fmt not in ("graphml", "gexf"):
             raise Invalid(f"unknown graph format {fmt!r}; allowed: ['graphml', 'gexf']")
-        label_set = self.label_set(labels)
+        label_set = self.label_set(labels, ref)
         kwargs = {"pairings": pairings, "granularity": granularity, "k": k,
                   "threshold": threshold, "threshold_on": threshold_on}
         params = {"format": fmt, "pairings": ",".join(pairings), "granularity": granularity,
@@ -629,7 +690,7 @@ class Service:
         s_role, t_role = pairing[0], pairing[1]
         sl, sh = parse_node(source, s_role, info)
         tl, th = parse_node(target, t_role, info)
-        label_set = self.label_set(labels)
+        label_set = self.label_set(labels, ref)
         ps = self.pk(ref, pairing, "all")
         detail = dict(self.pair_detail(ref, pairing, sl, sh, tl, th))
         forward = bool(info.layer_indices[sl] < info.layer_indices[tl])
@@ -675,7 +736,7 @@ class Service:
         info = self.model_info(ref)
         layer_pos, head = parse_node(name, "O", info)
         label = f"L{info.layer_indices[layer_pos]}H{head}"
-        label_set = self.label_set(labels)
+        label_set = self.label_set(labels, ref)
         out: dict[str, Any] = {"model": ref.id, "head": label,
                                "layer": info.layer_indices[layer_pos], "index": head,
                                "class": None if label_set is None else label_set.class_of(label),

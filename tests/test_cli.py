@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import networkx as nx
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -177,6 +178,93 @@ def test_compute_reports_progress_on_stderr_only(tmp_path):
     out = json.loads(proc.stdout)
     assert out["model"] == "demo" and "pk OK" in out["computed"] and "cs K" in out["computed"]
     assert "100%" in proc.stderr
+
+
+# -- hubs ----------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def api(gpt2_dir, tmp_path_factory):
+    """The HTTP API in-process (its own cache), serving the same local folder as local:<name>."""
+    from fastapi.testclient import TestClient
+
+    from headgraph.server.app import create_app
+    from headgraph.server.settings import Settings
+
+    settings = Settings(cache_dir=tmp_path_factory.mktemp("api-cache"), compute_processes=0,
+                        model_root=gpt2_dir.parent)
+    with TestClient(create_app(settings)) as client:
+        yield client
+
+
+def check_hub_report(report: dict, graph: dict, pairings: list[str], k: int) -> None:
+    """The CLI's hub table against degrees counted from the API graph's own edge list."""
+    edges = graph["graph"]["edges"]
+    assert len(edges) == k * len(pairings) == sum(report["edge_counts"].values())
+    assert {e["pairing"] for e in edges} == set(pairings) == set(report["pairings"])
+    ins, outs, weight = {}, {}, {}
+    for e in edges:
+        outs[e["source"]] = outs.get(e["source"], 0) + 1
+        ins[e["target"]] = ins.get(e["target"], 0) + 1
+        for end in (e["source"], e["target"]):
+            weight[end] = weight.get(end, 0.0) + e["score"]
+    rows = report["rows"]
+    names = [r["name"] for r in rows]
+    assert sorted(names) == sorted({n["id"] for n in graph["graph"]["nodes"]}) == sorted(weight)
+    assert names == [r["name"] for r in graph["hubs"]["rows"]]  # same ranking as the API
+    for r in rows:
+        assert (r["in_degree"], r["out_degree"]) == (ins.get(r["name"], 0), outs.get(r["name"], 0))
+        assert r["degree"] == r["in_degree"] + r["out_degree"]
+        assert r["weighted_degree"] == pytest.approx(weight[r["name"]], rel=1e-9)
+    # Ranked by total degree, ties by weighted degree, then name.
+    keys = [(-r["degree"], -r["weighted_degree"], r["name"]) for r in rows]
+    assert keys == sorted(keys) and [r["rank"] for r in rows] == list(range(1, len(rows) + 1))
+    degrees = np.array([r["degree"] for r in rows], dtype=float)
+    threshold = degrees.mean() + 2 * degrees.std()
+    assert report["threshold"] == pytest.approx(threshold)
+    assert [r["is_hub"] for r in rows] == [i == 0 or d > threshold for i, d in enumerate(degrees)]
+    assert report["top_hub"] == rows[0]["name"] == report["hubs"][0]
+    g = nx.MultiDiGraph()
+    g.add_edges_from((e["source"], e["target"], {"score": e["score"]}) for e in edges)
+    pagerank = nx.pagerank(g, weight="score")
+    assert all(r["pagerank"] == pytest.approx(pagerank[r["name"]], abs=1e-6) for r in rows)
+    assert "total degree" in report["rule"] and f"top-{k}" in report["graph_rule"]
+
+
+@pytest.mark.parametrize("which, pairings, k", [("demo", "OQ,OK,OV", 20), ("folder", "OQ,OK,OV", 20),
+                                                ("demo", "OK,OV", 7)])
+def test_hubs_json_matches_api_graph(which, pairings, k, gpt2_dir, cache_dir, api):
+    model = "demo" if which == "demo" else str(gpt2_dir)
+    api_model = "demo" if which == "demo" else f"local:{gpt2_dir.name}"
+    args = ["hubs", model, "--json"] + (["--pairings", pairings, "--top", str(k)]
+                                        if (pairings, k) != ("OQ,OK,OV", 20) else [])
+    report = json.loads(run_cli(*args, cache=cache_dir).stdout)  # exactly one JSON object
+    graph = api.get("/api/graph", params={"model": api_model, "pairings": pairings, "k": k})
+    assert graph.status_code == 200, graph.text
+    check_hub_report(report, graph.json(), pairings.split(","), k)
+    if which == "folder":
+        assert report["model"] == str(gpt2_dir.resolve())
+        assert {r["name"] for r in report["rows"]} <= {f"L{a}H{b}" for a in range(N_LAYER)
+                                                       for b in range(N_HEAD)}
+
+
+def test_hubs_text_table_and_help(cache_dir):
+    full = json.loads(run_cli("hubs", "demo", "--json", cache=cache_dir).stdout)
+    text = run_cli("hubs", "demo", "--rows", "3", cache=cache_dir).stdout
+    lines = text.splitlines()
+    assert any(line.startswith("rule: hub = total degree > mean + 2 std") for line in lines)
+    header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["rank", "node"])
+    assert lines[header].split() == ["rank", "node", "in", "out", "total", "weighted", "pagerank",
+                                     "betweenness", "hub"]
+    table = [line.split() for line in lines[header + 1:]]
+    assert [row[1] for row in table] == [r["name"] for r in full["rows"][:3]]
+    assert [int(row[4]) for row in table] == [r["degree"] for r in full["rows"][:3]]
+    assert table[0][-1] == "yes"
+    helptext = run_cli("hubs", "--help", cache=cache_dir).stdout
+    assert "headgraph hubs gpt2" in helptext and "L4H7" in helptext
+    assert "--top must be in 1..1000" in run_cli("hubs", "demo", "--top", "0", cache=cache_dir,
+                                                 expect=2).stderr
+    bad = run_cli("hubs", "demo", "--pairings", "OX", cache=cache_dir, expect=2)
+    assert "pairing" in bad.stderr and "Traceback" not in bad.stderr
 
 
 def test_bad_inputs_fail_cleanly(tmp_path):

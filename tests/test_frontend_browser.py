@@ -102,6 +102,19 @@ def test_cold_cache_progress_then_graph_and_api_stays_responsive(server: Server,
     fig = wait_figure(page, "graph", lambda f: len(trace_points(f, "edge")) == 60)
     edges = {(cd[1], cd[2], cd[3]) for _, _, cd in trace_points(fig, "edge")}
     assert edges == {(e["source"], e["target"], e["pairing"]) for e in graph["graph"]["edges"]}
+    # No overlay in the link: the demo opens with the API's per-model "patterns" classes, and
+    # the legend names the classes the API gives the graph's nodes.
+    assert "overlay" not in query_of(page.url)
+    assert page.locator("#overlay-select").inner_text().startswith("patterns")
+    classed = api(server, "/api/graph", model="demo", pairings="OQ,OK,OV", k=20, labels="patterns")
+    node_classes = {n.get("head_class") for n in classed["graph"]["nodes"]} - {None}
+    assert {"Induction", "Previous Token"} <= node_classes
+    legend = page.locator("#graph .legend .legendtext")
+    wait_until(lambda: {"Induction", "Previous Token"} <= set(legend.all_text_contents()), 30,
+               message="class legend", page=page)
+    shown = {t for t in legend.all_text_contents() if t != "no class" and not t.endswith(")")}
+    assert shown <= node_classes  # every class in the legend is one the API gave a node
+    assert int(stat(page, "in-class")) == classed["class_counts"]["in_class"]
 
 
 # -- heatmap ----------------------------------------------------------------------------------
@@ -286,11 +299,23 @@ def test_overlay_upload_error_then_success(server: Server, page: Page) -> None:
                          files=[{"name": "demo_classes.csv", "mimeType": "text/csv", "buffer": good}])
     wait_until(lambda: query_of(page.url).get("overlay") == "demo_classes", 20, message="overlay in URL",
                page=page)
-    fig = wait_figure(page, "graph", lambda f: any(t.get("name") == "Previous Token" for t in f["data"]))
-    names = {t.get("name") for t in fig["data"]}
-    assert "Induction" in names
+    # The page opened with the default "patterns" overlay (same class names): wait for the
+    # uploaded set's own counts before reading the figure.
     graph = api(server, "/api/graph", model="demo", pairings="OQ,OK,OV", k=20, labels="demo_classes")
-    assert stat(page, "in-class") == str(graph["class_counts"]["in_class"])
+    default = api(server, "/api/graph", model="demo", pairings="OQ,OK,OV", k=20, labels="patterns")
+    assert graph["class_counts"] != default["class_counts"]
+    wait_until(lambda: stat(page, "in-class") == str(graph["class_counts"]["in_class"]), 30,
+               message="uploaded overlay's class counts", page=page)
+    fig = figure(page, "graph")
+    classes = {n["id"]: n.get("head_class") for n in graph["graph"]["nodes"]}
+    names = {t.get("name") for t in fig["data"]}
+    assert "Induction" in names and "Previous Token" in names
+    shown = {cd[1] for _, _, cd in trace_points(fig, "node")}
+    for tr in fig["data"]:  # each node sits in the trace of the uploaded set's class
+        for cd in tr.get("customdata") or []:
+            if isinstance(cd, list) and cd and cd[0] == "node" and cd[1] in classes:
+                assert tr["name"].removesuffix(" (hub)") == (classes[cd[1]] or "no class")
+    assert set(classes) <= shown
 
 
 # -- downloads and the offline hub model --------------------------------------------------------

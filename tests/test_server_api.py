@@ -331,6 +331,74 @@ def test_labels_list_get_and_upload(api):
     assert "mine" in {s["name"] for s in ok(api.get("/api/labels"))["label_sets"]}
 
 
+PATTERN_CLASS_NAMES = {"previous_token": "Previous Token", "induction": "Induction",
+                       "duplicate_token": "Duplicate Token"}
+
+
+def test_per_model_pattern_labels_follow_pattern_scores(api):
+    """labels=patterns: each model's heads classed from its own /api/patterns scores."""
+    listed = {s["name"]: s for s in ok(api.get("/api/labels"))["label_sets"]}
+    assert listed["patterns"]["per_model"] and listed["patterns"]["n_heads"] is None
+    assert not listed["ioi_gpt2_small"]["per_model"]
+    ls = ok(api.get("/api/labels/patterns", params={"model": "demo"}))
+    assert ls["per_model"] and ls["model"] == "demo"
+    thr = ls["thresholds"]
+    assert set(thr) <= set(PATTERN_CLASS_NAMES) and all(0 < t < 1 for t in thr.values())
+
+    # Independent classing in numpy: highest score among the kinds above their threshold.
+    p = ok(api.get("/api/patterns", params={"model": "demo"}))
+    kinds = list(thr)
+    scores = np.stack([np.array(p["scores"][k], dtype=float) for k in kinds])  # [C, L, H]
+    above = scores > np.array([thr[k] for k in kinds])[:, None, None]
+    best = np.where(above, scores, -np.inf).argmax(axis=0)
+    expected = {f"L{layer}H{h}": PATTERN_CLASS_NAMES[kinds[best[i, h]]]
+                for i, layer in enumerate(p["layer_indices"]) for h in range(H) if above[:, i, h].any()}
+    assert ls["classes"] == expected
+    prev = np.array(p["scores"]["previous_token"])
+    i, h = np.unravel_index(prev.argmax(), prev.shape)
+    prev_head = f"L{p['layer_indices'][i]}H{h}"  # the demo's previous-token head (L0H0)
+    assert prev[i, h] > thr["previous_token"] and expected[prev_head] == "Previous Token"
+    induction_l1 = [f"L1H{h}" for h in range(H) if expected.get(f"L1H{h}") == "Induction"]
+    assert induction_l1
+    assert all(p["scores"]["induction"][1][int(n[3:])] > thr["induction"] for n in induction_l1)
+
+    g = ok(api.get("/api/graph", params={"model": "demo", "pairings": "OQ,OK,OV", "k": 20,
+                                         "labels": "patterns"}))
+    assert g["labels"] == "patterns" and g["class_counts"]["in_class"] > 0
+    nodes = {n["id"]: n for n in g["graph"]["nodes"]}
+    assert g["class_counts"]["in_class"] == len(set(nodes) & set(expected))
+    assert sum(g["class_counts"].values()) == len(nodes)
+    assert all(n.get("head_class") == expected.get(name) for name, n in nodes.items())
+    assert "Previous Token" in {n.get("head_class") for n in nodes.values()}
+    assert "Induction" in {n.get("head_class") for n in nodes.values()}
+
+    head = ok(api.get("/api/head", params={"model": "demo", "head": prev_head, "labels": "patterns"}))
+    assert head["class"] == "Previous Token" and head["labels"] == "patterns"
+    pair = ok(api.get("/api/pair", params={"model": "demo", "pairing": "OK", "source": prev_head,
+                                           "target": induction_l1[0], "labels": "patterns"}))
+    assert (pair["source_class"], pair["target_class"]) == ("Previous Token", "Induction")
+    gml = api.get("/api/download", params={"what": "graph", "format": "graphml", "labels": "patterns"})
+    assert gml.status_code == 200
+    classes = nx.get_node_attributes(nx.parse_graphml(gml.text, force_multigraph=True), "head_class")
+    assert classes and all(expected[n] == c for n, c in classes.items())
+
+    # Per model: the same name gives the local GQA model its own classes, from its own scores.
+    assert "model=" in err(api.get("/api/labels/patterns"), 422)
+    q_ls = ok(api.get("/api/labels/patterns", params={"model": "local:qwen2-tiny"}))
+    q_p = ok(api.get("/api/patterns", params={"model": "local:qwen2-tiny"}))
+    assert q_ls["model"] == "local:qwen2-tiny"
+    for name, cls in q_ls["classes"].items():
+        layer, head_i = (int(x) for x in name[1:].split("H"))
+        kind = next(k for k, v in PATTERN_CLASS_NAMES.items() if v == cls)
+        assert q_p["scores"][kind][q_p["layer_indices"].index(layer)][head_i] > thr[kind]
+    qg = ok(api.get("/api/graph", params={"model": "local:qwen2-tiny", "labels": "patterns",
+                                          "k": 5, "pairings": "OQ"}))
+    assert qg["class_counts"]["in_class"] == len({n["id"] for n in qg["graph"]["nodes"]}
+                                                 & set(q_ls["classes"]))
+    assert "patterns" in err(api.post("/api/labels", params={"name": "patterns"}, content="head,class\nL0H0,A\n",
+                                      headers={"content-type": "text/csv"}), 422)
+
+
 def test_malformed_label_uploads_name_the_line(api):
     bad = "head,class\nL0H1,Previous Token\nnot-a-head,Induction\n"
     msg = err(api.post("/api/labels", params={"name": "bad1"}, content=bad,

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from dash import html
 
 from headgraph.frontend.api_client import ApiClient, ApiError
+from headgraph.frontend.state import PATTERN_OVERLAY
+
+T = TypeVar("T")
 
 ApiProvider = Callable[[], ApiClient]
 WAITING = "waiting for the model's results (see the progress bar above)…"
@@ -32,21 +35,35 @@ def overlay_options(sets: list[dict[str, Any]] | None, current: str | None = Non
     out = []
     for s in sets or []:
         hint = f" · {s['model']}" if s.get("model") else ""
-        out.append({"label": f"{s['name']} ({s.get('n_heads', '?')} heads{hint})", "value": s["name"],
-                    "title": s.get("description", "")})
+        label = (f"{s['name']} (per model)" if s.get("per_model")
+                 else f"{s['name']} ({s.get('n_heads', '?')} heads{hint})")
+        out.append({"label": label, "value": s["name"], "title": s.get("description", "")})
     if current and current not in {o["value"] for o in out}:
         out.append({"label": current, "value": current})
     return out
 
 
-def overlay_classes(client: ApiClient, overlay: str | None) -> dict[str, str]:
-    """head -> class map of a label set ({} when no overlay or it cannot be read)."""
+def overlay_classes(client: ApiClient, overlay: str | None, model: str | None = None) -> dict[str, str]:
+    """head -> class map of a label set for ``model`` ({} when no overlay or it cannot be read;
+    per-model sets such as ``patterns`` are read for ``model``)."""
     if not overlay:
         return {}
     try:
-        return dict(client.label_set(overlay).get("classes", {}))
+        return dict(client.get(f"/api/labels/{overlay}", model=model).get("classes", {}))
     except ApiError:
         return {}
+
+
+def with_overlay(call: Callable[[str | None], T], overlay: str | None) -> tuple[T, str | None]:
+    """(``call(overlay)``, None); for the per-model ``patterns`` overlay on a model the API
+    cannot run (404: no attention patterns), (``call(None)``, a note saying why no classes)."""
+    try:
+        return call(overlay or None), None
+    except ApiError as err:
+        if overlay != PATTERN_OVERLAY or err.status != 404:
+            raise
+        result = call(None)  # the model itself is fine: only its pattern classes are missing
+        return result, f"no class overlay: {err.message}"
 
 
 def stat(label: str, value: Any, key: str, fmt: str = "{}") -> html.Span:

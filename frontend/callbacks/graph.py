@@ -7,7 +7,7 @@ from typing import Any
 from dash import Dash, Input, Output, html, no_update
 
 from headgraph.frontend.api_client import ApiError
-from headgraph.frontend.callbacks.common import WAITING, ApiProvider, error_note, stat
+from headgraph.frontend.callbacks.common import WAITING, ApiProvider, error_note, stat, with_overlay
 from headgraph.frontend.figures import empty_figure, graph_figure
 from headgraph.frontend.graph_layout import grid_positions, positions
 from headgraph.frontend.state import threshold_on
@@ -49,6 +49,8 @@ def summary(data: dict[str, Any], threshold: float | None) -> list[Any]:
         parts += [stat("in-class", cc.get("in_class"), "in-class"),
                   stat("out-of-class", cc.get("out_of_class"), "out-of-class")]
     parts.append(html.Span(data.get("rule", ""), className="rule-text", id="graph-rule"))
+    if data.get("overlay_note"):
+        parts.append(html.Span(data["overlay_note"], className="hint", id="graph-overlay-note"))
     parts.append(html.Span("click a node for its head panel, the middle of an edge for the pair",
                            className="hint"))
     return parts
@@ -70,9 +72,13 @@ def load_graph(client: Any, params: dict[str, Any]) -> tuple[dict[str, Any], dic
         if threshold is None:
             threshold = lo + 0.8 * (hi - lo)
         slider = (lo, hi, (hi - lo) / SLIDER_STEPS or 0.01, {lo: f"{lo:.3g}", hi: f"{hi:.3g}"})
-    data = client.graph(model, pairings, k=None if threshold is not None else params["k"],
-                        threshold=threshold, threshold_on=threshold_on(params["metric"]),
-                        labels=params.get("overlay") or None)
+    data, note = with_overlay(
+        lambda labels: client.graph(model, pairings, k=None if threshold is not None else params["k"],
+                                    threshold=threshold, threshold_on=threshold_on(params["metric"]),
+                                    labels=labels),
+        params.get("overlay"))
+    if note:
+        data = {**data, "overlay_note": note}
     return data, info, threshold, slider
 
 

@@ -48,7 +48,7 @@ def register(app: Dash, api: ApiProvider) -> None:
             extra = hover_grids(client, model, pairing, metric)
         except ApiError as err:
             return empty_figure(err.message), [error_note(err.message)], None
-        classes = overlay_classes(client, params.get("overlay"))
+        classes = overlay_classes(client, params.get("overlay"), model)
         fig = score_heatmap(grid, metric=metric, hover_grids=extra, classes=classes)
         rows, cols = len(grid["source_labels"]), len(grid["target_labels"])
         n_valid = sum(v for a in grid["valid"] for b in a for c in b for v in c)

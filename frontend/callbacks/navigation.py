@@ -17,8 +17,8 @@ from dash.exceptions import PreventUpdate
 from headgraph.frontend.callbacks.common import model_options, overlay_options
 from headgraph.frontend.layout import VIEW_CONTROLS
 from headgraph.frontend.state import (DIRECTIONS, GRAPH_PAIRINGS, HEAD_RE, K_MAX, LAYOUTS, METRICS,
-                                      PAIRINGS, ROLE_LETTERS, RULES, VIEWS, ViewState, parse_query,
-                                      to_query)
+                                      PAIRINGS, ROLE_LETTERS, RULES, VIEWS, ViewState, default_overlay,
+                                      parse_query, to_query)
 
 # (component id, property, ViewState field) for every control mirrored in the URL.
 CONTROLS: tuple[tuple[str, str, str], ...] = (
@@ -104,12 +104,20 @@ def set_field(state: ViewState, field: str, value: Any) -> ViewState:
     return state
 
 
-def apply_control(state: ViewState, field: str, value: Any) -> ViewState:
-    """The state after the user changed one control (with that control's side rules)."""
+def apply_control(state: ViewState, field: str, value: Any,
+                  label_sets: list[dict[str, Any]] | None = None) -> ViewState:
+    """The state after the user changed one control (with that control's side rules).
+
+    A model change clears the selection; an overlay that was the old model's default
+    (``default_overlay`` over ``label_sets``) becomes the new model's default, while one the
+    user picked stays.
+    """
     new = set_field(state, field, value)
     if new == state:
         return state
     if field == "model":
+        if state.overlay == default_overlay(state.model, label_sets):
+            new = new.with_(overlay=default_overlay(new.model, label_sets))
         return new.with_(head=None, pair=None)
     if field == "k":
         return new.with_(rule="topk")
@@ -217,10 +225,10 @@ def register(app: Dash) -> None:
         clears a dropdown value that is missing from its options, which would drop them from
         the URL on first load.
         """
-        state = parse_query(search)
+        models, label_sets = values[-2], values[-1]
+        state = parse_query(search, label_sets)
         trig = ctx.triggered_id
         n_out = len(CONTROLS)
-        models, label_sets = values[-2], values[-1]
         options = [model_options(models, state.model), overlay_options(label_sets, state.overlay)]
         if trig is None or trig in ("url", "models-store", "labels-store"):
             return [no_update] + control_values(state) + options
@@ -239,7 +247,7 @@ def register(app: Dash) -> None:
                 new = new.with_(head=trig["head"])
         elif control_trig is not None:
             i, field = fields[control_trig]
-            new = apply_control(new, field, values[i])
+            new = apply_control(new, field, values[i], label_sets)
         else:
             click = values[n_out + [c for c, _ in CLICKS].index(trig)]
             if trig in ("head-close", "pair-close") and not click:
@@ -259,12 +267,17 @@ def register(app: Dash) -> None:
         + [Output(f"ctl-{g}", "style") for g in CONTROL_GROUPS]
         + [Output("k-input", "style"), Output("threshold-box", "style"),
            Output("head-panel", "style"), Output("pair-panel", "style"), Output("side", "className")],
-        Input("url", "search"), Input("ready-store", "data"),
+        Input("url", "search"), Input("ready-store", "data"), Input("labels-store", "data"),
         [State(f"params-{s}", "data") for s in stores],
     )
-    def route(search: str | None, ready: dict[str, Any] | None, *current: Any) -> list[Any]:
-        """Per-view parameter stores (only the active view and the panels), visibility styles."""
-        state = parse_query(search)
+    def route(search: str | None, ready: dict[str, Any] | None, label_sets: list[dict[str, Any]] | None,
+              *current: Any) -> list[Any]:
+        """Per-view parameter stores (only the active view and the panels), visibility styles.
+
+        The label-set list is an input because a link without ``overlay`` opens the model's
+        default overlay, which depends on it (``default_overlay``).
+        """
+        state = parse_query(search, label_sets)
         out: list[Any] = []
         for store, old in zip(stores, current):
             if store in VIEW_OF_STORE and VIEW_OF_STORE[store] != state.view:

@@ -7,7 +7,7 @@ from typing import Any
 from dash import Dash, Input, Output, html
 
 from headgraph.frontend.api_client import ApiError
-from headgraph.frontend.callbacks.common import ApiProvider, error_note
+from headgraph.frontend.callbacks.common import ApiProvider, error_note, with_overlay
 from headgraph.frontend.figures import PAIRING_COLORS, cosines_figure, empty_figure
 
 
@@ -109,7 +109,8 @@ def register(app: Dash, api: ApiProvider) -> None:
         if not params.get("ready"):
             return [html.H3(params["head"]), html.P("waiting for the model's results…")]
         try:
-            data = api().head(params["model"], params["head"], labels=params.get("overlay") or None)
+            data, _ = with_overlay(lambda labels: api().head(params["model"], params["head"], labels=labels),
+                                   params.get("overlay"))
         except ApiError as err:
             return [html.H3(params["head"]), error_note(err.message)]
         return head_body(data)
@@ -123,7 +124,9 @@ def register(app: Dash, api: ApiProvider) -> None:
         if not params.get("ready"):
             return [html.H3(f"{s} → {t}"), html.P("waiting for the model's results…")], empty_figure("", 200)
         try:
-            data = api().pair(params["model"], params["pairing"], s, t, labels=params.get("overlay") or None)
+            data, _ = with_overlay(lambda labels: api().pair(params["model"], params["pairing"], s, t,
+                                                             labels=labels),
+                                   params.get("overlay"))
         except ApiError as err:
             return [html.H3(f"{s} → {t}"), error_note(err.message)], empty_figure(err.message, 200)
         return pair_body(data), cosines_figure(data)

@@ -1,4 +1,6 @@
-"""Head-class label sets: built-in (IOI, identity heads...) and uploaded (JSON or CSV)."""
+"""Head-class label sets: built-in (IOI, identity heads...), uploaded (JSON or CSV), and the
+per-model ``patterns`` set (each model's heads classed by its own attention-pattern scores),
+which every endpoint taking ``labels=`` accepts for any model that can be run here."""
 
 from __future__ import annotations
 
@@ -8,10 +10,11 @@ from typing import Any
 from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 
-from headgraph.server.deps import TOKEN_PROTECTED, get_service, require_token
+from headgraph.server.deps import TOKEN_PROTECTED, cached_first, get_service, require_token
 from headgraph.server.errors import Invalid
 from headgraph.server.schemas import ErrorBody, LabelSetList, LabelSetOut
-from headgraph.server.service import Service
+from headgraph.server.service import (PATTERN_LABEL_CLASSES, PATTERN_LABEL_DESCRIPTION,
+                                      PATTERN_LABEL_THRESHOLDS, PATTERN_LABELS, Service)
 
 router = APIRouter(prefix="/api/labels", tags=["labels"])
 MAX_UPLOAD = 1 << 20
@@ -33,23 +36,43 @@ UPLOAD_BODY = {
 
 def summary(label_set: Any, builtin: bool) -> dict[str, Any]:
     return {"name": label_set.name, "description": label_set.description,
-            "model": label_set.model, "builtin": builtin, "n_heads": len(label_set.classes),
-            "classes": label_set.class_names}
+            "model": label_set.model, "builtin": builtin, "per_model": False,
+            "n_heads": len(label_set.classes), "classes": label_set.class_names}
+
+
+def pattern_summary() -> dict[str, Any]:
+    """The per-model set PATTERN_LABELS as listed without a model (its heads depend on one)."""
+    return {"name": PATTERN_LABELS, "description": PATTERN_LABEL_DESCRIPTION, "model": None,
+            "builtin": True, "per_model": True, "n_heads": None,
+            "classes": list(PATTERN_LABEL_CLASSES)}
 
 
 @router.get("", response_model=LabelSetList, summary="Available label sets")
 def list_label_sets(service: Service = Depends(get_service)) -> Any:
     builtin = set(service.builtin_label_sets())
     sets = service.label_sets()
-    return {"label_sets": [summary(ls, name in builtin) for name, ls in sorted(sets.items())]}
+    listed = [summary(ls, name in builtin) for name, ls in sets.items()] + [pattern_summary()]
+    return {"label_sets": sorted(listed, key=lambda s: s["name"])}
 
 
-@router.get("/{name}", response_model=LabelSetOut, responses={404: {"model": ErrorBody}},
-            summary="One label set with its head -> class map")
-def get_label_set(name: str = Path(..., min_length=1, max_length=128),
-                  service: Service = Depends(get_service)) -> Any:
-    ls = service.label_set(name)
-    return {**ls.to_dict(), "builtin": name in service.builtin_label_sets()}
+@router.get("/{name}", response_model=LabelSetOut,
+            responses={404: {"model": ErrorBody}, 403: {"model": ErrorBody},
+                       422: {"model": ErrorBody}},
+            summary="One label set with its head -> class map (per-model sets need ?model=)")
+async def get_label_set(name: str = Path(..., min_length=1, max_length=128),
+                        model: str | None = Query(None, min_length=1, max_length=512,
+                                                  description="model of a per-model set "
+                                                  f"({PATTERN_LABELS!r}); ignored for the others"),
+                        service: Service = Depends(get_service)) -> Any:
+    if name != PATTERN_LABELS:
+        ls = service.label_set(name)
+        return {**ls.to_dict(), "builtin": name in service.builtin_label_sets()}
+    if model is None:
+        raise Invalid(f"label set {PATTERN_LABELS!r} is computed per model: give model=")
+    ref = service.resolve(model)
+    ls = await cached_first(service.pattern_label_set, ref)
+    return {**ls.to_dict(), "builtin": True, "per_model": True,
+            "thresholds": dict(PATTERN_LABEL_THRESHOLDS)}
 
 
 def _format_of(fmt: str | None, filename: str | None, content_type: str) -> str:
