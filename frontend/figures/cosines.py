@@ -1,0 +1,23 @@
+"""Principal-angle cosines of one head pair as a bar chart (PK is the sum of their squares).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import plotly.graph_objects as go
+
+from headgraph.frontend.figures.common import base_layout, pairing_color
+
+
+def cosines_figure(pair: dict[str, Any]) -> go.Figure:
+    """Principal-angle cosines of one head pair, descending (PK = sum of their squares)."""
+    cos = pair["cosines"]
+    fig = go.Figure(go.Bar(x=list(range(1, len(cos) + 1)), y=cos,
+                           marker=dict(color=pairing_color(pair["pairing"], 0.8)),
+                           hovertemplate="cos θ%{x} = %{y:.4f}<extra></extra>"))
+    fig.update_xaxes(title="principal angle", dtick=max(1, len(cos) // 8))
+    fig.update_yaxes(title="cosine", range=[0, 1])
+    fig = base_layout(fig, f"principal cosines · PK = Σcos² = {pair['pk']:.4g}", height=260)
+    fig.update_layout(margin=dict(l=50, r=10, t=40, b=40))
+    return fig

@@ -1,0 +1,57 @@
+"""PK vs Composition Score scatter (paper Fig. 5) with quadrant colours and top-x% cutoffs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import plotly.graph_objects as go
+
+from headgraph.frontend.figures.common import base_layout, fmt_value
+
+QUADRANTS: dict[int, tuple[str, str]] = {3: ("both", "#9467bd"), 1: ("PK only", "#d62728"),
+                                         2: ("CS only", "#1f77b4"), 0: ("others", "#c7c7c7")}
+
+
+def top_cutoffs(points: dict[str, Any]) -> tuple[float | None, float | None]:
+    """Where the top-x% sets start: the lowest PK among the API's PK-top quadrants (1, 3) and
+    the lowest CS among its CS-top quadrants (2, 3)."""
+    quad = points.get("quadrant") or []
+    pk_top = [v for v, q in zip(points["pk"], quad) if q in (1, 3)]
+    cs_top = [v for v, q in zip(points["cs"], quad) if q in (2, 3)]
+    return (min(pk_top) if pk_top else None, min(cs_top) if cs_top else None)
+
+
+def scatter_figure(data: dict[str, Any]) -> go.Figure:
+    """PK vs CS per pair (paper Fig. 5): quadrant colours, top-x% cutoff lines, Spearman rho."""
+    pts = data["points"]
+    cmp_ = data.get("comparison", {})
+    quad = pts.get("quadrant") or [0] * len(pts["pk"])
+    fig = go.Figure()
+    for code in (0, 2, 1, 3):
+        name, color = QUADRANTS[code]
+        idx = [i for i, q in enumerate(quad) if q == code]
+        trace = go.Scattergl if len(quad) > 5000 else go.Scatter
+        fig.add_trace(trace(
+            x=[pts["cs"][i] for i in idx], y=[pts["pk"][i] for i in idx], mode="markers",
+            name=f"{name} ({len(idx)})",
+            customdata=[[pts["source"][i], pts["target"][i]] for i in idx],
+            marker=dict(size=7 if code else 5, color=color, opacity=0.9 if code else 0.55,
+                        line=dict(width=0)),
+            hovertemplate="%{customdata[0]} → %{customdata[1]}<br>PK %{y:.4g}<br>CS %{x:.4g}<extra>"
+                          + name + "</extra>"))
+    pk_cut, cs_cut = top_cutoffs(pts)
+    if pk_cut is not None:
+        fig.add_hline(y=pk_cut, line=dict(color="#d62728", dash="dash", width=1.2),
+                      annotation_text=f"top {data['top_percent']:g}% PK", annotation_position="top left")
+    if cs_cut is not None:
+        fig.add_vline(x=cs_cut, line=dict(color="#1f77b4", dash="dash", width=1.2),
+                      annotation_text=f"top {data['top_percent']:g}% CS", annotation_position="top right")
+    rho_all, rho_top = cmp_.get("rho_all"), cmp_.get("rho_top")
+    fig.update_xaxes(title=f"Composition Score (mode {data.get('mode', '')})")
+    fig.update_yaxes(title=f"PK ({data['pairing']})")
+    title = (f"{data['pairing']}: PK vs CS · Spearman ρ all = {fmt_value(rho_all)}, "
+             f"top set = {fmt_value(rho_top)}")
+    fig = base_layout(fig, title, height=560)
+    fig.update_layout(legend=dict(title="quadrant"), clickmode="event")
+    return fig

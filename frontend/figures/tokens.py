@@ -1,0 +1,68 @@
+"""Per-head layer x head grids of attention-pattern scores (Fig. 7) and top tokens of a role subspace (Fig. 6).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from headgraph.frontend.figures.common import base_layout
+
+
+def patterns_figure(patterns: dict[str, Any], classes: dict[str, str] | None = None) -> go.Figure:
+    """One layer x head heatmap per attention-pattern score (identity, previous token, ...)."""
+    kinds = patterns["kinds"]
+    layers = patterns["layer_indices"]
+    fig = make_subplots(rows=1, cols=len(kinds), subplot_titles=[k.replace("_", " ") for k in kinds],
+                        horizontal_spacing=0.025, shared_yaxes=True)
+    for c, kind in enumerate(kinds, start=1):
+        z = patterns["scores"][kind]
+        n = len(z[0]) if z else 0
+        names = [[f"L{layer}H{h}" for h in range(n)] for layer in layers]
+        fig.add_trace(go.Heatmap(z=z, x=list(range(n)), y=list(range(len(layers))), zmin=0, zmax=1,
+                                 coloraxis="coloraxis", customdata=names, xgap=1, ygap=1,
+                                 hovertemplate=f"%{{customdata}}<br>{kind}: %{{z:.3f}}<extra></extra>"),
+                      row=1, col=c)
+        fig.update_xaxes(tickmode="array", tickvals=list(range(0, n, max(1, n // 8))),
+                         ticktext=[f"H{h}" for h in range(0, n, max(1, n // 8))], row=1, col=c)
+    fig.update_yaxes(tickmode="array", tickvals=list(range(len(layers))),
+                     ticktext=[f"L{layer}" for layer in layers], row=1, col=1)
+    fig.update_layout(coloraxis=dict(colorscale="Magma", cmin=0, cmax=1,
+                                     colorbar=dict(title=dict(text="score", side="right"), thickness=12)))
+    return base_layout(fig, "Attention-pattern scores per head (identity and pattern scores, Fig. 7)",
+                       height=max(260, 120 + 36 * len(layers)))
+
+
+def token_grid_figure(tokens: dict[str, Any], layers: Sequence[int], n_heads: int,
+                      shown: int = 3) -> go.Figure:
+    """Top tokens of each head's role subspace in a layer x head grid (paper Fig. 6).
+
+    Cell colour = top-1 score; cell text = the ``shown`` best tokens.
+    """
+    rows = {(h["layer"], h["head"]): h for h in tokens["heads"]}
+    z, text, hover = [], [], []
+    for layer in layers:
+        zr, tr, hr = [], [], []
+        for head in range(n_heads):
+            h = rows.get((layer, head))
+            toks = h["tokens"] if h else []
+            zr.append(toks[0]["score"] if toks else None)
+            tr.append("<br>".join(t.get("display", t.get("text", "")) for t in toks[:shown]))
+            hr.append(f"{h['name'] if h else ''}<br>" + "<br>".join(
+                f"{t.get('display', t.get('text', ''))}  {t['score']:.3f}" for t in toks))
+        z.append(zr)
+        text.append(tr)
+        hover.append(hr)
+    fig = go.Figure(go.Heatmap(z=z, x=list(range(n_heads)), y=list(range(len(layers))), text=text,
+                               texttemplate="%{text}", textfont=dict(size=10), customdata=hover,
+                               hovertemplate="%{customdata}<extra></extra>", colorscale="YlGnBu",
+                               xgap=2, ygap=2,
+                               colorbar=dict(title=dict(text="top score", side="right"), thickness=12)))
+    fig.update_xaxes(title="head", tickmode="array", tickvals=list(range(n_heads)),
+                     ticktext=[f"H{h}" for h in range(n_heads)], showgrid=False)
+    fig.update_yaxes(title="layer (deeper ↑)", tickmode="array", tickvals=list(range(len(layers))),
+                     ticktext=[f"L{layer}" for layer in layers], showgrid=False)
+    return base_layout(fig, f"Top tokens of each head's {tokens['role']} subspace (fraction of the centred "
+                            "unembedding vector inside the subspace)", height=max(300, 150 + 70 * len(layers)))
