@@ -126,12 +126,32 @@ def point_xy(page: Any, graph_id: str, x: float, y: float) -> tuple[float, float
         }""", [graph_id, x, y]))
 
 
-def click_point(page: Any, graph_id: str, x: float, y: float) -> None:
-    """Hover then click a data point, as a user would (Plotly clicks act on the hovered point)."""
-    px, py = point_xy(page, graph_id, x, y)
-    page.mouse.move(px, py)
-    page.wait_for_timeout(150)
-    page.mouse.click(px, py)
+def click_point(page: Any, graph_id: str, x: float, y: float, *, expect: Any = None,
+                attempts: int = 3, timeout_ms: int = 10_000) -> None:
+    """Hover then click a data point, as a user would (Plotly clicks act on the hovered point).
+
+    The graph is scrolled into view and the point's pixel position read just before the
+    click, since opening a side panel resizes and redraws the plot. With ``expect`` (a
+    locator), a click that did not land (plot still redrawing) is repeated, as a user would,
+    until ``expect`` is visible; the last failure is raised.
+    """
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    for attempt in range(attempts):
+        page.locator(f"#{graph_id}").scroll_into_view_if_needed()
+        page.wait_for_timeout(150)
+        px, py = point_xy(page, graph_id, x, y)
+        page.mouse.move(px, py)
+        page.wait_for_timeout(150)
+        page.mouse.click(px, py)
+        if expect is None:
+            return
+        try:
+            expect.wait_for(timeout=timeout_ms)
+            return
+        except PlaywrightTimeout:
+            if attempt == attempts - 1:
+                raise
 
 
 def query_of(url: str) -> dict[str, str]:

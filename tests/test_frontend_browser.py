@@ -137,9 +137,8 @@ def test_heatmap_cells_equal_api_grid(server: Server, page: Page) -> None:
                 assert z[i][j] is None
     # Clicking a valid cell opens that pair; the head grid then shows its source head.
     i, j = next((i, j) for i in range(16) for j in range(16) if ok[i][j])
-    click_point(page, "heatmap", j, i)
     title = page.locator("#pair-panel-title")
-    title.wait_for(timeout=30_000)
+    click_point(page, "heatmap", j, i, expect=title)
     src, tgt = grid["source_labels"][i], grid["target_labels"][j]
     assert title.get_attribute("data-pair") == f"{src},{tgt}"
     assert query_of(page.url)["pair"] == f"{src},{tgt}"
@@ -156,9 +155,8 @@ def test_graph_node_and_edge_clicks_open_panels_and_update_url(server: Server, p
     fig = wait_figure(page, "graph", lambda f: len(trace_points(f, "edge")) == 15)
     # Node click -> head panel + URL.
     x, y, cd = next(p for p in trace_points(fig, "node") if p[2][1] == "L1H4")
-    click_point(page, "graph", x, y)
     head_title = page.locator("#head-panel-title")
-    head_title.wait_for(timeout=30_000)
+    click_point(page, "graph", x, y, expect=head_title)
     assert head_title.get_attribute("data-head") == "L1H4"
     wait_until(lambda: query_of(page.url).get("head") == "L1H4", 10, message="head in URL", page=page)
     head = api(server, "/api/head", model="demo", head="L1H4")
@@ -167,9 +165,8 @@ def test_graph_node_and_edge_clicks_open_panels_and_update_url(server: Server, p
     # Edge click -> pair panel with the API's PK.
     fig = figure(page, "graph")
     x, y, cd = trace_points(fig, "edge")[0]
-    click_point(page, "graph", x, y)
     pair_title = page.locator("#pair-panel-title")
-    pair_title.wait_for(timeout=30_000)
+    click_point(page, "graph", x, y, expect=pair_title)
     assert pair_title.get_attribute("data-pair") == f"{cd[1]},{cd[2]}"
     assert pair_title.get_attribute("data-pairing") == cd[3]
     q = query_of(page.url)
@@ -242,9 +239,8 @@ def test_scatter_matches_api_and_point_click_opens_pair(server: Server, page: Pa
     both = next(t for t in fig["data"] if t["name"].startswith("both"))
     assert len(both["x"]) == data["comparison"]["counts"]["both"]
     x, y, (s, t) = both["x"][0], both["y"][0], both["customdata"][0]
-    click_point(page, "scatter", x, y)
     title = page.locator("#pair-panel-title")
-    title.wait_for(timeout=30_000)
+    click_point(page, "scatter", x, y, expect=title)
     assert title.get_attribute("data-pair") == f"{s},{t}"
 
 
