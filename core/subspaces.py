@@ -4,11 +4,20 @@ Rank rule as TransformerLens's ``orthonormal_subspace``: singular values are com
 float32 (float64 kept), and a head's numerical rank counts singular values above
 ``rtol * s_max`` with default ``rtol = max(d_model, d_head) * eps(compute dtype)``.
 
-Factorization: one batched thin QR W = Q R and the singular values of the small R (equal to
-W's), instead of a full SVD of W, which costs ~1.5x as much on CPU. Q is an orthonormal basis
-of a full-rank head's span (PK does not depend on the basis); where the order of directions
-matters (rank-deficient heads, truncation to a common rank) Q is rotated by R's left singular
-vectors, giving exactly the SVD's U.
+Factorization (cheapest exact one first):
+
+* Cholesky QR for heads whose small Gram matrix G = W^T W certifies full rank: the
+  eigenvalues of G give the singular values (s = sqrt(lambda), relative error
+  ~eps (s_max / s)^2); G is rounded by at most ~d w eps lambda_max, so when
+  ``lambda_min > (rtol^2 + 2 d w eps) lambda_max`` (w = d_head) no singular value can lie
+  below the rank threshold and the head has full rank. Its basis is
+  Z = W L^-T (G = L L^T), orthonormal to ~eps * cond(W)^2; a second pass (Z^T Z = L2 L2^T,
+  Z <- Z L2^-T, "CholeskyQR2") is applied to heads with cond(W)^2 > 8, bringing every basis
+  to ~eps. Cost: two small batched matrix products plus [w, w] factorizations.
+* Householder QR W = Q R plus the singular values of the small R (equal to W's) for every
+  other head (near rank-deficient or truncated), with Q rotated by R's left singular vectors
+  where the order of directions matters (rank-deficient heads, truncation to a common rank),
+  giving exactly the SVD's U.
 """
 
 from __future__ import annotations
@@ -62,26 +71,103 @@ def _qr_svd(mats: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tenso
     return q, r, s
 
 
-def _factorize(mats: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Batched thin QR of ``[N, d, w]`` in ``dtype``: (Q [N, d, k], R [N, k, w], S [N, k]),
-    k = min(d, w), S the singular values of each matrix (those of its R).
+def _householder(mats: torch.Tensor, rtol: float,
+                 want: int | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Exact path for [n, d, w]: (U [n, d, min(d, w)], measured ranks [n], singular values).
 
-    One call for all heads; only roles whose input exceeds _FACTOR_CHUNK_BYTES are split into
-    chunks of heads (converted chunk by chunk, so no full-precision copy of a huge role).
+    Q of a thin QR spans each head's column space; it is rotated to the left singular vectors
+    (U = Q U_R) where the order matters: every head when truncating (``want``), rank-deficient
+    heads otherwise.
+    """
+    u, r_factor, s = _qr_svd(mats)
+    ranks = (s > s[:, :1] * rtol).sum(dim=-1)
+    width = u.shape[-1]
+    rotate = (torch.arange(u.shape[0], device=u.device) if want is not None
+              else torch.nonzero(ranks < width).flatten())
+    if rotate.numel():
+        u[rotate] = u[rotate] @ torch.linalg.svd(r_factor[rotate]).U
+    return u, ranks, s
+
+
+def _cholesky_inverse_t(gram: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """L^-T for G = L L^T [n, w, w] and a bool [n] telling where the factorization worked."""
+    chol, info = torch.linalg.cholesky_ex(gram)
+    eye = torch.eye(gram.shape[-1], dtype=gram.dtype, device=gram.device).expand_as(gram)
+    inv = torch.linalg.solve_triangular(chol, eye, upper=False)
+    return inv.transpose(-2, -1), info == 0
+
+
+def _orthonormalize(mats: torch.Tensor, rtol: float,
+                    want: int | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Bases of [n, d, w] (compute dtype): (U [n, d, min(d, w)], ranks [n], singular values).
+
+    Certified full-rank heads go through Cholesky QR (see the module docstring), the rest
+    (and every head when truncating to ``want``) through Householder QR + SVD of R.
+    """
+    n, d, w = mats.shape
+    if want is not None or w > d or n == 0:
+        return _householder(mats, rtol, want)
+    eps = torch.finfo(mats.dtype).eps
+    gram = mats.transpose(-2, -1) @ mats
+    try:
+        lam = torch.linalg.eigvalsh(gram)  # ascending
+    except RuntimeError as err:  # LAPACK failures on non-finite input
+        raise ValueError(f"weights cannot be factorized: {err}") from err
+    if not bool(torch.isfinite(lam).all()):
+        raise ValueError("weights contain non-finite values")
+    top = lam[:, -1]
+    certified = (top > 0) & (lam[:, 0] > (rtol * rtol + 2.0 * d * w * eps) * top)
+    inv_t, ok = _cholesky_inverse_t(gram)
+    certified &= ok
+    if bool(certified.all()):
+        u = mats @ inv_t
+    else:
+        u = torch.empty(n, d, w, dtype=mats.dtype, device=mats.device)
+        idx = torch.nonzero(certified).flatten()
+        u[idx] = mats[idx] @ inv_t[idx]
+    # CholeskyQR2 where one pass can leave an orthogonality error above ~8 eps.
+    second = certified & (lam[:, 0] * 8.0 < top)
+    if bool(second.any()):
+        idx = torch.nonzero(second).flatten()
+        z = u[idx] if idx.numel() < n else u
+        inv2, ok2 = _cholesky_inverse_t(z.transpose(-2, -1) @ z)
+        if not bool(ok2.all()):
+            certified[idx[~ok2]] = False
+        z = z @ inv2
+        if idx.numel() < n:
+            u[idx] = z
+        else:
+            u = z
+    s = lam.clamp(min=0.0).sqrt().flip(-1)
+    ranks = torch.full((n,), w, dtype=torch.long, device=mats.device)
+    if not bool(certified.all()):
+        idx = torch.nonzero(~certified).flatten()
+        u_exact, ranks_exact, s_exact = _householder(mats[idx], rtol, None)
+        u[idx], ranks[idx], s[idx] = u_exact, ranks_exact, s_exact
+    return u, ranks, s
+
+
+def _factorize(mats: torch.Tensor, dtype: torch.dtype, rtol: float,
+               want: int | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Bases of ``[N, d, w]`` in ``dtype``: (U [N, d, k], ranks [N], S [N, k]), k = min(d, w).
+
+    One batched call for all heads; only roles whose input exceeds _FACTOR_CHUNK_BYTES are split
+    into chunks of heads (converted chunk by chunk, so no full-precision copy of a huge role).
     """
     n, d, w = mats.shape
     per_head = max(1, d * w * torch.finfo(dtype).bits // 8 * 3)
     chunk = max(1, min(n, _FACTOR_CHUNK_BYTES // per_head))
     if chunk >= n:
-        return _qr_svd(mats.to(dtype))
+        return _orthonormalize(mats.to(dtype), rtol, want)
     k = min(d, w)
-    q = torch.empty(n, d, k, dtype=dtype, device=mats.device)
-    r = torch.empty(n, k, w, dtype=dtype, device=mats.device)
+    u = torch.empty(n, d, k, dtype=dtype, device=mats.device)
+    ranks = torch.empty(n, dtype=torch.long, device=mats.device)
     s = torch.empty(n, k, dtype=dtype, device=mats.device)
     for start in range(0, n, chunk):
         stop = min(n, start + chunk)
-        q[start:stop], r[start:stop], s[start:stop] = _qr_svd(mats[start:stop].to(dtype))
-    return q, r, s
+        u[start:stop], ranks[start:stop], s[start:stop] = _orthonormalize(
+            mats[start:stop].to(dtype), rtol, want)
+    return u, ranks, s
 
 
 def role_bases(
@@ -110,11 +196,10 @@ def role_bases(
     eff_rtol = _check_rtol(rtol, d_model, d_head, w.dtype)
     want = _check_rank(rank, width)
     try:
-        u, r_factor, s = _factorize(w.detach().reshape(L * H, d_model, d_head), compute_dtype(w.dtype))
+        u, ranks, s = _factorize(w.detach().reshape(L * H, d_model, d_head),
+                                 compute_dtype(w.dtype), eff_rtol, want)
     except ValueError as err:
         raise ValueError(f"role {role}: {err}") from err
-    threshold = s[:, :1] * eff_rtol
-    ranks = (s > threshold).sum(dim=-1)
     if want is not None:
         short = torch.nonzero(ranks < want).flatten()
         if short.numel():
@@ -124,20 +209,13 @@ def role_bases(
                 f"at layer {heads.info.layer_indices[i // H]}, head {i % H} (rtol {eff_rtol:.3g})"
             )
         r = want
-    else:
-        r = width
-    # Q spans each head's column space; rotate to the left singular vectors (U = Q U_R) where
-    # the order matters: every head when truncating, rank-deficient heads otherwise.
-    rotate = torch.arange(L * H, device=u.device) if want is not None else torch.nonzero(ranks < width).flatten()
-    if rotate.numel():
-        u_r = torch.linalg.svd(r_factor[rotate]).U
-        u[rotate] = u[rotate] @ u_r
-    del r_factor
-    if want is not None:
         u = u[..., :want]
     else:
-        keep = torch.arange(r, device=u.device) < ranks[:, None]
-        u.mul_(keep[:, None, :].to(u.dtype))
+        r = width
+        deficient = ranks < width
+        if bool(deficient.any()):
+            keep = torch.arange(r, device=u.device) < ranks[:, None]
+            u.mul_(keep[:, None, :].to(u.dtype))
     bases = RoleBases(
         role=role,
         U=u.reshape(L, H, d_model, r).contiguous(),
