@@ -9,33 +9,23 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, TypeVar
 
 DEFAULT_MODELS: tuple[str, ...] = ("demo", "gpt2", "bigscience/bloom-560m", "Qwen/Qwen2-0.5B-Instruct")
 DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
+N = TypeVar("N", int, float)
 
 
-def _int(env: Mapping[str, str], name: str, default: int, lo: int, hi: int) -> int:
+def _number(env: Mapping[str, str], name: str, default: N, lo: N, hi: N, kind: type[N]) -> N:
+    """``env[name]`` parsed as ``kind`` (int or float) and bounded to [lo, hi]; unset -> default."""
     raw = env.get(name, "").strip()
     if not raw:
         return default
     try:
-        value = int(raw)
+        value = kind(raw)
     except ValueError as err:
-        raise ValueError(f"{name}={raw!r} is not an integer") from err
-    if not lo <= value <= hi:
-        raise ValueError(f"{name}={value} must be in [{lo}, {hi}]")
-    return value
-
-
-def _float(env: Mapping[str, str], name: str, default: float, lo: float, hi: float) -> float:
-    raw = env.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError as err:
-        raise ValueError(f"{name}={raw!r} is not a number") from err
+        noun = "an integer" if kind is int else "a number"
+        raise ValueError(f"{name}={raw!r} is not {noun}") from err
     if not lo <= value <= hi:
         raise ValueError(f"{name}={value} must be in [{lo}, {hi}]")
     return value
@@ -106,11 +96,11 @@ class Settings:
             model_root=Path(root_raw) if root_raw else None,
             device=(env.get("HEADGRAPH_DEVICE", "").strip() or "auto").lower(),
             api_token=token,
-            workers=_int(env, "HEADGRAPH_WORKERS", 1, 1, 64),
-            cache_size_gb=_float(env, "HEADGRAPH_CACHE_SIZE_GB", 20.0, 0.001, 100000.0),
-            torch_threads=_int(env, "HEADGRAPH_TORCH_THREADS", 0, 0, 1024) or None,
-            compute_nice=_int(env, "HEADGRAPH_COMPUTE_NICE", 10, 0, 19),
-            compute_processes=_int(env, "HEADGRAPH_COMPUTE_PROCESSES", 1, 0, 64),
+            workers=_number(env, "HEADGRAPH_WORKERS", 1, 1, 64, int),
+            cache_size_gb=_number(env, "HEADGRAPH_CACHE_SIZE_GB", 20.0, 0.001, 100000.0, float),
+            torch_threads=_number(env, "HEADGRAPH_TORCH_THREADS", 0, 0, 1024, int) or None,
+            compute_nice=_number(env, "HEADGRAPH_COMPUTE_NICE", 10, 0, 19, int),
+            compute_processes=_number(env, "HEADGRAPH_COMPUTE_PROCESSES", 1, 0, 64, int),
         )
         return replace(base, **overrides) if overrides else base
 
