@@ -9,14 +9,15 @@ Never forms a d_model x d_model matrix per pair. With left = A B (A [d, dh], B [
 right = C D (C [d, dh], D [dh, d]), QR factorizations A = Q_A R_A and D^T = Q_D R_D give
 ||A B C D||_F = ||R_A B C R_D^T||_F = ||X^T Y||_F, X = B^T R_A^T, Y = C R_D^T ([d, dh] each),
 and ||left||_F = ||X||_F, ||right||_F = ||Y||_F. The pair norms are then the same batched,
-tiled computation as the Projection Kernel (core.pk.pairwise_sq_overlap) on X/||X|| and Y/||Y||.
+tiled computation as the Projection Kernel (core.overlaps.pairwise_sq_overlap) on X/||X|| and Y/||Y||.
 """
 
 from __future__ import annotations
 
 import torch
 
-from headgraph.core.pk import check_order, layer_mask, pairwise_sq_overlap
+from headgraph.core.layer_order import check_order, layer_mask
+from headgraph.core.overlaps import pairwise_sq_overlap
 from headgraph.core.subspaces import compute_dtype
 from headgraph.core.types import CS_MODES, HeadWeights, PairScores
 
@@ -99,10 +100,7 @@ def composition_score(heads: HeadWeights, mode: str = "K", *, order: str = "forw
         return hit
     x, left_norm = _left_factor(heads)
     y, right_norm = _right_factor(heads, mode)
-    sq = pairwise_sq_overlap(
-        x, y, order=order, cache=heads._cache, source_key=("cs_stack", "left"),
-        target_key=("cs_stack", mode),
-    )
+    sq = pairwise_sq_overlap(x, y, order=order)
     valid = (layer_mask(heads.info.layer_indices, order, sq.device)[:, None, :, None]
              & (left_norm > 0)[:, :, None, None] & (right_norm > 0)[None, None])
     scores = torch.where(valid, sq.clamp(0.0, 1.0).sqrt(), 0.0).to(x.dtype)

@@ -22,7 +22,8 @@ from typing import Any
 
 import torch
 
-from headgraph.core.pk import check_order, parse_pairing
+from headgraph.core.layer_order import check_order
+from headgraph.core.pk import parse_pairing
 from headgraph.core.reference import haar_pk_samples
 from headgraph.core.subspaces import compute_dtype, role_bases
 from headgraph.core.types import HeadWeights, PairScores

@@ -27,6 +27,7 @@ from numbers import Integral, Real
 
 import torch
 
+from headgraph.core.gemm import bmm_nt
 from headgraph.core.types import ROLES, HeadWeights, RoleBases
 
 # Bytes of input matrix per factorization call; larger roles are split into chunks of heads.
@@ -89,12 +90,11 @@ def _householder(mats: torch.Tensor, rtol: float,
     return u, ranks, s
 
 
-def _cholesky_inverse_t(gram: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """L^-T for G = L L^T [n, w, w] and a bool [n] telling where the factorization worked."""
+def _cholesky_inverse(gram: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """L^-1 for G = L L^T [n, w, w] and a bool [n] telling where the factorization worked."""
     chol, info = torch.linalg.cholesky_ex(gram)
     eye = torch.eye(gram.shape[-1], dtype=gram.dtype, device=gram.device).expand_as(gram)
-    inv = torch.linalg.solve_triangular(chol, eye, upper=False)
-    return inv.transpose(-2, -1), info == 0
+    return torch.linalg.solve_triangular(chol, eye, upper=False), info == 0
 
 
 def _orthonormalize(mats: torch.Tensor, rtol: float,
@@ -108,7 +108,7 @@ def _orthonormalize(mats: torch.Tensor, rtol: float,
     if want is not None or w > d or n == 0:
         return _householder(mats, rtol, want)
     eps = torch.finfo(mats.dtype).eps
-    gram = mats.transpose(-2, -1) @ mats
+    gram = bmm_nt(mats.transpose(-2, -1), mats.transpose(-2, -1))
     try:
         lam = torch.linalg.eigvalsh(gram)  # ascending
     except RuntimeError as err:  # LAPACK failures on non-finite input
@@ -117,23 +117,23 @@ def _orthonormalize(mats: torch.Tensor, rtol: float,
         raise ValueError("weights contain non-finite values")
     top = lam[:, -1]
     certified = (top > 0) & (lam[:, 0] > (rtol * rtol + 2.0 * d * w * eps) * top)
-    inv_t, ok = _cholesky_inverse_t(gram)
+    inv, ok = _cholesky_inverse(gram)
     certified &= ok
     if bool(certified.all()):
-        u = mats @ inv_t
+        u = bmm_nt(mats, inv)  # W L^-T
     else:
         u = torch.empty(n, d, w, dtype=mats.dtype, device=mats.device)
         idx = torch.nonzero(certified).flatten()
-        u[idx] = mats[idx] @ inv_t[idx]
+        u[idx] = bmm_nt(mats[idx], inv[idx])
     # CholeskyQR2 where one pass can leave an orthogonality error above ~8 eps.
     second = certified & (lam[:, 0] * 8.0 < top)
     if bool(second.any()):
         idx = torch.nonzero(second).flatten()
         z = u[idx] if idx.numel() < n else u
-        inv2, ok2 = _cholesky_inverse_t(z.transpose(-2, -1) @ z)
+        inv2, ok2 = _cholesky_inverse(bmm_nt(z.transpose(-2, -1), z.transpose(-2, -1)))
         if not bool(ok2.all()):
             certified[idx[~ok2]] = False
-        z = z @ inv2
+        z = bmm_nt(z, inv2)
         if idx.numel() < n:
             u[idx] = z
         else:

@@ -11,7 +11,9 @@ import torch
 
 from conftest import boot_bridge
 from headgraph.core.extract import heads_from_bridge
-from headgraph.core.pk import all_pairings, pair_detail, pairwise_sq_overlap, projection_kernel
+from headgraph.core.layer_order import layer_blocks
+from headgraph.core.overlaps import pairwise_sq_overlap, piece_plan, sq_overlaps
+from headgraph.core.pk import all_pairings, pair_detail, projection_kernel
 from headgraph.core.subspaces import rank_report, role_bases
 
 
@@ -215,8 +217,6 @@ def test_low_precision_weights_computed_in_float32(make_heads):
 @pytest.mark.parametrize("d,block,height",
                          [(64, 64, 64), (150, 16, 40), (97, 8, 8), (30, 64, 128), (200, 64, 128)])
 def test_piece_plan_weighted_blocks_give_the_frobenius_product(d, block, height):
-    from headgraph.core.pk import piece_plan
-
     g = torch.Generator().manual_seed(d)
     a = torch.randn(d, d, generator=g, dtype=torch.float64)
     b = torch.randn(d, d, generator=g, dtype=torch.float64)
@@ -234,8 +234,6 @@ def test_piece_plan_weighted_blocks_give_the_frobenius_product(d, block, height)
 
 
 def test_layer_blocks_cover_each_forward_pair_exactly_once():
-    from headgraph.core.pk import layer_blocks
-
     for n in (1, 2, 3, 7, 12, 32):
         count = torch.zeros(n, n, dtype=torch.long)
         for sa, sb, ta, tb in layer_blocks(n, "forward"):
@@ -248,8 +246,6 @@ def test_layer_blocks_cover_each_forward_pair_exactly_once():
 
 
 def test_fused_products_match_separate_calls_and_float64():
-    from headgraph.core.pk import layer_blocks, sq_overlaps
-
     # GQA-like widths, a role that is both source and target, and unequal ranks.
     g = torch.Generator().manual_seed(12)
     L, d = 4, 90
@@ -272,6 +268,25 @@ def test_fused_products_match_separate_calls_and_float64():
             assert torch.all(fused[(s, t)][~mask] == 0)
             alone = sq_overlaps({s: bases[s], t: bases[t]}, [(s, t)], order=order, method="overlap")[(s, t)]
             assert (fused[(s, t)] - alone)[mask].abs().max() < 2e-6
+
+
+def test_sources_reading_some_target_only_roles_match_float64():
+    # O reads both target-only roles (one wide product), Q only V (per-role products).
+    g = torch.Generator().manual_seed(21)
+    L, d = 5, 70
+    bases = {r: torch.linalg.qr(torch.randn(L, 2, d, 6, generator=g))[0].float() for r in "OQKV"}
+    products = [("O", "K"), ("Q", "V"), ("O", "V")]
+    for order in ("forward", "all", "same-layer"):
+        got = sq_overlaps(bases, products, order=order, method="gram", work_bytes=2048)
+        mask = torch.zeros(L, L, dtype=torch.bool)
+        for sa, sb, ta, tb in layer_blocks(L, order):
+            mask[sa:sb, ta:tb] = True
+        mask = mask[:, None, :, None].expand(L, 2, L, 2)
+        for s, t in products:
+            ref = torch.einsum("ahdr,bkds->ahbkrs", bases[s].double(), bases[t].double())
+            ref = ref.square().sum((-1, -2))
+            assert (got[(s, t)] - ref)[mask].abs().max() < 2e-6, (order, s, t)
+            assert torch.all(got[(s, t)][~mask] == 0)
 
 
 def test_all_pairings_in_one_pass_equals_one_pairing_at_a_time(make_heads):
