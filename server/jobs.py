@@ -64,7 +64,8 @@ def compute_plan(service: "Service", ref: "ModelRef", pairings: list[str]
                  ) -> list[tuple[str, Callable[[], Any]]]:
     """Ordered (stage name, thunk) list of what a full compute of one model caches."""
     info = service.info(ref)
-    plan: list[tuple[str, Callable[[], Any]]] = []
+    plan: list[tuple[str, Callable[[], Any]]] = [
+        ("pk", lambda: service.pk_together(ref, pairings, "forward"))]
     for p in pairings:
         plan.append((f"pk {p}", lambda p=p: service.pk(ref, p, "forward")))
         plan.append((f"z {p}", lambda p=p: service.zscores(ref, p, "forward")))

@@ -45,6 +45,25 @@ class Results(ModelCache):
         return pair_scores_from_payload(self.cached(ref, "pk", {"pairing": pairing, "order": order},
                                                     compute, ("pk", (ref, pairing, order))))
 
+    def pk_together(self, ref: ModelRef, pairings: list[str], order: str = "forward") -> None:
+        """Cache the PK of several pairings, the cold ones in one pass (core.pk.all_pairings
+        builds each role's bases and projector pieces once instead of once per pairing)."""
+        for p in pairings:
+            check_pairing(p)
+        check_order(order)
+        cold = [p for p in dict.fromkeys(pairings)
+                if not self.store.has(self.key(ref, "pk", pairing=p, order=order))]
+        if not cold:
+            return
+        if self.pool is not None:  # the compute process runs this method inline, keeping every key
+            self.pool.run("pk_together", ref, cold, order)
+            return
+        from headgraph.core.pk import all_pairings
+
+        all_pairings(self.heads(ref), pairings=cold, order=order)  # kept in the heads' own cache
+        for p in cold:
+            self.pk(ref, p, order)  # payload of each from that cache, stored under its own key
+
     def cs(self, ref: ModelRef, mode: str, order: str = "forward") -> PairScores:
         """Composition Score of one mode (core.composition.composition_score), cached."""
         check_mode(mode)

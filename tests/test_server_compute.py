@@ -110,3 +110,23 @@ def test_cache_only_mode_reads_warm_results_and_refuses_cold_ones(service):
     finally:
         CACHE_ONLY.reset(token)
     assert not service.store.has(service.key(ref, "pk", pairing="QQ", order="forward"))
+
+
+def test_pk_of_several_pairings_is_computed_together_once_each(service):
+    from headgraph.core.pk import projection_kernel
+    from headgraph.server.errors import Invalid
+
+    ref = service.resolve("demo")
+    service.pk(ref, "OK")  # warm before: pk_together leaves it alone
+    service.pk_together(ref, ["OQ", "OK", "OV"])
+    service.pk_together(ref, ["OQ", "OK", "OV"])  # all warm now: nothing runs
+    heads = load_model("demo", device="cpu").heads
+    for p in ("OQ", "OK", "OV"):
+        key = service.key(ref, "pk", pairing=p, order="forward")
+        assert service.store.compute_count(key) == 1, p
+        got = service.pk(ref, p)
+        assert torch.allclose(got.scores, projection_kernel(heads, p).scores, atol=1e-6)
+        assert torch.equal(got.valid, projection_kernel(heads, p).valid)
+    assert service.models.keys() == []  # computed in the compute process, not here
+    with pytest.raises(Invalid):
+        service.pk_together(ref, ["OK", "XY"])
