@@ -12,7 +12,7 @@ inner dimension, a torch without oneDNN) goes through ``torch.mm``.
 from __future__ import annotations
 
 from functools import cache
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
@@ -44,12 +44,18 @@ def onednn_available() -> bool:
     return bool(((got.double() - ref).abs().max() < 1e-3).item())
 
 
+def _dense(x: torch.Tensor) -> bool:
+    """Row- or column-major without gaps: oneDNN runs a slow reference kernel on other
+    strides (a row slice of a wider matrix measured ~500x slower than a copy)."""
+    return x.is_contiguous() or x.transpose(0, 1).is_contiguous()
+
+
 def _onednn_for(a: torch.Tensor, b: torch.Tensor, backend: str) -> Any:
     """The oneDNN op to use for a @ b^T, or None for torch's own BLAS path."""
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
     usable = (a.device.type == "cpu" and a.dtype == torch.float32 and b.dtype == torch.float32
-              and a.shape[1] > 0 and onednn_available())
+              and a.shape[1] > 0 and _dense(a) and _dense(b) and onednn_available())
     if backend == "onednn" and not usable:
         raise ValueError("oneDNN float32 products are not available for these tensors here")
     return _onednn_op() if usable and backend != "blas" else None
@@ -71,9 +77,12 @@ def addmm_nt_(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor, alpha: float 
     return acc.add_(op(a, b, None, "none", [], ""), alpha=alpha)
 
 
-def bmm_nt(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None,
-           backend: str = "auto") -> torch.Tensor:
-    """a [B, M, K] @ b [B, N, K]^T -> [B, M, N] (into ``out`` when given).
+def bmm_nt(a: torch.Tensor, b: torch.Tensor,
+           out: torch.Tensor | Sequence[torch.Tensor] | None = None,
+           backend: str = "auto") -> Any:
+    """a [B, M, K] @ b [B, N, K]^T -> [B, M, N], returned or written into ``out``: one
+    [B, M, N] tensor, or a list of [B, M_j, N] tensors taking consecutive row ranges of the
+    result (M_j summing to M; returned as given).
 
     PyTorch exposes no batched oneDNN product with a different right operand per item, so on
     the oneDNN path this is a loop of per-item products; it runs 1.2-2x faster than MKL's
@@ -81,13 +90,29 @@ def bmm_nt(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None,
     >= _LOOP_MACS multiply-adds); smaller items go through ``torch.bmm``.
     """
     n, m, k = a.shape
+    parts = list(out) if isinstance(out, (list, tuple)) else None
+    if parts is not None and sum(p.shape[1] for p in parts) != m:
+        raise ValueError(f"out row ranges {[p.shape[1] for p in parts]} do not sum to {m}")
     op = _onednn_for(a[0] if n else a.new_empty(0, 0), b[0] if n else b.new_empty(0, 0), backend)
     if op is None or (backend == "auto" and m * b.shape[1] * k < _LOOP_MACS):
-        return torch.bmm(a, b.transpose(1, 2), out=out)
+        if parts is None:
+            return torch.bmm(a, b.transpose(1, 2), out=out)
+        start = 0
+        for p in parts:
+            torch.bmm(a[:, start:start + p.shape[1]], b.transpose(1, 2), out=p)
+            start += p.shape[1]
+        return out
     if out is None:
         out = torch.empty(n, m, b.shape[1], dtype=a.dtype, device=a.device)
-    for ai, bi, oi in zip(a.unbind(), b.unbind(), out.unbind()):
-        oi.copy_(op(ai, bi, None, "none", [], ""))
+    for i in range(n):
+        res = op(a[i], b[i], None, "none", [], "")
+        if parts is None:
+            out[i].copy_(res)
+            continue
+        start = 0
+        for p in parts:
+            p[i].copy_(res[start:start + p.shape[1]])
+            start += p.shape[1]
     return out
 
 

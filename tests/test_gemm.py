@@ -54,3 +54,28 @@ def test_float64_and_bad_backends():
         gemm_nt(a, b, "onednn")
     with pytest.raises(ValueError, match="backend"):
         gemm_nt(a.float(), b.float(), "fast")
+
+
+@pytest.mark.parametrize("backend", ["blas", "auto"])
+def test_operands_with_gaps_between_rows_match_float64(backend):
+    # A column range of a wider matrix: oneDNN would run a slow reference kernel on it, so
+    # "auto" takes BLAS, and an explicit "onednn" says it cannot.
+    a, b = _rand(40, 900, seed=6)[:, 100:700], _rand(30, 900, seed=7)[:, 100:700]
+    got = gemm_nt(a, b, backend)
+    assert (got.double() - a.double() @ b.double().T).abs().max() < 1e-3
+    with pytest.raises(ValueError, match="oneDNN"):
+        gemm_nt(a, b, "onednn")
+
+
+@pytest.mark.parametrize("backend", ["onednn", "blas", "auto"])
+@pytest.mark.parametrize("m,n", [(128, 256), (8, 8)])  # the oneDNN loop and the torch.bmm path
+def test_bmm_nt_into_row_ranges_matches_float64(backend, m, n):
+    u = _rand(5, 400, 64, seed=8)
+    a, b = u[:, :m], u[:, 100:100 + n]
+    parts = [torch.full((5, m // 4, n), float("nan")), torch.full((5, m - m // 4, n), float("nan"))]
+    assert bmm_nt(a, b, out=parts, backend=backend) is parts
+    ref = a.double() @ b.double().transpose(1, 2)
+    got = torch.cat(parts, dim=1).double()
+    assert (got - ref).abs().max() < 1e-4
+    with pytest.raises(ValueError, match="row ranges"):
+        bmm_nt(a, b, out=[torch.empty(5, m - 1, n)], backend=backend)
