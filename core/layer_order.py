@@ -69,4 +69,22 @@ def group_rects(order: str, g0: int, g1: int, s_lo: int, s_hi: int) -> list[Rect
     return [r for r in rects if r[0] < r[1] and r[2] < r[3]]
 
 
-__all__ = ["Rect", "check_order", "group_rects", "layer_blocks", "layer_mask"]
+def group_cover(order: str, g0: int, g1: int, s_lo: int, s_hi: int) -> Rect | None:
+    """One rectangle holding every kept pair with a target layer in [g0, g1) and a source layer
+    in [s_lo, s_hi), and with it (forward, same-layer) some pairs the order drops, which the
+    caller must discard; None when no pair is kept. One large product instead of the few small
+    ones of :func:`group_rects`."""
+    rects = group_rects(order, g0, g1, s_lo, s_hi)
+    if not rects:
+        return None
+    return (min(r[0] for r in rects), max(r[1] for r in rects),
+            min(r[2] for r in rects), max(r[3] for r in rects))
+
+
+def rect_area(rects: list[Rect]) -> int:
+    """Layer pairs the rectangles cover (counted with overlaps)."""
+    return sum((sb - sa) * (tb - ta) for sa, sb, ta, tb in rects)
+
+
+__all__ = ["Rect", "check_order", "group_cover", "group_rects", "layer_blocks", "layer_mask",
+           "rect_area"]

@@ -30,20 +30,23 @@ from typing import Hashable, Sequence
 import torch
 
 from headgraph.core.gemm import addmm_nt_, bmm_nt
-from headgraph.core.layer_order import Rect, check_order, group_rects, layer_blocks
+from headgraph.core.layer_order import (Rect, check_order, group_cover, group_rects, layer_blocks,
+                                        layer_mask, rect_area)
 
-# Projector pieces: bands _BLOCK wide, cut _HEIGHT tall below the diagonal; diagonal blocks
-# are halved (two diagonal halves + the block between them) down to _DIAG_MIN. Measured best
-# on the GPT-2 shape, one thread (larger pieces: fewer, larger products; smaller: in cache).
+# Projector pieces: bands _BLOCK wide, cut at most _HEIGHT tall from the diagonal down.
+# Measured best on the GPT-2 shape, one thread (larger pieces: fewer, larger products;
+# smaller: in cache).
 _BLOCK = 128
-_HEIGHT = 512
-_DIAG_MIN = 64
+_HEIGHT = 768
 # Target-only roles are built for groups of layers holding about this many heads together.
 _GROUP_ROWS = 96
+# A source reading every target-only role multiplies a group's features in one product over
+# a covering rectangle when it holds at most this many times the kept layer pairs.
+_COVER_SLACK = 1.5
 # Features summed in the input precision between float64 flushes.
 _FLUSH_FEATURES = 65536
 # Budget for the pieces of one step (all operands together); the block shrinks to fit it.
-_WORK_BYTES = 64 * 1024 * 1024
+_WORK_BYTES = 128 * 1024 * 1024
 # Largest temporary of one tile product in the overlap path (the overlap matrices).
 _TILE_BYTES = 128 * 1024 * 1024
 
@@ -52,7 +55,12 @@ Product = tuple[Hashable, Hashable]
 
 @dataclass(frozen=True)
 class Piece:
-    """Projector block P[c0:c1, r0:r1] (c0 >= r0), counted once on the diagonal, else twice."""
+    """Projector block P[c0:c1, r0:r1] (c0 >= r0), features in row-major order.
+
+    A piece starting on the diagonal (c0 == r0) holds the whole square diagonal block
+    P[r0:r1, r0:r1] first (counted once: a full symmetric square) and the rows below it after
+    (counted twice, for their mirror image above the diagonal).
+    """
 
     r0: int
     r1: int
@@ -64,43 +72,58 @@ class Piece:
         return (self.r1 - self.r0) * (self.c1 - self.c0)
 
     @property
-    def weight(self) -> float:
-        return 1.0 if self.c0 == self.r0 else 2.0
+    def segments(self) -> tuple[tuple[int, int, float], ...]:
+        """(first feature, stop, weight): <A, B>_F over the covered entries is
+        sum weight * <a[f0:f1], b[f0:f1]> over the segments."""
+        k = self.features
+        if self.c0 != self.r0:
+            return ((0, k, 2.0),)
+        square = (self.r1 - self.r0) ** 2
+        return ((0, square, 1.0),) if square == k else ((0, square, 1.0), (square, k, 2.0))
 
 
-def _diagonal_pieces(r0: int, r1: int, smallest: int) -> list[Piece]:
-    """Square diagonal block [r0, r1): kept whole up to ``smallest``, else its two diagonal
-    halves (recursively) plus the block between them."""
-    if r1 - r0 <= smallest:
-        return [Piece(r0, r1, r0, r1)]
-    mid = (r0 + r1) // 2
-    return (_diagonal_pieces(r0, mid, smallest) + _diagonal_pieces(mid, r1, smallest)
-            + [Piece(r0, mid, mid, r1)])
-
-
-def piece_plan(d: int, block: int = _BLOCK, height: int | None = None,
-               diag_min: int | None = None) -> list[Piece]:
-    """Blocks of a d x d symmetric matrix on or below the diagonal: sum_piece weight * <a, b>
-    over them equals <A, B>_F. Columns come in bands of ``block``; below its diagonal block a
-    band is cut into pieces ``height`` rows tall (default: block); diagonal blocks are halved
-    down to ``diag_min`` (whole diagonal blocks count both halves: cheaper than cutting them
-    further)."""
+def piece_plan(d: int, block: int = _BLOCK, height: int | None = None) -> list[Piece]:
+    """Pieces of a d x d symmetric matrix on or below the diagonal whose weighted segment
+    products sum to <A, B>_F. Columns come in bands of ``block``; each band's rows, from its
+    diagonal block down, are cut into about equal pieces at most ``height`` (>= block) tall,
+    the first of which holds the diagonal block."""
     block = max(1, min(block, d))
-    height = block if height is None else max(1, height)
-    edges = [(i, min(d, i + block)) for i in range(0, d, block)]
-    smallest = max(1, _DIAG_MIN if diag_min is None else diag_min)
-    plan = [p for r0, r1 in edges for p in _diagonal_pieces(r0, r1, smallest)]
-    for r0, r1 in edges:  # row ranges on a common grid of ``height``
-        plan += [Piece(r0, r1, max(r1, g), min(d, g + height))
-                 for g in range(0, d, height) if max(r1, g) < min(d, g + height)]
-    # Row-range major: consecutive pieces share U[:, c0:c1] of every head.
-    return sorted(plan, key=lambda p: (p.c1, p.r0, p.c0))
+    height = max(block, block if height is None else height)
+    plan = []
+    for r0 in range(0, d, block):
+        r1 = min(d, r0 + block)
+        rows = d - r0
+        n = -(-rows // height)
+        cuts = [r0 + max(r1 - r0, (i * rows) // n) if i else r0 for i in range(n)] + [d]
+        plan += [Piece(r0, r1, a, b) for a, b in zip(cuts, cuts[1:]) if a < b]
+    return plan
 
 
-def _build(u: torch.Tensor, piece: Piece, out: torch.Tensor) -> None:
-    """Features of one piece for every head of u [N, d, r] into out [N, features]."""
+Segs = list[torch.Tensor]  # a piece's features for some rows: one [rows, f1 - f0] per segment
+
+
+def _segs(buf: torch.Tensor, rows: int, piece: Piece) -> Segs:
+    """Views of buf holding a piece's features for ``rows`` rows, segment after segment, so
+    every segment is a contiguous matrix (dense operands for the products)."""
+    return [buf[rows * f0:rows * f1].view(rows, f1 - f0) for f0, f1, _ in piece.segments]
+
+
+def _take(segs: Segs, a: int, b: int) -> Segs:
+    """Rows [a, b) of every segment."""
+    return [x[a:b] for x in segs]
+
+
+def _addmm_piece(acc: torch.Tensor, a: Segs, b: Segs, piece: Piece) -> None:
+    """acc [M, N] += weighted <a, b> over the piece's features (a: M rows, b: N rows)."""
+    for x, y, (_, _, w) in zip(a, b, piece.segments):
+        addmm_nt_(acc, x, y, w)
+
+
+def _build(u: torch.Tensor, piece: Piece, out: Segs) -> None:
+    """Features of one piece for every head of u [N, d, r] into out (N rows per segment)."""
+    n, width = u.shape[0], piece.r1 - piece.r0
     bmm_nt(u[:, piece.c0:piece.c1], u[:, piece.r0:piece.r1],
-           out=out.view(u.shape[0], piece.c1 - piece.c0, piece.r1 - piece.r0))
+           out=[o.view(n, -1, width) for o in out])
 
 
 @dataclass(frozen=True)
@@ -174,10 +197,9 @@ def _gram_pass(ops: dict[Hashable, _Operand], products: list[Product], order: st
     blocks = layer_blocks(n_layers, order)
     pending = 0
     for i, piece in enumerate(plan):
-        k, w = piece.features, piece.weight
         feats = {}
         for s in sources:
-            feats[s] = fbuf[s][:full_rows[s] * k].view(full_rows[s], k)
+            feats[s] = _segs(fbuf[s], full_rows[s], piece)
             _build(ops[s].rows(ops[s].lo, ops[s].hi), piece, feats[s])
         for s, t in products:  # targets that are sources too: read their full features
             if t not in feats:
@@ -186,12 +208,12 @@ def _gram_pass(ops: dict[Hashable, _Operand], products: list[Product], order: st
             for sa, sb, ta, tb in blocks:
                 sa, sb, ta, tb = max(sa, ls), min(sb, ops[s].hi), max(ta, lt), min(tb, ops[t].hi)
                 if sa < sb and ta < tb:
-                    addmm_nt_(acc[(s, t)][sa * hs:sb * hs, ta * ht:tb * ht],
-                                 feats[s][(sa - ls) * hs:(sb - ls) * hs],
-                                 feats[t][(ta - lt) * ht:(tb - lt) * ht], w)
+                    _addmm_piece(acc[(s, t)][sa * hs:sb * hs, ta * ht:tb * ht],
+                                 _take(feats[s], (sa - ls) * hs, (sb - ls) * hs),
+                                 _take(feats[t], (ta - lt) * ht, (tb - lt) * ht), piece)
         for bounds in groups.bounds:
             _group_products(ops, order, piece, bounds, groups, feats, gbuf, wide, acc)
-        pending += k
+        pending += piece.features
         if pending >= _FLUSH_FEATURES or i + 1 == len(plan):
             for st in products:
                 out[st].add_(acc[st])
@@ -203,37 +225,49 @@ def _gram_pass(ops: dict[Hashable, _Operand], products: list[Product], order: st
                     out[(s, t)].view(wacc.shape[0], n_layers, ht).add_(rows[:, :, off:off + ht])
                 wacc.zero_()
             pending = 0
+    if wide:  # covering products also summed pairs the order drops
+        keep = layer_mask(tuple(range(n_layers)), order, device)
+        for st in products:
+            hs, ht = ops[st[0]].heads, ops[st[1]].heads
+            out[st].view(n_layers, hs, n_layers, ht).mul_(keep[:, None, :, None])
 
 
 def _group_products(ops: dict[Hashable, _Operand], order: str, piece: Piece,
-                    bounds: tuple[int, int], groups: _Groups, feats: dict[Hashable, torch.Tensor],
+                    bounds: tuple[int, int], groups: _Groups, feats: dict[Hashable, Segs],
                     gbuf: torch.Tensor, wide: dict[Hashable, torch.Tensor],
                     acc: dict[Product, torch.Tensor]) -> None:
     """Build the target-only roles' features for layers [g0, g1) and add every source's
     products with them."""
     g0, g1 = bounds
-    k, w, per = piece.features, piece.weight, groups.per_layer
-    layers = gbuf[:(g1 - g0) * per * k].view(g1 - g0, per, k)
+    per = groups.per_layer
+    flat = _segs(gbuf, (g1 - g0) * per, piece)
+
+    def rows(layer: int, t: Hashable) -> Segs:  # role t's rows of one layer
+        start = (layer - g0) * per + groups.offsets[t]
+        return _take(flat, start, start + ops[t].heads)
+
     for layer in range(g0, g1):
         for t in groups.names:
-            off = groups.offsets[t]
-            _build(ops[t].rows(layer, layer + 1), piece, layers[layer - g0, off:off + ops[t].heads])
-    flat = layers.view((g1 - g0) * per, k)
+            _build(ops[t].rows(layer, layer + 1), piece, rows(layer, t))
     for s, fs in feats.items():
         hs, ls = ops[s].heads, ops[s].lo
-        for sa, sb, ta, tb in group_rects(order, g0, g1, ls, ops[s].hi):
-            a = fs[(sa - ls) * hs:(sb - ls) * hs]
+        rects = group_rects(order, g0, g1, ls, ops[s].hi)
+        cover = group_cover(order, g0, g1, ls, ops[s].hi)
+        if s in wide and cover and rect_area([cover]) <= _COVER_SLACK * rect_area(rects):
+            rects = [cover]  # one large product; the dropped pairs are zeroed at the end
+        for sa, sb, ta, tb in rects:
+            a = _take(fs, (sa - ls) * hs, (sb - ls) * hs)
             if s in wide:
-                addmm_nt_(wide[s][sa * hs:sb * hs, ta * per:tb * per], a,
-                             flat[(ta - g0) * per:(tb - g0) * per], w)
+                _addmm_piece(wide[s][sa * hs:sb * hs, ta * per:tb * per], a,
+                             _take(flat, (ta - g0) * per, (tb - g0) * per), piece)
                 continue
             for t in groups.names:  # a source reading only some of the roles
                 if (s, t) not in acc:
                     continue
-                ht, off = ops[t].heads, groups.offsets[t]
+                ht = ops[t].heads
                 for layer in range(ta, tb):
-                    addmm_nt_(acc[(s, t)][sa * hs:sb * hs, layer * ht:(layer + 1) * ht],
-                                 a, layers[layer - g0, off:off + ht], w)
+                    _addmm_piece(acc[(s, t)][sa * hs:sb * hs, layer * ht:(layer + 1) * ht],
+                                 a, rows(layer, t), piece)
 
 
 def _overlap_pass(src: _Operand, tgt: _Operand, blocks: list[Rect], out: torch.Tensor) -> None:
@@ -273,7 +307,7 @@ def sq_overlaps(
     computed (the rest is 0). With orthonormal bases this is the Projection Kernel. The
     projector pieces of each name are built once and shared by all its products. method:
     "auto" (cheaper by flop count), "gram" or "overlap"; work_bytes: budget for the pieces of
-    one step (default 64 MiB; smaller values use smaller pieces, down to 8 x 8 blocks).
+    one step (default 128 MiB; smaller values use smaller pieces, down to 8 x 8 blocks).
     Bases of different dtypes are promoted to a common one.
     """
     check_order(order)

@@ -6,14 +6,17 @@ float32 (float64 kept), and a head's numerical rank counts singular values above
 
 Factorization (cheapest exact one first):
 
-* Cholesky QR for heads whose small Gram matrix G = W^T W certifies full rank: the
-  eigenvalues of G give the singular values (s = sqrt(lambda), relative error
-  ~eps (s_max / s)^2); G is rounded by at most ~d w eps lambda_max, so when
-  ``lambda_min > (rtol^2 + 2 d w eps) lambda_max`` (w = d_head) no singular value can lie
-  below the rank threshold and the head has full rank. Its basis is
-  Z = W L^-T (G = L L^T), orthonormal to ~eps * cond(W)^2; a second pass (Z^T Z = L2 L2^T,
-  Z <- Z L2^-T, "CholeskyQR2") is applied to heads with cond(W)^2 > 8, bringing every basis
-  to ~eps. Cost: two small batched matrix products plus [w, w] factorizations.
+* Cholesky QR for heads whose small Gram matrix G = W^T W is proven to have full rank: G is
+  rounded by at most ~d w eps lambda_max, so when
+  ``lambda_min > (rtol^2 + 2 d w eps) lambda_max`` (w = d_head) no singular value
+  (s = sqrt(lambda)) can lie below the rank threshold. The proof needs no eigensolver: a
+  guaranteed upper bound on lambda_max (Gershgorin on G and G^2) and a Cholesky
+  factorization of G shifted down by the threshold (plus its rounding bound) that completes
+  (see _shifted_cholesky_ok). The basis is Z = W L^-T (G = L L^T), orthonormal to
+  ~eps * cond(W)^2; a second pass (Z^T Z = L2 L2^T, Z <- Z L2^-T, "CholeskyQR2") is applied
+  to heads not proven to have cond(W)^2 < 8 (the same shifted test at lambda_max / 8),
+  bringing every basis to ~eps. Cost: two small batched matrix products plus [w, w]
+  factorizations.
 * Householder QR W = Q R plus the singular values of the small R (equal to W's) for every
   other head (near rank-deficient or truncated), with Q rotated by R's left singular vectors
   where the order of directions matters (rank-deficient heads, truncation to a common rank),
@@ -97,28 +100,58 @@ def _cholesky_inverse(gram: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.linalg.solve_triangular(chol, eye, upper=False), info == 0
 
 
+def _lambda_max_bound(gram: torch.Tensor) -> torch.Tensor:
+    """A guaranteed upper bound on the largest eigenvalue of each G [n, w, w] (symmetric PSD),
+    without an eigensolver: the smaller of Gershgorin's bound on G and the square root of
+    Gershgorin's bound on G^2 (computed from G scaled by its largest diagonal entry, plus the
+    products' worst-case rounding), which is usually within a few percent of lambda_max."""
+    w = gram.shape[-1]
+    eps = torch.finfo(gram.dtype).eps
+    scale = gram.diagonal(dim1=-2, dim2=-1).amax(-1).clamp(min=torch.finfo(gram.dtype).tiny)
+    g = gram / scale[:, None, None]
+    row = g.abs().sum(-1).amax(-1)  # Gershgorin: |lambda| <= max row sum
+    row2 = (g @ g).abs().sum(-1).amax(-1) + (w + 1) * eps * row * row
+    return torch.minimum(row, row2.sqrt()) * scale * (1.0 + 4.0 * eps)
+
+
+def _shifted_cholesky_ok(gram: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+    """bool [n]: proven lambda_min(G) > shift. Cholesky completing on fl(G - sigma I) makes
+    G - sigma I + E positive definite with ||E||_2 <= ~(w + 1) eps trace(G) (Demmel), so sigma
+    is raised by that much (and by the subtraction's rounding) before the attempt."""
+    w = gram.shape[-1]
+    eps = torch.finfo(gram.dtype).eps
+    diag = gram.diagonal(dim1=-2, dim2=-1)
+    slack = (1.01 * (w + 1) * eps) * diag.sum(-1) + eps * diag.abs().amax(-1)
+    eye = torch.eye(w, dtype=gram.dtype, device=gram.device)
+    shifted = gram - (shift + slack)[:, None, None] * eye
+    return torch.linalg.cholesky_ex(shifted).info == 0
+
+
 def _orthonormalize(mats: torch.Tensor, rtol: float,
-                    want: int | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Bases of [n, d, w] (compute dtype): (U [n, d, min(d, w)], ranks [n], singular values).
+                    want: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Bases of [n, d, w] (compute dtype): (U [n, d, min(d, w)], ranks [n]).
 
     Certified full-rank heads go through Cholesky QR (see the module docstring), the rest
     (and every head when truncating to ``want``) through Householder QR + SVD of R.
     """
     n, d, w = mats.shape
     if want is not None or w > d or n == 0:
-        return _householder(mats, rtol, want)
+        return _householder(mats, rtol, want)[:2]
     eps = torch.finfo(mats.dtype).eps
     gram = bmm_nt(mats.transpose(-2, -1), mats.transpose(-2, -1))
-    try:
-        lam = torch.linalg.eigvalsh(gram)  # ascending
-    except RuntimeError as err:  # LAPACK failures on non-finite input
-        raise ValueError(f"weights cannot be factorized: {err}") from err
-    if not bool(torch.isfinite(lam).all()):
+    if not bool(torch.isfinite(gram).all()):
         raise ValueError("weights contain non-finite values")
-    top = lam[:, -1]
-    certified = (top > 0) & (lam[:, 0] > (rtol * rtol + 2.0 * d * w * eps) * top)
+    top = _lambda_max_bound(gram)
+    theta = rtol * rtol + 2.0 * d * w * eps  # full rank: lambda_min > theta * lambda_max
+    # One pass is enough where lambda_min > lambda_max / 8 is proven; otherwise, if full rank
+    # is still proven, a second pass (CholeskyQR2).
+    single = _shifted_cholesky_ok(gram, max(theta, 0.125) * top)
+    certified = single.clone()
+    if theta < 0.125 and not bool(single.all()):
+        idx = torch.nonzero(~single).flatten()
+        certified[idx] = _shifted_cholesky_ok(gram[idx], theta * top[idx])
     inv, ok = _cholesky_inverse(gram)
-    certified &= ok
+    certified &= ok & (top > 0)
     if bool(certified.all()):
         u = bmm_nt(mats, inv)  # W L^-T
     else:
@@ -126,7 +159,7 @@ def _orthonormalize(mats: torch.Tensor, rtol: float,
         idx = torch.nonzero(certified).flatten()
         u[idx] = bmm_nt(mats[idx], inv[idx])
     # CholeskyQR2 where one pass can leave an orthogonality error above ~8 eps.
-    second = certified & (lam[:, 0] * 8.0 < top)
+    second = certified & ~single
     if bool(second.any()):
         idx = torch.nonzero(second).flatten()
         z = u[idx] if idx.numel() < n else u
@@ -138,18 +171,17 @@ def _orthonormalize(mats: torch.Tensor, rtol: float,
             u[idx] = z
         else:
             u = z
-    s = lam.clamp(min=0.0).sqrt().flip(-1)
     ranks = torch.full((n,), w, dtype=torch.long, device=mats.device)
     if not bool(certified.all()):
         idx = torch.nonzero(~certified).flatten()
-        u_exact, ranks_exact, s_exact = _householder(mats[idx], rtol, None)
-        u[idx], ranks[idx], s[idx] = u_exact, ranks_exact, s_exact
-    return u, ranks, s
+        u_exact, ranks_exact, _ = _householder(mats[idx], rtol, None)
+        u[idx], ranks[idx] = u_exact, ranks_exact
+    return u, ranks
 
 
 def _factorize(mats: torch.Tensor, dtype: torch.dtype, rtol: float,
-               want: int | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Bases of ``[N, d, w]`` in ``dtype``: (U [N, d, k], ranks [N], S [N, k]), k = min(d, w).
+               want: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Bases of ``[N, d, w]`` in ``dtype``: (U [N, d, k], ranks [N]), k = min(d, w).
 
     One batched call for all heads; only roles whose input exceeds _FACTOR_CHUNK_BYTES are split
     into chunks of heads (converted chunk by chunk, so no full-precision copy of a huge role).
@@ -162,12 +194,10 @@ def _factorize(mats: torch.Tensor, dtype: torch.dtype, rtol: float,
     k = min(d, w)
     u = torch.empty(n, d, k, dtype=dtype, device=mats.device)
     ranks = torch.empty(n, dtype=torch.long, device=mats.device)
-    s = torch.empty(n, k, dtype=dtype, device=mats.device)
     for start in range(0, n, chunk):
         stop = min(n, start + chunk)
-        u[start:stop], ranks[start:stop], s[start:stop] = _orthonormalize(
-            mats[start:stop].to(dtype), rtol, want)
-    return u, ranks, s
+        u[start:stop], ranks[start:stop] = _orthonormalize(mats[start:stop].to(dtype), rtol, want)
+    return u, ranks
 
 
 def role_bases(
@@ -196,7 +226,7 @@ def role_bases(
     eff_rtol = _check_rtol(rtol, d_model, d_head, w.dtype)
     want = _check_rank(rank, width)
     try:
-        u, ranks, s = _factorize(w.detach().reshape(L * H, d_model, d_head),
+        u, ranks = _factorize(w.detach().reshape(L * H, d_model, d_head),
                                  compute_dtype(w.dtype), eff_rtol, want)
     except ValueError as err:
         raise ValueError(f"role {role}: {err}") from err
@@ -222,10 +252,22 @@ def role_bases(
         ranks=ranks.reshape(L, H).to(torch.long),
         rank=r,
         rtol=eff_rtol,
-        singular_values=s.reshape(L, H, -1),
     )
     heads._cache[key] = bases
     return bases
+
+
+def singular_values(heads: HeadWeights, role: str) -> torch.Tensor:
+    """Singular values of every head's weights of ``role`` [L, H, min(d_model, d_head)],
+    descending, in the compute dtype (as the rank rule sees them): one batched SVD, computed on
+    request (the bases themselves do not need them)."""
+    if role not in ROLES:
+        raise ValueError(f"unknown role {role!r}; expected one of {list(ROLES)}")
+    w = heads.role(role).detach()
+    try:
+        return torch.linalg.svdvals(w.to(compute_dtype(w.dtype)))
+    except RuntimeError as err:  # LAPACK failures on non-finite input
+        raise ValueError(f"role {role}: weights cannot be factorized: {err}") from err
 
 
 def effective_ranks(bases: RoleBases) -> torch.Tensor:

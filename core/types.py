@@ -94,7 +94,7 @@ class RoleBases:
 
     U: [L, H, d_model, r] (without a common ``rank``, columns past a head's
     measured rank are zero; see core.subspaces); ranks: [L, H]
-    measured numerical ranks; singular_values: [L, H, min(d_model, d_head)].
+    measured numerical ranks (singular values on request: core.subspaces.singular_values).
     """
 
     role: str
@@ -102,7 +102,6 @@ class RoleBases:
     ranks: torch.Tensor
     rank: int
     rtol: float
-    singular_values: torch.Tensor
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,10 @@ import torch
 
 from conftest import boot_bridge
 from headgraph.core.extract import heads_from_bridge
-from headgraph.core.layer_order import layer_blocks
+from headgraph.core.layer_order import group_cover, group_rects, layer_blocks
 from headgraph.core.overlaps import pairwise_sq_overlap, piece_plan, sq_overlaps
 from headgraph.core.pk import all_pairings, pair_detail, projection_kernel
-from headgraph.core.subspaces import rank_report, role_bases
+from headgraph.core.subspaces import rank_report, role_bases, singular_values
 
 
 def _random_weights(L, H, Hkv, d, dh, *, seed, dtype=torch.float64):
@@ -226,8 +226,13 @@ def test_piece_plan_weighted_blocks_give_the_frobenius_product(d, block, height)
     total = 0.0
     for p in plan:
         assert p.c0 >= p.r0  # on or below the diagonal
-        total += p.weight * float((a[p.c0:p.c1, p.r0:p.r1] * b[p.c0:p.c1, p.r0:p.r1]).sum())
-        covered[p.c0:p.c1, p.r0:p.r1] += p.weight
+        pa, pb = a[p.c0:p.c1, p.r0:p.r1].reshape(-1), b[p.c0:p.c1, p.r0:p.r1].reshape(-1)
+        weights = torch.zeros(p.features, dtype=torch.float64)
+        for f0, f1, w in p.segments:  # consecutive feature ranges, row-major in the block
+            assert (f0, f1) == (0, p.features) or f0 == 0 or f1 == p.features
+            total += w * float((pa[f0:f1] * pb[f0:f1]).sum())
+            weights[f0:f1] += w
+        covered[p.c0:p.c1, p.r0:p.r1] += weights.view(p.c1 - p.c0, p.r1 - p.r0)
     # every entry (a, b) of the symmetric product is counted exactly once: covered + covered^T == 2
     assert torch.all(covered + covered.T == 2)
     assert abs(total - float((a * b).sum())) < 1e-9 * float((a * b).abs().sum())
@@ -243,6 +248,22 @@ def test_layer_blocks_cover_each_forward_pair_exactly_once():
         for sa, sb, ta, tb in layer_blocks(n, "same-layer"):
             same[sa:sb, ta:tb] += 1
         assert torch.equal(same, torch.eye(n, dtype=torch.long))
+
+
+def test_group_cover_holds_every_kept_pair_of_the_group():
+    for order in ("forward", "all", "same-layer"):
+        for g0, g1, s_lo, s_hi in [(1, 4, 0, 11), (0, 3, 0, 12), (10, 12, 0, 11), (5, 6, 6, 12)]:
+            kept = torch.zeros(12, 12, dtype=torch.long)
+            for sa, sb, ta, tb in group_rects(order, g0, g1, s_lo, s_hi):
+                kept[sa:sb, ta:tb] += 1
+            cover = group_cover(order, g0, g1, s_lo, s_hi)
+            if cover is None:
+                assert int(kept.sum()) == 0
+                continue
+            inside = torch.zeros(12, 12, dtype=torch.long)
+            inside[cover[0]:cover[1], cover[2]:cover[3]] = 1
+            assert bool((kept <= inside).all())  # nothing kept is left out
+            assert s_lo <= cover[0] and cover[1] <= s_hi and g0 <= cover[2] and cover[3] <= g1
 
 
 def test_fused_products_match_separate_calls_and_float64():
@@ -267,7 +288,7 @@ def test_fused_products_match_separate_calls_and_float64():
             assert (fused[(s, t)] - ref)[mask].abs().max() < 2e-6, (order, s, t)
             assert torch.all(fused[(s, t)][~mask] == 0)
             alone = sq_overlaps({s: bases[s], t: bases[t]}, [(s, t)], order=order, method="overlap")[(s, t)]
-            assert (fused[(s, t)] - alone)[mask].abs().max() < 2e-6
+            assert (alone - ref)[mask].abs().max() < 2e-6  # the other formula, same float64 check
 
 
 def test_sources_reading_some_target_only_roles_match_float64():
@@ -339,6 +360,6 @@ def test_cholesky_and_householder_bases_agree_with_numpy_svd(make_heads):
             ref_p = torch.from_numpy(u[:, :rank] @ u[:, :rank].T)
             tol = 5e-5 if s[0] / s[rank - 1] > 100 else 2e-6  # span of an ill-conditioned fp32 head
             assert (ours @ ours.T - ref_p).abs().max() < tol
-            ours_s = bases.singular_values[layer, head].double().numpy()
+            ours_s = singular_values(heads, "K")[layer, head].double().numpy()
             assert np.allclose(ours_s, s, rtol=1e-4, atol=1e-6 * s[0])
     assert bases.ranks.tolist() == [[6, 6, 6], [6, 6, 5]]
