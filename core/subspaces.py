@@ -93,38 +93,60 @@ def _householder(mats: torch.Tensor, rtol: float,
     return u, ranks, s
 
 
-def _cholesky_inverse(gram: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """L^-1 for G = L L^T [n, w, w] and a bool [n] telling where the factorization worked."""
-    chol, info = torch.linalg.cholesky_ex(gram)
+def _cholesky_inverse(gram: torch.Tensor,
+                      work: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """L^-1 for G = L L^T [n, w, w] and a bool [n] telling where the factorization worked.
+
+    work: optional [2, n, w, w] scratch (L^-1 is returned in work[1]): each fresh temporary of
+    a few MB costs more in first-touch page faults than the arithmetic on it.
+    """
+    if work is None:
+        work = torch.empty((2, *gram.shape), dtype=gram.dtype, device=gram.device)
+    info = torch.empty(gram.shape[0], dtype=torch.int32, device=gram.device)
+    torch.linalg.cholesky_ex(gram, out=(work[0], info))
     eye = torch.eye(gram.shape[-1], dtype=gram.dtype, device=gram.device).expand_as(gram)
-    return torch.linalg.solve_triangular(chol, eye, upper=False), info == 0
+    torch.linalg.solve_triangular(work[0], eye, upper=False, out=work[1])
+    return work[1], info == 0
 
 
-def _lambda_max_bound(gram: torch.Tensor) -> torch.Tensor:
+def _scratch(gram: torch.Tensor, work: torch.Tensor | None) -> torch.Tensor:
+    """[2, n, w, w] scratch for the small factorizations (see _cholesky_inverse)."""
+    if work is None:
+        return torch.empty((2, *gram.shape), dtype=gram.dtype, device=gram.device)
+    return work
+
+
+def _lambda_max_bound(gram: torch.Tensor, work: torch.Tensor | None = None) -> torch.Tensor:
     """A guaranteed upper bound on the largest eigenvalue of each G [n, w, w] (symmetric PSD),
     without an eigensolver: the smaller of Gershgorin's bound on G and the square root of
     Gershgorin's bound on G^2 (computed from G scaled by its largest diagonal entry, plus the
     products' worst-case rounding), which is usually within a few percent of lambda_max."""
     w = gram.shape[-1]
     eps = torch.finfo(gram.dtype).eps
+    work = _scratch(gram, work)
     scale = gram.diagonal(dim1=-2, dim2=-1).amax(-1).clamp(min=torch.finfo(gram.dtype).tiny)
-    g = gram / scale[:, None, None]
-    row = g.abs().sum(-1).amax(-1)  # Gershgorin: |lambda| <= max row sum
-    row2 = (g @ g).abs().sum(-1).amax(-1) + (w + 1) * eps * row * row
+    g = torch.div(gram, scale[:, None, None], out=work[0])
+    g2 = torch.bmm(g, g, out=work[1])
+    row = g.abs_().sum(-1).amax(-1)  # Gershgorin: |lambda| <= max row sum
+    row2 = g2.abs_().sum(-1).amax(-1) + (w + 1) * eps * row * row
     return torch.minimum(row, row2.sqrt()) * scale * (1.0 + 4.0 * eps)
 
 
-def _shifted_cholesky_ok(gram: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+def _shifted_cholesky_ok(gram: torch.Tensor, shift: torch.Tensor,
+                         work: torch.Tensor | None = None) -> torch.Tensor:
     """bool [n]: proven lambda_min(G) > shift. Cholesky completing on fl(G - sigma I) makes
     G - sigma I + E positive definite with ||E||_2 <= ~(w + 1) eps trace(G) (Demmel), so sigma
     is raised by that much (and by the subtraction's rounding) before the attempt."""
     w = gram.shape[-1]
     eps = torch.finfo(gram.dtype).eps
+    work = _scratch(gram, work)
     diag = gram.diagonal(dim1=-2, dim2=-1)
     slack = (1.01 * (w + 1) * eps) * diag.sum(-1) + eps * diag.abs().amax(-1)
-    eye = torch.eye(w, dtype=gram.dtype, device=gram.device)
-    shifted = gram - (shift + slack)[:, None, None] * eye
-    return torch.linalg.cholesky_ex(shifted).info == 0
+    shifted = work[0].copy_(gram)
+    shifted.diagonal(dim1=-2, dim2=-1).sub_((shift + slack)[:, None])
+    info = torch.empty(gram.shape[0], dtype=torch.int32, device=gram.device)
+    torch.linalg.cholesky_ex(shifted, out=(work[1], info))
+    return info == 0
 
 
 def _orthonormalize(mats: torch.Tensor, rtol: float,
@@ -139,18 +161,20 @@ def _orthonormalize(mats: torch.Tensor, rtol: float,
         return _householder(mats, rtol, want)[:2]
     eps = torch.finfo(mats.dtype).eps
     gram = bmm_nt(mats.transpose(-2, -1), mats.transpose(-2, -1))
-    if not bool(torch.isfinite(gram).all()):
+    # A non-finite weight makes its column's squared norm (a diagonal entry) non-finite.
+    if not bool(torch.isfinite(gram.diagonal(dim1=-2, dim2=-1)).all()):
         raise ValueError("weights contain non-finite values")
-    top = _lambda_max_bound(gram)
+    work = _scratch(gram, None)
+    top = _lambda_max_bound(gram, work)
     theta = rtol * rtol + 2.0 * d * w * eps  # full rank: lambda_min > theta * lambda_max
     # One pass is enough where lambda_min > lambda_max / 8 is proven; otherwise, if full rank
     # is still proven, a second pass (CholeskyQR2).
-    single = _shifted_cholesky_ok(gram, max(theta, 0.125) * top)
+    single = _shifted_cholesky_ok(gram, max(theta, 0.125) * top, work)
     certified = single.clone()
     if theta < 0.125 and not bool(single.all()):
         idx = torch.nonzero(~single).flatten()
         certified[idx] = _shifted_cholesky_ok(gram[idx], theta * top[idx])
-    inv, ok = _cholesky_inverse(gram)
+    inv, ok = _cholesky_inverse(gram, work)
     certified &= ok & (top > 0)
     if bool(certified.all()):
         u = bmm_nt(mats, inv)  # W L^-T
