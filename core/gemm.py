@@ -22,8 +22,10 @@ _LOOP_MACS = 1 << 20
 
 
 def _onednn_op() -> Any:
+    """The op's resolved overload (calling it skips the per-call overload lookup), or None."""
     ops = getattr(torch.ops, "mkldnn", None)
-    return getattr(ops, "_linear_pointwise", None) if torch.backends.mkldnn.is_available() else None
+    packet = getattr(ops, "_linear_pointwise", None) if torch.backends.mkldnn.is_available() else None
+    return getattr(packet, "default", None)
 
 
 @cache
@@ -104,15 +106,15 @@ def bmm_nt(a: torch.Tensor, b: torch.Tensor,
         return out
     if out is None:
         out = torch.empty(n, m, b.shape[1], dtype=a.dtype, device=a.device)
-    for i in range(n):
-        res = op(a[i], b[i], None, "none", [], "")
-        if parts is None:
-            out[i].copy_(res)
-            continue
-        start = 0
-        for p in parts:
-            p[i].copy_(res[start:start + p.shape[1]])
-            start += p.shape[1]
+    no_post: list[Any] = []
+    if parts is None:
+        for ai, bi, oi in zip(a.unbind(), b.unbind(), out.unbind()):
+            oi.copy_(op(ai, bi, None, "none", no_post, ""))
+        return out
+    sizes = [p.shape[1] for p in parts]
+    for ai, bi, *dst in zip(a.unbind(), b.unbind(), *(p.unbind() for p in parts)):
+        for piece, o in zip(op(ai, bi, None, "none", no_post, "").split(sizes), dst):
+            o.copy_(piece)
     return out
 
 
