@@ -5,16 +5,17 @@ P = U U^T; core.composition uses the same sums for Composition Scores. Two exact
 chosen by flop count:
 
 * projector Gram (~d^2/2 per pair plus ~d^2 r/2 per head): P is symmetric, so <P_s, P_t> is a
-  sum over its lower triangle with off-diagonal entries counted twice. The triangle is cut into
-  pieces (128-column bands, 512 rows tall below the diagonal; diagonal blocks halved down to
-  64 x 64, kept whole there). A piece is built for many heads by one batched product
-  U[:, c] U[:, r]^T into a reused buffer and consumed at once, so no projector stack is ever
-  stored: memory stays bounded at any model size. Roles used as a source are built for all
-  their layers; roles used only as targets are built a few layers at a time (about
-  _GROUP_ROWS heads), so their pieces are still in cache when the source x target products
-  read them, and one product covers every target role of the group. float32 partial sums are
-  flushed to float64 every _FLUSH_FEATURES features. Products go through core.gemm (oneDNN's
-  AVX-512 kernels where MKL would run AVX2 ones).
+  sum over its lower triangle with off-diagonal entries counted twice. Each 128-column band of
+  the triangle, from its square diagonal block (counted once, whole) down, is one piece (cut
+  shorter only when the step's memory budget asks for it). A piece is built for many heads by
+  one batched product U[:, c] U[:, r]^T into a reused buffer, its diagonal square and the rows
+  below stored apart (each a dense matrix), and consumed at once, so no projector stack is
+  ever stored: memory stays bounded at any model size. Roles used as a source are built for
+  all their layers; roles used only as targets are built a few layers at a time (about
+  _GROUP_ROWS heads) and multiplied right away, one product per source covering every target
+  role and layer of the group (pairs the order drops are zeroed at the end). float32 partial
+  sums are flushed to float64 every _FLUSH_FEATURES features. Products go through core.gemm
+  (oneDNN's AVX-512 kernels where MKL would run AVX2 ones).
 * overlap (~r_s r_t d per pair): ||U_s^T U_t||_F^2 from the [r_s, r_t] overlap matrices.
 
 Only the head pairs ``order`` keeps are computed (see core.layer_order): no lower-triangle work
