@@ -11,6 +11,7 @@ inner dimension, a torch without oneDNN) goes through ``torch.mm``.
 
 from __future__ import annotations
 
+import math
 from functools import cache
 from typing import Any, Sequence
 
@@ -83,8 +84,9 @@ def bmm_nt(a: torch.Tensor, b: torch.Tensor,
            out: torch.Tensor | Sequence[torch.Tensor] | None = None,
            backend: str = "auto") -> Any:
     """a [B, M, K] @ b [B, N, K]^T -> [B, M, N], returned or written into ``out``: one
-    [B, M, N] tensor, or a list of [B, M_j, N] tensors taking consecutive row ranges of the
-    result (M_j summing to M; returned as given).
+    [B, M, N] tensor, or a list of parts taking consecutive row ranges of the result, each
+    [B, M_j, N] or [B, C_j, R_j, N] (C_j blocks of R_j rows, any strides: one copy per item
+    fills all blocks), the rows summing to M; a list is returned as given.
 
     PyTorch exposes no batched oneDNN product with a different right operand per item, so on
     the oneDNN path this is a loop of per-item products; it runs 1.2-2x faster than MKL's
@@ -93,16 +95,20 @@ def bmm_nt(a: torch.Tensor, b: torch.Tensor,
     """
     n, m, k = a.shape
     parts = list(out) if isinstance(out, (list, tuple)) else None
-    if parts is not None and sum(p.shape[1] for p in parts) != m:
-        raise ValueError(f"out row ranges {[p.shape[1] for p in parts]} do not sum to {m}")
+    if parts is not None:
+        rows = [math.prod(p.shape[1:-1]) for p in parts]
+        if sum(rows) != m or any(p.dim() not in (3, 4) for p in parts):
+            raise ValueError(f"out parts {[tuple(p.shape) for p in parts]} do not split {m} rows")
     op = _onednn_for(a[0] if n else a.new_empty(0, 0), b[0] if n else b.new_empty(0, 0), backend)
     if op is None or (backend == "auto" and m * b.shape[1] * k < _LOOP_MACS):
         if parts is None:
             return torch.bmm(a, b.transpose(1, 2), out=out)
         start = 0
         for p in parts:
-            torch.bmm(a[:, start:start + p.shape[1]], b.transpose(1, 2), out=p)
-            start += p.shape[1]
+            blocks = p.unbind(1) if p.dim() == 4 else [p]
+            for blk in blocks:
+                torch.bmm(a[:, start:start + blk.shape[1]], b.transpose(1, 2), out=blk)
+                start += blk.shape[1]
         return out
     if out is None:
         out = torch.empty(n, m, b.shape[1], dtype=a.dtype, device=a.device)
@@ -111,10 +117,10 @@ def bmm_nt(a: torch.Tensor, b: torch.Tensor,
         for ai, bi, oi in zip(a.unbind(), b.unbind(), out.unbind()):
             oi.copy_(op(ai, bi, None, "none", no_post, ""))
         return out
-    sizes = [p.shape[1] for p in parts]
+    shapes = [p.shape[1:] for p in parts]
     for ai, bi, *dst in zip(a.unbind(), b.unbind(), *(p.unbind() for p in parts)):
-        for piece, o in zip(op(ai, bi, None, "none", no_post, "").split(sizes), dst):
-            o.copy_(piece)
+        for piece, o, shape in zip(op(ai, bi, None, "none", no_post, "").split(rows), dst, shapes):
+            o.copy_(piece.view(shape))
     return out
 
 

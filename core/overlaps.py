@@ -56,11 +56,11 @@ Product = tuple[Hashable, Hashable]
 
 @dataclass(frozen=True)
 class Piece:
-    """Projector block P[c0:c1, r0:r1] (c0 >= r0), features in row-major order.
+    """Projector block P[c0:c1, r0:r1] (c0 >= r0), used as ``chunks`` of rows.
 
-    A piece starting on the diagonal (c0 == r0) holds the whole square diagonal block
-    P[r0:r1, r0:r1] first (counted once: a full symmetric square) and the rows below it after
-    (counted twice, for their mirror image above the diagonal).
+    A piece starting on the diagonal (c0 == r0) holds the square diagonal block P[r0:r1, r0:r1]
+    first (counted once: a whole symmetric square) and the rows below it after (counted twice,
+    for their mirror image above the diagonal).
     """
 
     r0: int
@@ -73,58 +73,70 @@ class Piece:
         return (self.r1 - self.r0) * (self.c1 - self.c0)
 
     @property
-    def segments(self) -> tuple[tuple[int, int, float], ...]:
-        """(first feature, stop, weight): <A, B>_F over the covered entries is
-        sum weight * <a[f0:f1], b[f0:f1]> over the segments."""
-        k = self.features
-        if self.c0 != self.r0:
-            return ((0, k, 2.0),)
-        square = (self.r1 - self.r0) ** 2
-        return ((0, square, 1.0),) if square == k else ((0, square, 1.0), (square, k, 2.0))
+    def chunks(self) -> tuple[tuple[int, int, float], ...]:
+        """(first row, stop, weight) in piece rows, each as tall as the piece is wide (the last
+        may be shorter): <A, B>_F over the entries the piece stands for is
+        sum weight * <A_piece[a:b], B_piece[a:b]> over the chunks. Equal chunks give the
+        products one shape (oneDNN compiles a kernel per new shape)."""
+        rows, width = self.c1 - self.c0, self.r1 - self.r0
+        return tuple((a, min(rows, a + width), 1.0 if a == 0 and self.c0 == self.r0 else 2.0)
+                     for a in range(0, rows, width))
 
 
 def piece_plan(d: int, block: int = _BLOCK, height: int | None = None) -> list[Piece]:
-    """Pieces of a d x d symmetric matrix on or below the diagonal whose weighted segment
+    """Pieces of a d x d symmetric matrix on or below the diagonal whose weighted chunk
     products sum to <A, B>_F. Columns come in bands of ``block``; each band's rows, from its
-    diagonal block down, are cut into about equal pieces at most ``height`` (>= block) tall,
-    the first of which holds the diagonal block."""
+    diagonal block down, are cut into about equal pieces about ``height`` (>= block) tall, in
+    whole chunks of ``block`` rows; the first piece holds the diagonal block."""
     block = max(1, min(block, d))
     height = max(block, block if height is None else height)
     plan = []
     for r0 in range(0, d, block):
         r1 = min(d, r0 + block)
         rows = d - r0
-        n = -(-rows // height)
-        cuts = [r0 + max(r1 - r0, (i * rows) // n) if i else r0 for i in range(n)] + [d]
-        plan += [Piece(r0, r1, a, b) for a, b in zip(cuts, cuts[1:]) if a < b]
+        per_piece = -(-rows // -(-rows // height))  # rows / ceil(rows / height), rounded up
+        step = -(-per_piece // block) * block  # whole chunks of ``block`` rows
+        cuts = list(range(r0, d, step)) + [d]
+        plan += [Piece(r0, r1, a, b) for a, b in zip(cuts, cuts[1:])]
     return plan
 
 
-Segs = list[torch.Tensor]  # a piece's features for some rows: one [rows, f1 - f0] per segment
+Segs = list[torch.Tensor]  # a piece's features for some rows: one [rows, features] per chunk
 
 
 def _segs(buf: torch.Tensor, rows: int, piece: Piece) -> Segs:
-    """Views of buf holding a piece's features for ``rows`` rows, segment after segment, so
-    every segment is a contiguous matrix (dense operands for the products)."""
-    return [buf[rows * f0:rows * f1].view(rows, f1 - f0) for f0, f1, _ in piece.segments]
+    """Views of buf holding a piece's features for ``rows`` rows, chunk after chunk, so every
+    chunk is a contiguous matrix (a dense operand for the products)."""
+    width = piece.r1 - piece.r0
+    return [buf[rows * a * width:rows * b * width].view(rows, (b - a) * width)
+            for a, b, _ in piece.chunks]
 
 
 def _take(segs: Segs, a: int, b: int) -> Segs:
-    """Rows [a, b) of every segment."""
+    """Rows [a, b) of every chunk."""
     return [x[a:b] for x in segs]
 
 
 def _addmm_piece(acc: torch.Tensor, a: Segs, b: Segs, piece: Piece) -> None:
     """acc [M, N] += weighted <a, b> over the piece's features (a: M rows, b: N rows)."""
-    for x, y, (_, _, w) in zip(a, b, piece.segments):
+    for x, y, (_, _, w) in zip(a, b, piece.chunks):
         addmm_nt_(acc, x, y, w)
 
 
 def _build(u: torch.Tensor, piece: Piece, out: Segs) -> None:
-    """Features of one piece for every head of u [N, d, r] into out (N rows per segment)."""
+    """Features of one piece for every head of u [N, d, r] into out (N rows per chunk): one
+    product per head, its rows copied to every full chunk at once (a strided view) and to a
+    shorter last chunk apart."""
     n, width = u.shape[0], piece.r1 - piece.r0
-    bmm_nt(u[:, piece.c0:piece.c1], u[:, piece.r0:piece.r1],
-           out=[o.view(n, -1, width) for o in out])
+    full = [o for o, (a, b, _) in zip(out, piece.chunks) if b - a == width]
+    parts = []
+    if full:  # equally spaced chunk regions of rows, seen as one [head, chunk, row, col] view
+        gap = full[1].storage_offset() - full[0].storage_offset() if len(full) > 1 else 0
+        parts.append(full[0].as_strided((n, len(full), width, width),
+                                        (full[0].stride(0), gap, width, 1),
+                                        full[0].storage_offset()))
+    parts += [o.view(n, -1, width) for o, (a, b, _) in zip(out, piece.chunks) if b - a != width]
+    bmm_nt(u[:, piece.c0:piece.c1], u[:, piece.r0:piece.r1], out=parts)
 
 
 @dataclass(frozen=True)

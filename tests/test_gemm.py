@@ -77,5 +77,9 @@ def test_bmm_nt_into_row_ranges_matches_float64(backend, m, n):
     ref = a.double() @ b.double().transpose(1, 2)
     got = torch.cat(parts, dim=1).double()
     assert (got - ref).abs().max() < 1e-4
-    with pytest.raises(ValueError, match="row ranges"):
+    with pytest.raises(ValueError, match="do not split"):
         bmm_nt(a, b, out=[torch.empty(5, m - 1, n)], backend=backend)
+    # blocks of rows into a strided 4-D part: [item, block, row, col] stored block-major
+    store = torch.full((4, 5, m // 4, n), float("nan"))
+    bmm_nt(a, b, out=[store.permute(1, 0, 2, 3)], backend=backend)
+    assert (store.permute(1, 0, 2, 3).reshape(5, m, n).double() - ref).abs().max() < 1e-4
