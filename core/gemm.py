@@ -118,6 +118,10 @@ def bmm_nt(a: torch.Tensor, b: torch.Tensor,
             oi.copy_(op(ai, bi, None, "none", no_post, ""))
         return out
     shapes = [p.shape[1:] for p in parts]
+    if len(parts) == 1:
+        for ai, bi, oi in zip(a.unbind(), b.unbind(), parts[0].unbind()):
+            oi.copy_(op(ai, bi, None, "none", no_post, "").view(shapes[0]))
+        return out
     for ai, bi, *dst in zip(a.unbind(), b.unbind(), *(p.unbind() for p in parts)):
         for piece, o, shape in zip(op(ai, bi, None, "none", no_post, "").split(rows), dst, shapes):
             o.copy_(piece.view(shape))
