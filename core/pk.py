@@ -18,7 +18,7 @@ import torch
 
 from headgraph.core.layer_order import check_order, layer_mask
 from headgraph.core.overlaps import sq_overlaps
-from headgraph.core.subspaces import effective_ranks, role_bases
+from headgraph.core.subspaces import effective_ranks, role_bases, roles_bases
 from headgraph.core.types import ROLES, HeadWeights, PairScores
 
 
@@ -37,7 +37,7 @@ def _pk_results(heads: HeadWeights, pairings: list[str], order: str, rank: int |
                 rtol: float | None) -> dict[str, PairScores]:
     """PairScores of several pairings from one shared pass (bases and projectors built once)."""
     roles = list(dict.fromkeys(r for p in pairings for r in parse_pairing(p)))
-    bases = {r: role_bases(heads, r, rank=rank, rtol=rtol) for r in roles}
+    bases = roles_bases(heads, roles, rank=rank, rtol=rtol)
     idx = heads.info.layer_indices
     # Blocks follow positions; should positions not follow the layer order, compute all pairs.
     monotone = all(a < b for a, b in zip(idx, idx[1:]))

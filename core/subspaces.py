@@ -116,6 +116,21 @@ def _scratch(gram: torch.Tensor, work: torch.Tensor | None) -> torch.Tensor:
     return work
 
 
+class _Scratch:
+    """Buffers for the small per-head matrices, [3, n, w, w] per shape (the Gram matrices and
+    two work slots), reused by every role factorized in one call: each fresh few-MB temporary
+    costs more in first-touch page faults than the arithmetic on it."""
+
+    def __init__(self) -> None:
+        self._bufs: dict[tuple, torch.Tensor] = {}
+
+    def get(self, n: int, w: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        key = (n, w, dtype, device)
+        if key not in self._bufs:
+            self._bufs[key] = torch.empty(3, n, w, w, dtype=dtype, device=device)
+        return self._bufs[key]
+
+
 def _lambda_max_bound(gram: torch.Tensor, work: torch.Tensor | None = None) -> torch.Tensor:
     """A guaranteed upper bound on the largest eigenvalue of each G [n, w, w] (symmetric PSD),
     without an eigensolver: the smaller of Gershgorin's bound on G and the square root of
@@ -149,8 +164,8 @@ def _shifted_cholesky_ok(gram: torch.Tensor, shift: torch.Tensor,
     return info == 0
 
 
-def _orthonormalize(mats: torch.Tensor, rtol: float,
-                    want: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+def _orthonormalize(mats: torch.Tensor, rtol: float, want: int | None,
+                    scratch: _Scratch | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Bases of [n, d, w] (compute dtype): (U [n, d, min(d, w)], ranks [n]).
 
     Certified full-rank heads go through Cholesky QR (see the module docstring), the rest
@@ -160,11 +175,12 @@ def _orthonormalize(mats: torch.Tensor, rtol: float,
     if want is not None or w > d or n == 0:
         return _householder(mats, rtol, want)[:2]
     eps = torch.finfo(mats.dtype).eps
-    gram = bmm_nt(mats.transpose(-2, -1), mats.transpose(-2, -1))
+    bufs = (scratch or _Scratch()).get(n, w, mats.dtype, mats.device)
+    gram = bmm_nt(mats.transpose(-2, -1), mats.transpose(-2, -1), out=bufs[0])
     # A non-finite weight makes its column's squared norm (a diagonal entry) non-finite.
     if not bool(torch.isfinite(gram.diagonal(dim1=-2, dim2=-1)).all()):
         raise ValueError("weights contain non-finite values")
-    work = _scratch(gram, None)
+    work = bufs[1:]
     top = _lambda_max_bound(gram, work)
     theta = rtol * rtol + 2.0 * d * w * eps  # full rank: lambda_min > theta * lambda_max
     # One pass is enough where lambda_min > lambda_max / 8 is proven; otherwise, if full rank
@@ -203,8 +219,8 @@ def _orthonormalize(mats: torch.Tensor, rtol: float,
     return u, ranks
 
 
-def _factorize(mats: torch.Tensor, dtype: torch.dtype, rtol: float,
-               want: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+def _factorize(mats: torch.Tensor, dtype: torch.dtype, rtol: float, want: int | None,
+               scratch: _Scratch | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Bases of ``[N, d, w]`` in ``dtype``: (U [N, d, k], ranks [N]), k = min(d, w).
 
     One batched call for all heads; only roles whose input exceeds _FACTOR_CHUNK_BYTES are split
@@ -214,13 +230,14 @@ def _factorize(mats: torch.Tensor, dtype: torch.dtype, rtol: float,
     per_head = max(1, d * w * torch.finfo(dtype).bits // 8 * 3)
     chunk = max(1, min(n, _FACTOR_CHUNK_BYTES // per_head))
     if chunk >= n:
-        return _orthonormalize(mats.to(dtype), rtol, want)
+        return _orthonormalize(mats.to(dtype), rtol, want, scratch)
     k = min(d, w)
     u = torch.empty(n, d, k, dtype=dtype, device=mats.device)
     ranks = torch.empty(n, dtype=torch.long, device=mats.device)
     for start in range(0, n, chunk):
         stop = min(n, start + chunk)
-        u[start:stop], ranks[start:stop] = _orthonormalize(mats[start:stop].to(dtype), rtol, want)
+        u[start:stop], ranks[start:stop] = _orthonormalize(mats[start:stop].to(dtype), rtol, want,
+                                                           scratch)
     return u, ranks
 
 
@@ -235,6 +252,19 @@ def role_bases(
     leading ``rank`` singular directions (ValueError naming the head when a measured rank is
     smaller). Computed once per (role, rank, rtol) and cached in ``heads._cache``.
     """
+    return roles_bases(heads, [role], rank=rank, rtol=rtol)[role]
+
+
+def roles_bases(
+    heads: HeadWeights, roles: list[str], *, rank: int | None = None, rtol: float | None = None
+) -> dict[str, RoleBases]:
+    """:func:`role_bases` of several roles, factorized with shared scratch buffers."""
+    scratch = _Scratch()
+    return {r: _role_bases(heads, r, rank, rtol, scratch) for r in dict.fromkeys(roles)}
+
+
+def _role_bases(heads: HeadWeights, role: str, rank: int | None, rtol: float | None,
+                scratch: _Scratch) -> RoleBases:
     if role not in ROLES:
         raise ValueError(f"unknown role {role!r}; expected one of {list(ROLES)}")
     key = ("bases", role, rank, rtol)
@@ -251,7 +281,7 @@ def role_bases(
     want = _check_rank(rank, width)
     try:
         u, ranks = _factorize(w.detach().reshape(L * H, d_model, d_head),
-                                 compute_dtype(w.dtype), eff_rtol, want)
+                              compute_dtype(w.dtype), eff_rtol, want, scratch)
     except ValueError as err:
         raise ValueError(f"role {role}: {err}") from err
     if want is not None:
