@@ -24,8 +24,9 @@ _LOOP_MACS = 1 << 20
 
 def _onednn_op() -> Any:
     """The op's resolved overload (calling it skips the per-call overload lookup), or None."""
-    ops = getattr(torch.ops, "mkldnn", None)
-    packet = getattr(ops, "_linear_pointwise", None) if torch.backends.mkldnn.is_available() else None
+    if not torch.backends.mkldnn.is_available():
+        return None
+    packet = getattr(getattr(torch.ops, "mkldnn", None), "_linear_pointwise", None)
     return getattr(packet, "default", None)
 
 
