@@ -79,7 +79,7 @@ class Graphs(LabelSets):
 
     def head_graph(self, ref: ModelRef, *, pairings: list[str], granularity: str, k: int | None,
                    threshold: float | None, threshold_on: str, label_set: Any) -> Any:
-        """The core HeadGraph object (for exports such as GraphML)."""
+        """The core HeadGraph object (core.head_graph; for exports such as GraphML)."""
         from headgraph.core.graph import build_graph
 
         results = {p: self.pk(ref, p, "forward") for p in pairings}

@@ -10,7 +10,8 @@ import networkx as nx
 import pytest
 import torch
 
-from headgraph.core.graph import HeadGraph, build_graph, read_export
+from headgraph.core.graph import build_graph
+from headgraph.core.head_graph import HeadGraph, read_export
 from headgraph.core.labels import LabelSet
 from headgraph.core.types import HeadWeights, ModelInfo, PairScores
 
