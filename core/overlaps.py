@@ -8,9 +8,10 @@ chosen by flop count:
   sum over its lower triangle with off-diagonal entries counted twice. Each 128-column band of
   the triangle, from its square diagonal block (counted once, whole) down, is one piece (cut
   shorter only when the step's memory budget asks for it). A piece is built for many heads by
-  one batched product U[:, c] U[:, r]^T into a reused buffer, its diagonal square and the rows
-  below stored apart (each a dense matrix), and consumed at once, so no projector stack is
-  ever stored: memory stays bounded at any model size. Roles used as a source are built for
+  one batched product U[:, c] U[:, r]^T into a reused buffer, stored in square chunks (the
+  diagonal square first), chunk after chunk so each is a dense matrix of one shape, and
+  consumed at once, so no projector stack is ever stored: memory stays bounded at any model
+  size. Roles used as a source are built for
   all their layers; roles used only as targets are built a few layers at a time (about
   _GROUP_ROWS heads) and multiplied right away, one product per source covering every target
   role and layer of the group (pairs the order drops are zeroed at the end). float32 partial
@@ -34,7 +35,7 @@ from headgraph.core.gemm import addmm_nt_, bmm_nt
 from headgraph.core.layer_order import (Rect, check_order, group_cover, group_rects, layer_blocks,
                                         layer_mask, rect_area)
 
-# Projector pieces: bands _BLOCK wide, cut at most _HEIGHT tall from the diagonal down.
+# Projector pieces: bands _BLOCK wide, cut about _HEIGHT tall from the diagonal down.
 # Measured best on the GPT-2 shape, one thread (larger pieces: fewer, larger products;
 # smaller: in cache).
 _BLOCK = 128
