@@ -123,6 +123,16 @@ def test_compute_needs_the_token(server):
     assert spec["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
 
 
+
+def _finished(url: str, job_id: str) -> dict:
+    """Poll a job until it is done or failed (30 s at most); its last state."""
+    for _ in range(600):
+        state = httpx.get(url + f"/api/jobs/{job_id}", timeout=30).json()
+        if state["state"] in ("done", "failed"):
+            break
+        time.sleep(0.05)
+    return state
+
 def test_compute_job_progress_idempotency_and_cached_listing(server):
     url = server.url + "/api/models/compute"
     with HealthProbe(server.url) as probe:
@@ -156,11 +166,7 @@ def test_compute_job_progress_idempotency_and_cached_listing(server):
     before = stats(server.url)["computations"]
     redo = httpx.post(url, params={"model": "demo", "pairings": ALL_PAIRINGS}, headers=AUTH, timeout=30).json()
     assert redo["created"] is True and redo["job"]["attempt"] == 2
-    for _ in range(600):
-        state = httpx.get(server.url + f"/api/jobs/{redo['job']['id']}", timeout=30).json()
-        if state["state"] in ("done", "failed"):
-            break
-        time.sleep(0.05)
+    state = _finished(server.url, redo["job"]["id"])
     assert state["state"] == "done"
     assert stats(server.url)["computations"] == before  # everything came from the cache
 
@@ -168,11 +174,7 @@ def test_compute_job_progress_idempotency_and_cached_listing(server):
 def test_failed_job_keeps_a_one_line_error_and_can_be_retried(server):
     url = server.url + "/api/models/compute"
     first = httpx.post(url, params={"model": "gpt2"}, headers=AUTH, timeout=30).json()["job"]
-    for _ in range(600):
-        state = httpx.get(server.url + f"/api/jobs/{first['id']}", timeout=30).json()
-        if state["state"] in ("done", "failed"):
-            break
-        time.sleep(0.05)
+    state = _finished(server.url, first["id"])
     assert state["state"] == "failed"
     assert "HF_HUB_OFFLINE" in state["error"] and "\n" not in state["error"]
     retry = httpx.post(url, params={"model": "gpt2"}, headers=AUTH, timeout=30).json()
