@@ -123,7 +123,6 @@ def test_compute_needs_the_token(server):
     assert spec["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
 
 
-
 def _finished(url: str, job_id: str) -> dict:
     """Poll a job until it is done or failed (30 s at most); its last state."""
     for _ in range(600):
@@ -132,6 +131,7 @@ def _finished(url: str, job_id: str) -> dict:
             break
         time.sleep(0.05)
     return state
+
 
 def test_compute_job_progress_idempotency_and_cached_listing(server):
     url = server.url + "/api/models/compute"
