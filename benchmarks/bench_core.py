@@ -1,6 +1,6 @@
 """Benchmark headgraph's core math against TransformerLens, one subprocess per measurement.
 
-    .venv/bin/python benchmarks/bench_core.py [--quick] [--repeat 5] [--out benchmarks/RESULTS.md]
+    .venv/bin/python benchmarks/bench_core.py [--quick] [--repeat 7] [--out benchmarks/RESULTS.md]
 
 Measures PK OQ+OK+OV and CS Q+K+V on GPT-2-small, Qwen2-0.5B and BLOOM-560M attention shapes
 (random weights, no download) and PK OK on a 32 x 32 x 4096 x 128 shape (headgraph only).
@@ -230,8 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="GPT-2 shape only")
     parser.add_argument("--out", type=Path, help="also write the Markdown table here")
-    parser.add_argument("--repeat", type=int, default=5,
-                        help="GPT-2 PK cells: runs per tool, alternating, best wall time kept (default 5)")
+    parser.add_argument("--repeat", type=int, default=7,
+                        help="GPT-2 PK cells: runs per tool, alternating, best wall time kept (default 7)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--save-model", nargs=2, metavar=("SHAPE", "FOLDER"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -284,7 +284,11 @@ def main(argv: list[str] | None = None) -> int:
                     if hg.get("cpu_seconds") and tl.get("cpu_seconds"):
                         speed += f" (CPU {tl['cpu_seconds'] / hg['cpu_seconds']:.1f}x)"
                     if repeats > 1:
+                        pairs = [t["seconds"] / h["seconds"] for h, t in zip(hg_runs, tl_runs)
+                                 if h["status"] == "ok" and t["status"] == "ok"]
                         speed += f", best of {repeats}"
+                        if pairs:
+                            speed += f"; run by run {min(pairs):.1f}-{max(pairs):.1f}x"
                 target, met = _target(key, what, hg, tl)
                 rows.append([shape_label(shape), label, _fmt_time(hg), _fmt_peak(hg), _fmt_time(tl),
                              _fmt_peak(tl), speed, target, met])
