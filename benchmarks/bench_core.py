@@ -279,17 +279,17 @@ def main(argv: list[str] | None = None) -> int:
                                              {"status": "not run (asks 26-39 GB)", "seconds": None,
                                               "peak_bytes": None})
                 speed = "-"
+                pairs = [t["seconds"] / h["seconds"] for h, t in zip(hg_runs, tl_runs)
+                         if h["status"] == "ok" and t["status"] == "ok"]
                 if hg["status"] == "ok" and tl and tl["status"] == "ok":
                     speed = f"{tl['seconds'] / hg['seconds']:.1f}x"
                     if hg.get("cpu_seconds") and tl.get("cpu_seconds"):
                         speed += f" (CPU {tl['cpu_seconds'] / hg['cpu_seconds']:.1f}x)"
                     if repeats > 1:
-                        pairs = [t["seconds"] / h["seconds"] for h, t in zip(hg_runs, tl_runs)
-                                 if h["status"] == "ok" and t["status"] == "ok"]
                         speed += f", best of {repeats}"
                         if pairs:
                             speed += f"; run by run {min(pairs):.1f}-{max(pairs):.1f}x"
-                target, met = _target(key, what, hg, tl)
+                target, met = _target(key, what, hg, tl, pairs)
                 rows.append([shape_label(shape), label, _fmt_time(hg), _fmt_peak(hg), _fmt_time(tl),
                              _fmt_peak(tl), speed, target, met])
                 print("  " + " | ".join(rows[-1]), flush=True)
@@ -328,10 +328,14 @@ def _best(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return best
 
 
-def _target(key: str, what: str, hg: dict[str, Any], tl: dict[str, Any] | None) -> tuple[str, str]:
+def _target(key: str, what: str, hg: dict[str, Any], tl: dict[str, Any] | None,
+            pairs: list[float]) -> tuple[str, str]:
+    """(target, verdict) of a cell; pairs: the run-by-run TL / headgraph time ratios."""
     done = hg["status"] == "ok"
     if key == "gpt2" and what == "pk":
         ok = done and tl is not None and tl["status"] == "ok" and hg["seconds"] <= tl["seconds"] / 10
+        if ok and pairs and min(pairs) < 10:  # the best times meet it, some single runs do not
+            return "<= 1/10 TL time", f"best times only (single runs down to {min(pairs):.1f}x)"
         return "<= 1/10 TL time", "yes" if ok else "NO"
     if key == "gpt2":
         fast = done and tl is not None and tl["status"] == "ok" and hg["seconds"] <= tl["seconds"] / 10
