@@ -1,5 +1,10 @@
 """a @ b^T for the large float32 products of core.overlaps, on the fastest exact backend.
 
+Batched products (``bmm_nt``) first try headgraph's compiled kernel (core/_ntkernel.c:
+AVX-512, every item's result stored straight into the caller's strided destination, one call
+for all items), built at install time where a C compiler exists and used after a self-check
+against float64. Otherwise, and for single products:
+
 PyTorch sends a float32 ``mm`` on CPU to MKL BLAS, which on AMD CPUs runs its AVX2 kernels
 (~95 GFLOP/s on one Zen core here); oneDNN, which PyTorch also ships (``torch.ops.mkldnn``),
 JIT-compiles AVX-512 kernels for the same CPU and runs these products ~2x faster. Both are
@@ -12,12 +17,14 @@ inner dimension, a torch without oneDNN) goes through ``torch.mm``.
 from __future__ import annotations
 
 import math
+import os
+from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from typing import Any, Sequence
 
 import torch
 
-BACKENDS = ("auto", "onednn", "blas")
+BACKENDS = ("auto", "native", "onednn", "blas")
 # Smallest per-item product (multiply-adds) that bmm_nt sends through the oneDNN loop.
 _LOOP_MACS = 1 << 20
 
@@ -48,6 +55,74 @@ def onednn_available() -> bool:
     return bool(((got.double() - ref).abs().max() < 1e-3).item())
 
 
+def _ntkernel() -> Any:
+    """The compiled kernel module when it was built and this CPU can run it, else None
+    (also None when the environment sets HEADGRAPH_NATIVE=0)."""
+    if os.environ.get("HEADGRAPH_NATIVE", "1").strip() == "0":
+        return None
+    try:
+        from headgraph.core import _ntkernel
+    except ImportError:
+        return None
+    return _ntkernel if _ntkernel.supported() else None
+
+
+@cache
+def native_available() -> bool:
+    """Whether the compiled batched kernel is present and exact to float32 rounding here
+    (checked on odd sizes, strided operands and a chunked destination)."""
+    if _ntkernel() is None:
+        return False
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(3, 37, 150, generator=g).transpose(1, 2)  # [3, 150, 37], column-major items
+    b = torch.randn(3, 140, 37, generator=g)
+    out = torch.full((3, 5, 30, 140), float("nan"))
+    _native_into(a, b, out)
+    ref = a.double() @ b.double().transpose(1, 2)
+    return bool(((out.reshape(3, 150, 140).double() - ref).abs().max() < 1e-4).item())
+
+
+@cache
+def _pool(workers: int) -> ThreadPoolExecutor:
+    """Threads for splitting one kernel call by items (the kernel releases the GIL)."""
+    return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="headgraph-nt")
+
+
+def _native_usable(a: torch.Tensor, b: torch.Tensor, parts: Sequence[torch.Tensor]) -> bool:
+    tensors = [a, b, *parts]
+    return (all(t.device.type == "cpu" and t.dtype == torch.float32 for t in tensors)
+            and all(p.stride(-1) == 1 for p in parts) and _ntkernel() is not None)
+
+
+def _native_into(a: torch.Tensor, b: torch.Tensor, dst: torch.Tensor) -> None:
+    """dst [B, M, N] or [B, C, R, N] (C blocks of R rows, last stride 1) = a [B, M, K] @
+    b [B, N, K]^T by the compiled kernel, items split over torch's thread count."""
+    mod = _ntkernel()
+    n, m, k = a.shape
+    d4 = dst if dst.dim() == 4 else dst.unsqueeze(1)
+    chunk = max(1, d4.shape[2])
+    if b.dim() != 3 or b.shape[0] != n or b.shape[2] != k:
+        raise ValueError(f"operands {tuple(a.shape)} and {tuple(b.shape)} do not pair up")
+    if d4.shape[0] != n or d4.shape[1] * d4.shape[2] != m or d4.shape[3] != b.shape[1]:
+        raise ValueError(f"destination {tuple(dst.shape)} does not hold [{n}, {m}, {b.shape[1]}]")
+    if n == 0 or m == 0 or b.shape[1] == 0:
+        return
+
+    def run(h0: int, h1: int) -> None:
+        mod.nt_rows(a[h0].data_ptr(), *a.stride(), b[h0].data_ptr(), *b.stride(),
+                    d4[h0].data_ptr(), d4.stride(0), d4.stride(1), chunk, d4.stride(2),
+                    h1 - h0, m, b.shape[1], k)
+
+    workers = min(torch.get_num_threads(), n)
+    if workers <= 1:
+        run(0, n)
+        return
+    bounds = [n * i // workers for i in range(workers + 1)]
+    jobs = [_pool(workers).submit(run, h0, h1) for h0, h1 in zip(bounds, bounds[1:]) if h1 > h0]
+    for job in jobs:
+        job.result()
+
+
 def _dense(x: torch.Tensor) -> bool:
     """Row- or column-major without gaps: oneDNN runs a slow reference kernel on other
     strides (a row slice of a wider matrix measured ~500x slower than a copy)."""
@@ -56,8 +131,9 @@ def _dense(x: torch.Tensor) -> bool:
 
 def _onednn_for(a: torch.Tensor, b: torch.Tensor, backend: str) -> Any:
     """The oneDNN op to use for a @ b^T, or None for torch's own BLAS path."""
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
+    if backend not in BACKENDS or backend == "native":
+        raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}"
+                         + (" ('native' is for batched products)" if backend == "native" else ""))
     usable = (a.device.type == "cpu" and a.dtype == torch.float32 and b.dtype == torch.float32
               and a.shape[1] > 0 and _dense(a) and _dense(b) and onednn_available())
     if backend == "onednn" and not usable:
@@ -100,6 +176,18 @@ def bmm_nt(a: torch.Tensor, b: torch.Tensor,
         rows = [math.prod(p.shape[1:-1]) for p in parts]
         if sum(rows) != m or any(p.dim() not in (3, 4) for p in parts):
             raise ValueError(f"out parts {[tuple(p.shape) for p in parts]} do not split {m} rows")
+    if backend == "native" or (backend == "auto" and native_available()):
+        dsts = parts if parts is not None else [
+            out if out is not None else torch.empty(n, m, b.shape[1], dtype=a.dtype, device=a.device)]
+        if native_available() and _native_usable(a, b, dsts):
+            start = 0
+            for p in dsts:
+                count = math.prod(p.shape[1:-1])
+                _native_into(a[:, start:start + count], b, p)
+                start += count
+            return out if parts is not None or out is not None else dsts[0]
+        if backend == "native":
+            raise ValueError("the compiled kernel is not available for these tensors here")
     op = _onednn_for(a[0] if n else a.new_empty(0, 0), b[0] if n else b.new_empty(0, 0), backend)
     if op is None or (backend == "auto" and m * b.shape[1] * k < _LOOP_MACS):
         if parts is None:
@@ -129,4 +217,4 @@ def bmm_nt(a: torch.Tensor, b: torch.Tensor,
     return out
 
 
-__all__ = ["BACKENDS", "addmm_nt_", "bmm_nt", "gemm_nt", "onednn_available"]
+__all__ = ["BACKENDS", "addmm_nt_", "bmm_nt", "gemm_nt", "native_available", "onednn_available"]
