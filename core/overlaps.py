@@ -31,15 +31,17 @@ from typing import Hashable, Sequence
 
 import torch
 
-from headgraph.core.gemm import addmm_nt_, bmm_nt
+from headgraph.core.gemm import addmm_nt_, bmm_nt, native_available
 from headgraph.core.layer_order import (Rect, check_order, group_cover, group_rects, layer_blocks,
                                         layer_mask, rect_area)
 
 # Projector pieces: bands _BLOCK wide, cut about _HEIGHT tall from the diagonal down.
 # Measured best on the GPT-2 shape, one thread (larger pieces: fewer, larger products;
-# smaller: in cache).
+# smaller: in cache). With the compiled kernel (one call per piece for all heads, no per-head
+# cost) shorter pieces win: less memory touched, more of it in cache.
 _BLOCK = 128
 _HEIGHT = 768
+_HEIGHT_NATIVE = 384
 # Target-only roles are built for groups of layers holding about this many heads together.
 _GROUP_ROWS = 96
 # A source reading every target-only role multiplies a group's features in one product over
@@ -199,7 +201,8 @@ def _gram_pass(ops: dict[Hashable, _Operand], products: list[Product], order: st
     full_rows = {k: (ops[k].hi - ops[k].lo) * ops[k].heads for k in sources}
     per_feature = (sum(full_rows.values()) + groups.rows) * first.element_size()
     block = max(8, min(_BLOCK, math.isqrt(max(1, work_bytes // per_feature))))
-    height = max(block, min(_HEIGHT, work_bytes // (per_feature * block)))
+    tall = _HEIGHT_NATIVE if dtype == torch.float32 and native_available() else _HEIGHT
+    height = max(block, min(tall, work_bytes // (per_feature * block)))
     plan = piece_plan(d, block, height)
     size = max(p.features for p in plan)
     fbuf = {k: torch.empty(n * size, dtype=dtype, device=device) for k, n in full_rows.items()}
