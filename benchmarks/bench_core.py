@@ -232,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="also write the Markdown table here")
     parser.add_argument("--repeat", type=int, default=7,
                         help="GPT-2 PK cells: runs per tool, alternating, best wall time kept (default 7)")
+    parser.add_argument("--no-native", action="store_true",
+                        help="run headgraph without its compiled kernel (HEADGRAPH_NATIVE=0)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--save-model", nargs=2, metavar=("SHAPE", "FOLDER"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -243,6 +245,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     os.environ["HF_HUB_OFFLINE"] = "1"
+    if args.no_native:
+        os.environ["HEADGRAPH_NATIVE"] = "0"  # inherited by every child
     load_start = os.getloadavg()
     shapes = ["gpt2"] if args.quick else ["gpt2", "qwen2", "bloom"]
     rows: list[list[str]] = []
@@ -346,6 +350,16 @@ def _target(key: str, what: str, hg: dict[str, Any], tl: dict[str, Any] | None,
     return "-", "-"
 
 
+def _kernel_note() -> str:
+    """Which backend headgraph's batched per-head products ran on (children inherit the env)."""
+    from headgraph.core.gemm import native_available
+
+    if native_available():
+        return "on its compiled kernel (core/_ntkernel.c, AVX-512)"
+    off = os.environ.get("HEADGRAPH_NATIVE", "1").strip() == "0"
+    return "on torch (oneDNN/BLAS; compiled kernel " + ("switched off)" if off else "not available)")
+
+
 def _table(rows: list[list[str]], load_start: tuple[float, ...], load_end: tuple[float, ...]) -> str:
     import torch
 
@@ -356,7 +370,8 @@ def _table(rows: list[list[str]], load_start: tuple[float, ...], load_end: tuple
         "",
         f"{time.strftime('%Y-%m-%d %H:%M')}; {platform.processor() or platform.machine()}, "
         f"{os.cpu_count()} CPUs (shared with other jobs while measured), torch {torch.__version__}, "
-        "torch.set_num_threads(1) in every measurement. Load average (1/5/15 min) "
+        "torch.set_num_threads(1) in every measurement; headgraph's per-head products "
+        f"{_kernel_note()}. Load average (1/5/15 min) "
         f"{'/'.join(f'{x:.2f}' for x in load_start)} at start, "
         f"{'/'.join(f'{x:.2f}' for x in load_end)} at end.",
         "Each cell is one fresh subprocess (GPT-2 PK: best wall time of several, the tools "
