@@ -165,10 +165,14 @@ def bmm_nt(a: torch.Tensor, b: torch.Tensor,
     [B, M_j, N] or [B, C_j, R_j, N] (C_j blocks of R_j rows, any strides: one copy per item
     fills all blocks), the rows summing to M; a list is returned as given.
 
-    PyTorch exposes no batched oneDNN product with a different right operand per item, so on
-    the oneDNN path this is a loop of per-item products; it runs 1.2-2x faster than MKL's
-    batched product for the per-head products of core.subspaces and core.overlaps (items of
-    >= _LOOP_MACS multiply-adds); smaller items go through ``torch.bmm``.
+    backend "auto" takes the compiled kernel when :func:`native_available` and the tensors
+    suit it (float32 on the CPU, destinations with contiguous columns): one call for all
+    items, each result stored in place. Otherwise: PyTorch exposes no batched oneDNN product
+    with a different right operand per item, so on the oneDNN path this is a loop of per-item
+    products (each result copied into place); it runs 1.2-2x faster than MKL's batched product
+    for the per-head products of core.subspaces and core.overlaps (items of >= _LOOP_MACS
+    multiply-adds); smaller items go through ``torch.bmm``. "native" raises ValueError where
+    the kernel cannot run.
     """
     n, m, k = a.shape
     parts = list(out) if isinstance(out, (list, tuple)) else None

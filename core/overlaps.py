@@ -15,8 +15,9 @@ chosen by flop count:
   all their layers; roles used only as targets are built a few layers at a time (about
   _GROUP_ROWS heads) and multiplied right away, one product per source covering every target
   role and layer of the group (pairs the order drops are zeroed at the end). float32 partial
-  sums are flushed to float64 every _FLUSH_FEATURES features. Products go through core.gemm
-  (oneDNN's AVX-512 kernels where MKL would run AVX2 ones).
+  sums are flushed to float64 every _FLUSH_FEATURES features. Products go through core.gemm:
+  the pieces through its compiled batched kernel (all heads in one call, stored in place) where
+  available, the Gram products through oneDNN (AVX-512 kernels where MKL would run AVX2 ones).
 * overlap (~r_s r_t d per pair): ||U_s^T U_t||_F^2 from the [r_s, r_t] overlap matrices.
 
 Only the head pairs ``order`` keeps are computed (see core.layer_order): no lower-triangle work
@@ -128,8 +129,8 @@ def _addmm_piece(acc: torch.Tensor, a: Segs, b: Segs, piece: Piece) -> None:
 
 def _build(u: torch.Tensor, piece: Piece, out: Segs) -> None:
     """Features of one piece for every head of u [N, d, r] into out (N rows per chunk): one
-    product per head, its rows copied to every full chunk at once (a strided view) and to a
-    shorter last chunk apart."""
+    batched product U[c0:c1] U[r0:r1]^T, written to every full chunk at once (a strided view)
+    and to a shorter last chunk apart."""
     n, width = u.shape[0], piece.r1 - piece.r0
     full = [o for o, (a, b, _) in zip(out, piece.chunks) if b - a == width]
     parts = []
