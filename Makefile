@@ -37,4 +37,4 @@ bench: install-test
 	$(BIN)/python benchmarks/bench_core.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info core/_ntkernel*.so
