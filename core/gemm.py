@@ -55,9 +55,10 @@ def onednn_available() -> bool:
     return bool(((got.double() - ref).abs().max() < 1e-3).item())
 
 
+@cache
 def _ntkernel() -> Any:
     """The compiled kernel module when it was built and this CPU can run it, else None
-    (also None when the environment sets HEADGRAPH_NATIVE=0)."""
+    (also None when the environment sets HEADGRAPH_NATIVE=0 at first use)."""
     if os.environ.get("HEADGRAPH_NATIVE", "1").strip() == "0":
         return None
     try:
@@ -89,9 +90,9 @@ def _pool(workers: int) -> ThreadPoolExecutor:
 
 
 def _native_usable(a: torch.Tensor, b: torch.Tensor, parts: Sequence[torch.Tensor]) -> bool:
-    tensors = [a, b, *parts]
-    return (all(t.device.type == "cpu" and t.dtype == torch.float32 for t in tensors)
-            and all(p.stride(-1) == 1 for p in parts) and _ntkernel() is not None)
+    """float32 CPU operands and destinations with contiguous columns (a new result qualifies)."""
+    return (all(t.device.type == "cpu" and t.dtype == torch.float32 for t in (a, b, *parts))
+            and all(p.stride(-1) == 1 for p in parts))
 
 
 def _native_into(a: torch.Tensor, b: torch.Tensor, dst: torch.Tensor) -> None:
@@ -180,16 +181,16 @@ def bmm_nt(a: torch.Tensor, b: torch.Tensor,
         rows = [math.prod(p.shape[1:-1]) for p in parts]
         if sum(rows) != m or any(p.dim() not in (3, 4) for p in parts):
             raise ValueError(f"out parts {[tuple(p.shape) for p in parts]} do not split {m} rows")
-    if backend == "native" or (backend == "auto" and native_available()):
-        dsts = parts if parts is not None else [
-            out if out is not None else torch.empty(n, m, b.shape[1], dtype=a.dtype, device=a.device)]
-        if native_available() and _native_usable(a, b, dsts):
+    if backend in ("auto", "native"):
+        given = parts if parts is not None else [] if out is None else [out]
+        if native_available() and _native_usable(a, b, given):
+            dsts = given or [torch.empty(n, m, b.shape[1], dtype=a.dtype, device=a.device)]
             start = 0
             for p in dsts:
                 count = math.prod(p.shape[1:-1])
                 _native_into(a[:, start:start + count], b, p)
                 start += count
-            return out if parts is not None or out is not None else dsts[0]
+            return out if out is not None else dsts[0]
         if backend == "native":
             raise ValueError("the compiled kernel is not available for these tensors here")
     op = _onednn_for(a[0] if n else a.new_empty(0, 0), b[0] if n else b.new_empty(0, 0), backend)

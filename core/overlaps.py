@@ -202,7 +202,8 @@ def _gram_pass(ops: dict[Hashable, _Operand], products: list[Product], order: st
     full_rows = {k: (ops[k].hi - ops[k].lo) * ops[k].heads for k in sources}
     per_feature = (sum(full_rows.values()) + groups.rows) * first.element_size()
     block = max(8, min(_BLOCK, math.isqrt(max(1, work_bytes // per_feature))))
-    tall = _HEIGHT_NATIVE if dtype == torch.float32 and native_available() else _HEIGHT
+    native = device.type == "cpu" and dtype == torch.float32 and native_available()
+    tall = _HEIGHT_NATIVE if native else _HEIGHT
     height = max(block, min(tall, work_bytes // (per_feature * block)))
     plan = piece_plan(d, block, height)
     size = max(p.features for p in plan)
