@@ -9,7 +9,7 @@ TORCH_INDEX ?=
 HOST ?= 127.0.0.1
 PORT ?= 8050
 
-.PHONY: install install-test browser run test lint-docker bench clean
+.PHONY: install install-test compiler browser run test lint-docker bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -19,9 +19,16 @@ install: $(BIN)/python
 	$(BIN)/pip install -q "$(TORCH)" $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX),)
 	$(BIN)/pip install -q -e .
 
-install-test: $(BIN)/python
+install-test: $(BIN)/python compiler
 	$(BIN)/pip install -q "$(TORCH)" $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX),)
 	$(BIN)/pip install -q -e ".[test]"
+
+# A C compiler and Python's headers for core/_ntkernel.c (the tests check it is built; `make
+# run` works without it, on the slower torch path).
+compiler:
+	@command -v cc >/dev/null 2>&1 || { apt-get update -q && apt-get install -y -q gcc libc6-dev; }
+	@$(PYTHON) -c "import os, sysconfig; raise SystemExit(not os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h')))" \
+		|| { apt-get update -q && apt-get install -y -q python3-dev; }
 
 # Debian's chromium for the browser tests and figure export (never `playwright install`).
 browser:
