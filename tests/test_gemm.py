@@ -163,15 +163,21 @@ def test_native_kernel_writes_only_its_blocks_of_a_larger_buffer(threads):
 
 def test_pk_without_the_compiled_kernel_is_the_same(tmp_path):
     # HEADGRAPH_NATIVE=0 switches the kernel off (torch's oneDNN/BLAS path): the Projection
-    # Kernel of a random GPT-2-tiny model agrees to float32 rounding either way.
+    # Kernel of a random GPT-2-tiny model (bases) and projector-Gram sums on d = 300 (pieces,
+    # with bands shorter than 128) agree to float32 rounding either way.
     script = tmp_path / "pk.py"
     script.write_text(
         "import sys, torch\n"
         "import headgraph as hg\n"
         "from headgraph.core.gemm import native_available\n"
+        "from headgraph.core.overlaps import pairwise_sq_overlap\n"
         "heads = hg.load_heads('random:gpt2-tiny')\n"
         "r = hg.projection_kernel(heads, 'OK')\n"
-        "torch.save({'native': native_available(), 'scores': r.scores}, sys.argv[1])\n")
+        "g = torch.Generator().manual_seed(5)\n"
+        "u = torch.linalg.qr(torch.randn(3, 5, 300, 24, generator=g))[0]\n"
+        "v = torch.linalg.qr(torch.randn(3, 4, 300, 40, generator=g))[0]\n"
+        "sq = pairwise_sq_overlap(u, v, order='all', method='gram')\n"
+        "torch.save({'native': native_available(), 'scores': r.scores, 'sq': sq}, sys.argv[1])\n")
     got = {}
     for flag in ("1", "0"):
         env = {**os.environ, "HEADGRAPH_NATIVE": flag}
@@ -181,6 +187,8 @@ def test_pk_without_the_compiled_kernel_is_the_same(tmp_path):
     assert got["0"]["native"] is False
     assert got["1"]["native"] == native_available()
     assert torch.allclose(got["1"]["scores"], got["0"]["scores"], atol=1e-5)
+    assert torch.allclose(got["1"]["sq"], got["0"]["sq"], atol=1e-5)
+    assert got["1"]["sq"].abs().sum() > 0
 
 
 @needs_native
