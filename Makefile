@@ -9,26 +9,22 @@ TORCH_INDEX ?=
 HOST ?= 127.0.0.1
 PORT ?= 8050
 
-.PHONY: install install-test compiler browser run test lint-docker bench clean
+.PHONY: install install-test browser run test check lint-docker bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
+# The three distributions (core/, server/, frontend/) editable, plus the root meta-package.
+PACKAGES := -e ./core -e ./server -e ./frontend -e .
+
 install: $(BIN)/python
 	$(BIN)/pip install -q "$(TORCH)" $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX),)
-	$(BIN)/pip install -q -e .
+	$(BIN)/pip install -q $(PACKAGES)
 
-install-test: $(BIN)/python compiler
+install-test: $(BIN)/python
 	$(BIN)/pip install -q "$(TORCH)" $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX),)
-	$(BIN)/pip install -q -e ".[test]"
-
-# A C compiler and Python's headers for core/_ntkernel.c (the tests check it is built; `make
-# run` works without it, on the slower torch path).
-compiler:
-	@command -v cc >/dev/null 2>&1 || { apt-get update -q && apt-get install -y -q gcc libc6-dev; }
-	@$(PYTHON) -c "import os, sysconfig; raise SystemExit(not os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h')))" \
-		|| { apt-get update -q && apt-get install -y -q python3-dev; }
+	$(BIN)/pip install -q -e ./core -e ./server -e ./frontend -e ".[test]"
 
 # Debian's chromium for the browser tests and figure export (never `playwright install`).
 browser:
@@ -37,11 +33,17 @@ browser:
 run: install
 	$(BIN)/headgraph serve --host $(HOST) --port $(PORT)
 
-test: install-test browser
+# Static checks: lint, types over core/ and server/, and the layer contracts (no cycles).
+check: install-test
+	$(BIN)/ruff check .
+	$(BIN)/pyright core server
+	$(BIN)/lint-imports
+
+test: install-test browser check
 	$(BIN)/python -m pytest -q
 
 bench: install-test
 	$(BIN)/python benchmarks/bench_core.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info core/_ntkernel*.so
+	rm -rf $(VENV) build */build *.egg-info */*.egg-info

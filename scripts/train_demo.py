@@ -1,4 +1,4 @@
-"""Train the built-in demo model (core/data/demo): a 2-layer attention-only copier.
+"""Train the built-in demo model (core/headgraph/core/data/demo): a 2-layer attention-only copier.
 
 Each training sequence is random filler tokens followed by a random block and its copy; the
 block length varies per sequence, so no fixed positional offset can solve the copy and the
@@ -6,7 +6,7 @@ model must learn induction (a previous-token head in layer 0 feeding an inductio
 layer 1). Loss is taken only where the copy is predictable: on the copied block, from its
 first token onward, predicting the next copied token.
 
-    .venv/bin/python scripts/train_demo.py [--steps 3000] [--seed 0] [--out core/data/demo]
+    .venv/bin/python scripts/train_demo.py [--steps 3000] [--seed 0] [--out core/headgraph/core/data/demo]
 
 Seeded, one CPU thread, a few minutes. It prints and checks that Projection Kernel's top
 O->K edge runs from a previous-token head to an induction head.

@@ -23,7 +23,13 @@ from headgraph.server.settings import Settings
 
 BUILTIN_MODELS: tuple[str, ...] = ("demo",)
 LOCAL_PREFIX = "local:"
-_CORE_DIR = Path(__file__).resolve().parent.parent / "core"
+
+
+def _core_dir() -> Path:
+    """Where the installed headgraph.core lives (its code and the demo weights stamp builtins)."""
+    import headgraph.core
+
+    return Path(headgraph.core.__file__).resolve().parent
 
 
 @dataclass(frozen=True)
@@ -149,7 +155,7 @@ class Registry:
         """
         if ref.kind == "builtin":
             if self._builtin_stamp is None:
-                self._builtin_stamp = "builtin:" + _tree_stamp(_CORE_DIR, recursive=True)
+                self._builtin_stamp = "builtin:" + _tree_stamp(_core_dir(), recursive=True)
             return self._builtin_stamp
         if ref.kind == "hub":
             snap = hub_snapshot(ref.spec)

@@ -17,3 +17,14 @@ class PathNotAllowed(HeadgraphError):
 
 class UnsupportedModel(HeadgraphError):
     """A model was found but cannot be read or processed the way it was asked for."""
+
+
+class InvalidInput(HeadgraphError):
+    """A value given by the caller is not allowed (unknown pairing, malformed head name, ...).
+
+    ``allowed`` lists the accepted values where there is a finite list.
+    """
+
+    def __init__(self, message: str, *, allowed: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.allowed = allowed

@@ -7,10 +7,10 @@ reading its settings from HEADGRAPH_* environment variables).
 
 from __future__ import annotations
 
-import importlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from importlib.metadata import entry_points
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -18,7 +18,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from starlette.routing import Match
 
-import headgraph
+from headgraph.server import __version__
 from headgraph.server.deps import TOKEN_MARK
 from headgraph.server.errors import error_body, install_handlers
 from headgraph.server.jobs import JobManager
@@ -31,7 +31,7 @@ from headgraph.server.settings import Settings
 log = logging.getLogger("headgraph.app")
 API_ROUTERS = (health.router, models.router, jobs.router, scores.router, graph.router,
                reference.router, tokens.router, labels.router, downloads.router)
-FRONTEND_MODULE = "headgraph.frontend.app"
+FRONTEND_GROUP = "headgraph.frontends"
 API_DESCRIPTION = """\
 Attention-head affinity read from weights: Projection Kernel (Yamagiwa et al.,
 arXiv:2601.10266) and Composition Score (Elhage et al. 2021).
@@ -100,30 +100,23 @@ def install_openapi(app: FastAPI, settings: Settings) -> None:
     app.openapi = openapi  # type: ignore[method-assign]
 
 
-def mount_frontend_if_present(app: FastAPI, settings: Settings) -> bool:
-    """THE single place the dashboard is attached: ``headgraph.frontend.app.mount_frontend``.
+def mount_frontends(app: FastAPI, settings: Settings) -> list[str]:
+    """Attach every installed frontend (entry point group ``headgraph.frontends``); their names.
 
-    Called last, so the frontend (mounted on "/") never shadows an /api route. The API works
-    without it: a missing module is skipped; an error inside the frontend is logged.
+    The server never imports a frontend: a frontend distribution declares
+    ``mount(app, settings)`` under that group. Called last, so a frontend mounted on "/" never
+    shadows an /api route. The API works without one; a broken one is logged and skipped.
     """
-    try:
-        module = importlib.import_module(FRONTEND_MODULE)
-    except ModuleNotFoundError as err:
-        if err.name not in (FRONTEND_MODULE, "headgraph.frontend"):
-            log.error("frontend not mounted: %s", err)
-        return False
-    except Exception as err:  # noqa: BLE001 - a broken frontend must not take the API down
-        log.error("frontend not mounted: %s: %s", type(err).__name__, err, exc_info=err)
-        return False
-    hook = getattr(module, "mount_frontend", None)
-    if not callable(hook):
-        return False
-    try:
-        hook(app, settings)
-    except Exception as err:  # noqa: BLE001
-        log.error("frontend not mounted: %s: %s", type(err).__name__, err, exc_info=err)
-        return False
-    return True
+    mounted = []
+    for ep in entry_points(group=FRONTEND_GROUP):
+        try:
+            ep.load()(app, settings)
+        except Exception as err:  # noqa: BLE001 - a broken frontend must not take the API down
+            log.error("frontend %s not mounted: %s: %s", ep.name, type(err).__name__, err,
+                      exc_info=err)
+            continue
+        mounted.append(ep.name)
+    return mounted
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -146,7 +139,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app = FastAPI(
         title="headgraph API",
-        version=headgraph.__version__,
+        version=__version__,
         description=API_DESCRIPTION,
         lifespan=lifespan,
     )
@@ -159,5 +152,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(router)
     add_api_fallback(app)
     install_openapi(app, settings)
-    app.state.frontend = mount_frontend_if_present(app, settings)
+    app.state.frontends = mount_frontends(app, settings)
     return app

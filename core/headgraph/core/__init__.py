@@ -1,0 +1,33 @@
+"""headgraph.core: attention-head affinity from weights (Projection Kernel, Composition Score).
+
+Pure torch computation, no web. The notebook entry points::
+
+    import headgraph.core as hg
+    heads = hg.load_heads("demo")            # hub name, local folder, or built-in
+    ok = hg.projection_kernel(heads, "OK")   # .scores/.normalized/.valid [Ls, Hs, Lt, Ht]
+    cs = hg.composition_score(heads, "K")
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__all__ = ["load_heads", "projection_kernel", "composition_score", "__version__"]
+__version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from headgraph.core.composition import composition_score
+    from headgraph.core.loading import load_heads
+    from headgraph.core.pk import projection_kernel
+
+_LAZY = {"load_heads": "headgraph.core.loading", "projection_kernel": "headgraph.core.pk",
+         "composition_score": "headgraph.core.composition"}
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy, so importing one submodule (errors, vocabulary) does not load torch and TL.
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'headgraph.core' has no attribute {name!r}")

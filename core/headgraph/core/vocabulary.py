@@ -1,0 +1,121 @@
+"""headgraph's one vocabulary: roles, pairings, layer orders, metrics, limits and head names.
+
+Everything that names a thing across core, server and frontend is defined here once; the
+server derives its query types from it and serves it at ``GET /api/vocabulary``, where the
+frontend reads it. Bad names raise :class:`~headgraph.core.errors.InvalidInput` (a 4xx for
+the server), never a bare ValueError.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
+
+from headgraph.core.errors import InvalidInput
+
+Role = Literal["Q", "K", "V", "O"]
+ROLES: tuple[Role, ...] = get_args(Role)
+# Source role then target role. The paper's three O -> Q/K/V pairings lead the list.
+Pairing = Literal["OQ", "OK", "OV", "QQ", "QK", "QV", "QO", "KQ", "KK", "KV", "KO",
+                  "VQ", "VK", "VV", "VO", "OO"]
+PAIRINGS: tuple[Pairing, ...] = get_args(Pairing)
+GraphPairing = Literal["OQ", "OK", "OV"]
+GRAPH_PAIRINGS: tuple[GraphPairing, ...] = get_args(GraphPairing)
+LayerOrder = Literal["forward", "all", "same-layer"]
+LAYER_ORDERS: tuple[LayerOrder, ...] = get_args(LayerOrder)
+CSMode = Literal["Q", "K", "V"]
+CS_MODES: tuple[CSMode, ...] = get_args(CSMode)
+# What a grid of pair scores can show, and what a ranking of pairs can be ordered by.
+GridMetric = Literal["raw", "normalized", "z"]
+GRID_METRICS: tuple[GridMetric, ...] = get_args(GridMetric)
+RankMetric = Literal["pk", "normalized", "cs", "z"]
+RANK_METRICS: tuple[RankMetric, ...] = get_args(RankMetric)
+K_MAX = 1000  # the most edges per pairing (graph) or pairs (rankings) one request may ask for
+DEFAULT_K = 20  # the paper's top-20 edges per pairing
+
+HEAD_PATTERN = r"^L(\d+)(H|KV)(\d+)$"
+_HEAD_RE = re.compile(HEAD_PATTERN)
+
+
+def _check(kind: str, value: str, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise InvalidInput(f"unknown {kind} {value!r}; allowed: {list(allowed)}",
+                           allowed=list(allowed))
+    return value
+
+
+def check_role(role: str) -> Role:
+    """``role`` if it is one of ROLES, else InvalidInput listing them."""
+    return _check("role", role, ROLES)  # type: ignore[return-value]
+
+
+def check_pairing(pairing: str) -> Pairing:
+    """``pairing`` (source role then target role) if known, else InvalidInput."""
+    return _check("pairing", pairing, PAIRINGS)  # type: ignore[return-value]
+
+
+def check_order(order: str) -> LayerOrder:
+    return _check("order", order, LAYER_ORDERS)  # type: ignore[return-value]
+
+
+def check_mode(mode: str) -> CSMode:
+    return _check("CS mode", mode, CS_MODES)  # type: ignore[return-value]
+
+
+def parse_pairings(text: str) -> list[Pairing]:
+    """``"OQ,ok, OV"`` -> ``["OQ", "OK", "OV"]`` (validated, de-duplicated, order kept)."""
+    items = [p.strip().upper() for p in (text or "").split(",") if p.strip()]
+    if not items:
+        raise InvalidInput(f"no pairings given; allowed: {list(PAIRINGS)}", allowed=list(PAIRINGS))
+    return [check_pairing(p) for p in dict.fromkeys(items)]
+
+
+def cs_mode_of(pairing: str) -> CSMode | None:
+    """The Composition Score mode comparable to a pairing: O -> Q/K/V gives Q/K/V, else None."""
+    return pairing[1] if pairing[0] == "O" and pairing[1] in CS_MODES else None  # type: ignore[return-value]
+
+
+@dataclass(frozen=True, order=True)
+class HeadRef:
+    """One head by ORIGINAL block number: a query head ``L9H6`` or a grouped KV head ``L6KV1``.
+
+    ``kv`` marks a key/value head of a grouped-query model (shared by several query heads).
+    """
+
+    layer: int
+    head: int
+    kv: bool = False
+
+    @classmethod
+    def parse(cls, text: str) -> "HeadRef":
+        """``"L9H6"`` -> HeadRef(9, 6); ``"L6KV1"`` -> HeadRef(6, 1, kv=True); else InvalidInput."""
+        m = _HEAD_RE.match(str(text).strip())
+        if not m:
+            raise InvalidInput(f"{str(text)[:40]!r} is not a head name (expected like 'L9H6', "
+                               "or 'L6KV1' for a grouped key/value head)")
+        return cls(int(m.group(1)), int(m.group(3)), m.group(2) == "KV")
+
+    @classmethod
+    def is_label(cls, text: Any) -> bool:
+        return isinstance(text, str) and _HEAD_RE.match(text) is not None
+
+    @property
+    def label(self) -> str:
+        return f"L{self.layer}{'KV' if self.kv else 'H'}{self.head}"
+
+    def __str__(self) -> str:
+        return self.label
+
+
+def head_label(layer: int, head: int, *, kv: bool = False) -> str:
+    """Canonical name of a head: ``"L{layer}H{head}"``, or ``"L{layer}KV{group}"`` for KV heads."""
+    return HeadRef(int(layer), int(head), kv).label
+
+
+def vocabulary() -> dict[str, Any]:
+    """The whole vocabulary as plain JSON (what ``GET /api/vocabulary`` serves)."""
+    return {"roles": list(ROLES), "pairings": list(PAIRINGS), "graph_pairings": list(GRAPH_PAIRINGS),
+            "orders": list(LAYER_ORDERS), "cs_modes": list(CS_MODES),
+            "grid_metrics": list(GRID_METRICS), "rank_metrics": list(RANK_METRICS),
+            "k_max": K_MAX, "default_k": DEFAULT_K, "head_pattern": HEAD_PATTERN}
