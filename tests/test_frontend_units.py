@@ -9,7 +9,8 @@ from __future__ import annotations
 import csv
 import io
 import json
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 import networkx as nx
 import numpy as np

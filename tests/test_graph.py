@@ -91,7 +91,7 @@ def test_edge_scores_and_opacity():
     heads = make_heads(seed=1)
     res = results_for(heads)
     hg = build_graph(res, k=10)
-    for p, ps in res.items():
+    for p, _ps in res.items():
         edges = [d for _, _, k, d in hg.graph.edges(keys=True, data=True) if k == p]
         ops = torch.tensor([d["opacity"] for d in edges])
         assert bool(((ops > 0) & (ops <= 1)).all())
@@ -198,7 +198,7 @@ def test_role_granularity():
     hh = build_graph(res, k=8)
     hr = build_graph(res, k=8, granularity="role")
     assert hr.graph.number_of_edges() == 24
-    for u, v, key, d in hr.graph.edges(keys=True, data=True):
+    for u, v, key, _d in hr.graph.edges(keys=True, data=True):
         assert u.endswith(" O") and v.endswith(" " + key[1])
         assert hr.graph.nodes[u]["role"] == "O" and hr.graph.nodes[v]["role"] == key[1]
     # collapsing role nodes to heads gives the head graph's edges
@@ -228,7 +228,7 @@ def test_gqa_group_nodes_and_query_expansion():
     assert res["OK"].scores.shape == (3, 4, 3, 2)
     hg = build_graph(res, k=5, info=heads.info)
     assert hg.edge_counts == {"OQ": 5, "OK": 5, "OV": 5}
-    for u, v, key, d in hg.graph.edges(keys=True, data=True):
+    for _u, v, key in hg.graph.edges(keys=True):
         nv = hg.graph.nodes[v]
         if key in ("OK", "OV"):
             assert nv["kind"] == "kv_group" and v == f"L{nv['layer']}KV{nv['head']}"

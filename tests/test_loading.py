@@ -252,7 +252,7 @@ def test_model_root_confines_local_paths(hgb_gpt2_dir, tmp_path):
 
 
 def test_folder_without_config_is_a_clear_error(tmp_path):
-    with pytest.raises(HeadgraphError, match="no config.json"):
+    with pytest.raises(HeadgraphError, match=r"no config\.json"):
         load_model(str(tmp_path))
 
 

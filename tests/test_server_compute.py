@@ -64,7 +64,7 @@ def test_a_killed_compute_process_fails_the_call_and_is_replaced(service):
         try:
             service.reference(ref)  # seconds of work in the child
             outcome.append(None)
-        except BaseException as err:  # noqa: BLE001
+        except BaseException as err:
             outcome.append(err)
 
     key = service.key(ref, "reference", samples=20000)

@@ -48,7 +48,7 @@ class HealthProbe:
                 self.latencies.append(time.perf_counter() - t0)
                 time.sleep(0.02)
 
-    def __enter__(self) -> "HealthProbe":
+    def __enter__(self) -> HealthProbe:
         self._thread.start()
         return self
 

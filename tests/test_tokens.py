@@ -119,7 +119,7 @@ def test_gqa_kv_heads_are_named_by_group(bpe):
     t = top_tokens(heads, "K", k=3)
     assert t.token_ids.shape == (2, 2, 3)
     assert t.names[1] == ("L1KV0", "L1KV1")
-    ids, scores = numpy_reference(heads, "K", 3)
+    ids, _scores = numpy_reference(heads, "K", 3)
     assert np.array_equal(t.token_ids.numpy(), ids)
 
 

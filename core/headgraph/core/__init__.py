@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__all__ = ["load_heads", "projection_kernel", "composition_score", "__version__"]
+__all__ = ["__version__", "composition_score", "load_heads", "projection_kernel"]
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:

@@ -51,7 +51,7 @@ class DemoConfig:
             raise ValueError("token_names must have d_vocab entries")
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "DemoConfig":
+    def from_dict(cls, d: dict[str, Any]) -> DemoConfig:
         """Build from a config.json dict (extra keys such as the training recipe are ignored)."""
         names = {f for f in cls.__dataclass_fields__}
         kw = {k: v for k, v in d.items() if k in names}
@@ -119,7 +119,7 @@ class DemoModel(nn.Module):
         """Logits [batch, pos, d_vocab] (and patterns [L, batch, H, q, k] if asked)."""
         tokens = tokens.to(self.W_E.device)
         T = tokens.shape[-1]
-        if T > self.cfg.n_ctx:
+        if self.cfg.n_ctx < T:
             raise ValueError(f"sequence of {T} tokens exceeds n_ctx={self.cfg.n_ctx}")
         x = self.W_E[tokens]  # [b, p, d]
         pos = self.W_pos[:T]

@@ -9,7 +9,7 @@ import torch
 from headgraph.core.types import COMPUTE_VERSION
 
 
-def tensor_digest(hasher: "hashlib._Hash", tensor: torch.Tensor) -> None:
+def tensor_digest(hasher: hashlib._Hash, tensor: torch.Tensor) -> None:
     """Feed a tensor's dtype, shape and exact bytes into ``hasher``."""
     t = tensor.detach().to("cpu").contiguous()
     hasher.update(f"{t.dtype}|{tuple(t.shape)}|".encode())

@@ -20,7 +20,8 @@ import math
 import os
 from concurrent.futures import ThreadPoolExecutor
 from functools import cache
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import torch
 

@@ -63,7 +63,7 @@ def cached_snapshot(repo_id: str) -> Path | None:
         from huggingface_hub import try_to_load_from_cache
 
         found = try_to_load_from_cache(repo_id, "config.json", cache_dir=hub_cache_dir())
-    except Exception:  # noqa: BLE001 - an invalid repo id is simply not cached
+    except Exception:
         return None
     if not isinstance(found, str):
         return None

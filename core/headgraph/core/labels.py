@@ -164,7 +164,7 @@ def _parse_json(text: str, info: ModelInfo | None) -> tuple[dict[str, str], dict
             _add(classes, seen, head, cls, info, i, f"entry {i}")
     elif isinstance(body, list):
         for i, item in enumerate(body):
-            if not isinstance(item, _Pairs) or item.get("head") is None or "class" not in item.keys():
+            if not isinstance(item, _Pairs) or item.get("head") is None or "class" not in item:
                 raise LabelSetError('each entry must be an object {"head": ..., "class": ...}',
                                     line=i, where=f"entry {i}")
             _add(classes, seen, item.get("head"), item.get("class"), info, i, f"entry {i}")

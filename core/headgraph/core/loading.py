@@ -203,7 +203,7 @@ def _from_bridge(bridge: Any, *, name: str, source: str, processing: str, device
                 f"({type(bridge.adapter).__name__}); use processing 'bridge' or 'raw'")
         try:
             bridge.enable_compatibility_mode(disable_warnings=True)
-        except Exception as err:  # noqa: BLE001 - any failure means "cannot process this model"
+        except Exception as err:
             raise UnsupportedModel(
                 f"{name}: TransformerLens cannot fold LayerNorm / centre weights for this "
                 f"architecture ({type(err).__name__}: {err}); use processing 'bridge' or 'raw'"

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Hashable, Sequence
+from collections.abc import Hashable, Sequence
 
 import torch
 
@@ -383,8 +383,8 @@ def pairwise_sq_overlap(
     Returns float64 [L, Hs, L, Ht] (pairs outside ``order`` are 0). One product of
     :func:`sq_overlaps`.
     """
-    L, hs, d, rs = source.shape
-    lt, ht, dt, rt = target.shape
+    L, _hs, d, _rs = source.shape
+    lt, _ht, dt, _rt = target.shape
     if lt != L or dt != d:
         raise ValueError(f"source {tuple(source.shape)} and target {tuple(target.shape)} differ in L or d")
     same = source is target or (source.data_ptr() == target.data_ptr() and source.shape == target.shape

@@ -184,7 +184,7 @@ def induction_tokens(source: PatternSource, *, length: int, batch: int, seed: in
     range(d_vocab)) so every second-copy position has exactly one earlier occurrence.
     """
     pool_fn = getattr(source, "token_pool", None)
-    pool = pool_fn() if callable(pool_fn) else torch.arange(int(getattr(source, "d_vocab")))
+    pool = pool_fn() if callable(pool_fn) else torch.arange(int(source.d_vocab))
     pool = pool.to("cpu")
     if len(pool) < length:
         raise ValueError(f"vocabulary of {len(pool)} tokens is too small for length {length}")

@@ -201,7 +201,7 @@ def compare_metrics(
         raise ValueError(f"top_percent must lie in (0, 100], got {top_percent!r}")
     if pk_metric not in ("pk", "normalized"):
         raise ValueError(f"pk_metric must be 'pk' or 'normalized', got {pk_metric!r}")
-    L, h_src, L2, h_tgt = cs.scores.shape
+    _L, h_src, _L2, h_tgt = cs.scores.shape
     pk_grid = pk.scores if pk_metric == "pk" else pk.normalized
     pk_vals = expand_heads(pk_grid, h_src, h_tgt)
     pk_valid = expand_heads(pk.valid, h_src, h_tgt)

@@ -88,7 +88,7 @@ class HeadRef:
     kv: bool = False
 
     @classmethod
-    def parse(cls, text: str) -> "HeadRef":
+    def parse(cls, text: str) -> HeadRef:
         """``"L9H6"`` -> HeadRef(9, 6); ``"L6KV1"`` -> HeadRef(6, 1, kv=True); else InvalidInput."""
         m = _HEAD_RE.match(str(text).strip())
         if not m:

@@ -10,7 +10,8 @@ import csv
 import io
 import os
 import shutil
-from typing import Any, Iterable, Sequence
+from typing import Any
+from collections.abc import Iterable, Sequence
 
 import plotly.graph_objects as go
 import plotly.io as pio

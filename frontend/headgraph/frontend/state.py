@@ -63,7 +63,7 @@ class ViewState:
     top_percent: float = 5.0
     role: str = "O"  # token view role
 
-    def with_(self, **changes: Any) -> "ViewState":
+    def with_(self, **changes: Any) -> ViewState:
         """Copy with some fields changed (frozen dataclass helper)."""
         return replace(self, **changes)
 

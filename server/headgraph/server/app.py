@@ -24,12 +24,12 @@ from headgraph.server.errors import error_body, install_handlers
 from headgraph.server.jobs import JobManager
 from headgraph.server.logs import AccessLogMiddleware, configure_logging
 from headgraph.server.routers import (downloads, graph, health, jobs, labels, models,
-                                      reference, scores, tokens)
+                                      reference, scores, tokens, vocabulary)
 from headgraph.server.service import Service
 from headgraph.server.settings import Settings
 
 log = logging.getLogger("headgraph.app")
-API_ROUTERS = (health.router, models.router, jobs.router, scores.router, graph.router,
+API_ROUTERS = (health.router, vocabulary.router, models.router, jobs.router, scores.router, graph.router,
                reference.router, tokens.router, labels.router, downloads.router)
 FRONTEND_GROUP = "headgraph.frontends"
 API_DESCRIPTION = """\
@@ -111,7 +111,7 @@ def mount_frontends(app: FastAPI, settings: Settings) -> list[str]:
     for ep in entry_points(group=FRONTEND_GROUP):
         try:
             ep.load()(app, settings)
-        except Exception as err:  # noqa: BLE001 - a broken frontend must not take the API down
+        except Exception as err:
             log.error("frontend %s not mounted: %s: %s", ep.name, type(err).__name__, err,
                       exc_info=err)
             continue

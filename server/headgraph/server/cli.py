@@ -16,7 +16,8 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 from headgraph.server.settings import Settings
 

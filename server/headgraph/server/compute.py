@@ -57,7 +57,7 @@ def _init_worker(settings: Settings) -> None:
 
 
 @functools.lru_cache(maxsize=2)
-def worker_service(settings: Settings) -> "Service":
+def worker_service(settings: Settings) -> Service:
     """The child's own Service (computes inline), one per settings, kept for the process life."""
     from headgraph.server.service import Service
 
@@ -78,7 +78,7 @@ def run_in_worker(settings: Settings, method: str, args: tuple[Any, ...],
                          "message": err.message, "allowed": err.allowed}
     except ValueError as err:
         return "error", {"kind": "value", "cls": type(err).__name__, "message": str(err)}
-    except Exception as err:  # noqa: BLE001 - logged here with its traceback, generic upstream
+    except Exception as err:
         log.error("computation %s failed: %s: %s", method, type(err).__name__, one_line(err),
                   exc_info=err)
         return "error", {"kind": "internal", "cls": type(err).__name__, "message": one_line(err)}

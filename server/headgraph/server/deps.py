@@ -15,8 +15,9 @@ from headgraph.server.jobs import JobManager
 from headgraph.server.registry import ModelRef
 from headgraph.server.service import CACHE_ONLY, ColdMiss, Service
 
-T = TypeVar("T")
 from headgraph.server.settings import Settings
+
+T = TypeVar("T")
 
 # openapi_extra mark of token-protected operations (app.install_openapi turns it into security).
 TOKEN_MARK = "x-headgraph-token"

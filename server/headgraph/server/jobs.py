@@ -60,7 +60,7 @@ class JobState:
         return asdict(self)
 
 
-def compute_plan(service: "Service", ref: "ModelRef", pairings: list[str]
+def compute_plan(service: Service, ref: ModelRef, pairings: list[str]
                  ) -> list[tuple[str, Callable[[], Any]]]:
     """Ordered (stage name, thunk) list of what a full compute of one model caches."""
     info = service.info(ref)
@@ -81,7 +81,7 @@ def compute_plan(service: "Service", ref: "ModelRef", pairings: list[str]
     return plan
 
 
-def run_compute(service: "Service", ref: "ModelRef", pairings: list[str],
+def run_compute(service: Service, ref: ModelRef, pairings: list[str],
                 progress: Progress) -> list[str]:
     """Load the model and compute the plan, reporting (stage, fraction, message) after each step."""
     progress("load", 0.0, f"loading {ref.id}")
@@ -101,7 +101,7 @@ def run_compute(service: "Service", ref: "ModelRef", pairings: list[str],
 class JobManager:
     """Submit, run and report compute jobs (one per process; records shared via the store)."""
 
-    def __init__(self, service: "Service", workers: int = 1) -> None:
+    def __init__(self, service: Service, workers: int = 1) -> None:
         self.service = service
         self.meta = service.store.meta
         self.workers = max(1, workers)
@@ -137,7 +137,7 @@ class JobManager:
             self._save(job)
 
     # -- submitting ---------------------------------------------------------------------
-    def submit(self, ref: "ModelRef", pairings: list[str]) -> tuple[JobState, bool]:
+    def submit(self, ref: ModelRef, pairings: list[str]) -> tuple[JobState, bool]:
         """Start a job for (model, pairings), or return the one already running; (job, created)."""
         params = {"pairings": list(pairings)}
         index = f"jobkey:{ref.id}|{','.join(pairings)}"
@@ -170,7 +170,7 @@ class JobManager:
             for job_id in active:
                 self._update(job_id)
 
-    def _run(self, job_id: str, ref: "ModelRef", pairings: list[str]) -> None:
+    def _run(self, job_id: str, ref: ModelRef, pairings: list[str]) -> None:
         started = time.perf_counter()
 
         def progress(stage: str, fraction: float, message: str) -> None:
@@ -179,7 +179,7 @@ class JobManager:
 
         try:
             done = run_compute(self.service, ref, pairings, progress)
-        except Exception as err:  # noqa: BLE001 - any failure becomes the job's one-line error
+        except Exception as err:
             msg = one_line(err) or type(err).__name__
             expected = isinstance(err, (HeadgraphError, ApiError, ValueError))
             log.error("job %s (%s) failed: %s: %s", job_id, ref.id, type(err).__name__, msg,

@@ -14,7 +14,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import IO, Any, Mapping
+from typing import IO, Any
+from collections.abc import Mapping
 
 import httpx
 
@@ -49,12 +50,12 @@ class ServerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
 
-    def start(self) -> "ServerProcess":
+    def start(self) -> ServerProcess:
         env = dict(os.environ)
         env.update({"HEADGRAPH_CACHE_DIR": str(self.cache_dir), "PYTHONUNBUFFERED": "1"})
         env.update(self.extra_env)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log = open(self.log_path, "ab")
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 - held open while the server runs
         cmd = [sys.executable, "-m", "headgraph.server.cli", "serve", "--host", self.host,
                "--port", str(self.port), "--workers", str(self.workers)]
         self.proc = subprocess.Popen(cmd, env=env, stdout=self._log, stderr=subprocess.STDOUT,
@@ -121,7 +122,7 @@ class ServerProcess:
             self._log.close()
             self._log = None
 
-    def __enter__(self) -> "ServerProcess":
+    def __enter__(self) -> ServerProcess:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:

@@ -16,7 +16,8 @@ from __future__ import annotations
 import threading
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
+from collections.abc import Callable
 
 from headgraph.core.types import HeadWeights, ModelInfo
 from headgraph.server.registry import ModelRef, Registry

@@ -125,7 +125,7 @@ class Registry:
                     return ModelRef(model, str(folder), "local", folder)
             raise NotFound(f"unknown local model {model!r}; allowed: {self.allowed_ids()}",
                            allowed=self.allowed_ids())
-        if model.startswith(("/", "./", "../", "~")) or os.sep in model and Path(model).exists():
+        if model.startswith(("/", "./", "../", "~")) or (os.sep in model and Path(model).exists()):
             return self.resolve_path(Path(model))
         raise NotFound(f"unknown model {model!r}; allowed: {self.allowed_ids()}",
                        allowed=self.allowed_ids())

@@ -9,7 +9,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Mapping, TypeVar
+from typing import TypeVar
+from collections.abc import Mapping
 
 DEFAULT_MODELS: tuple[str, ...] = ("demo", "gpt2", "bigscience/bloom-560m", "Qwen/Qwen2-0.5B-Instruct")
 DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
@@ -84,7 +85,7 @@ class Settings:
         object.__setattr__(self, "models", names)
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> "Settings":
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> Settings:
         """Read HEADGRAPH_* variables (``env`` defaults to os.environ); ``overrides`` win."""
         env = os.environ if env is None else env
         models_raw = env.get("HEADGRAPH_MODELS", "").strip()

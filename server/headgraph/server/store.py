@@ -121,7 +121,7 @@ class DiskLock:
             if self._cache.get(self._key, retry=True) == self._token:
                 self._cache.delete(self._key, retry=True)
 
-    def __enter__(self) -> "DiskLock":
+    def __enter__(self) -> DiskLock:
         self.acquire()
         return self
 

@@ -92,7 +92,7 @@ def _register_one(app: Dash, api: ApiProvider, fig_id: str) -> None:
                 return no_update, "no figure yet"
             try:
                 image = exports.figure_image(figure, fmt)
-            except Exception as err:  # noqa: BLE001 - kaleido/chromium failures become a message
+            except Exception as err:
                 return no_update, f"{fmt.upper()} export failed: {type(err).__name__}: {err}"
             return dcc.send_bytes(image, f"{_stem(state.model, fig_id)}.{fmt}"), ""
         except ApiError as err:

@@ -6,7 +6,8 @@ Pure helpers with no Dash or HTTP, used by every figure module in this package.
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import plotly.graph_objects as go
 

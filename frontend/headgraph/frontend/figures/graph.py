@@ -6,7 +6,8 @@ Edges carry invisible click handles so Dash callbacks can open an edge's detail 
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import plotly.graph_objects as go
 

@@ -5,7 +5,8 @@ Input is a /api/pk or /api/cs answer: grid/valid nested [L][Hs][L][Ht] with flat
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import plotly.graph_objects as go
 

@@ -110,7 +110,7 @@ async def upload_label_set(
     if content_type.startswith("multipart/form-data"):
         try:
             form = await request.form(max_files=1, max_fields=10, max_part_size=MAX_UPLOAD)
-        except Exception as err:  # noqa: BLE001 - any multipart parse failure is the client's
+        except Exception as err:
             raise Invalid(f"malformed multipart body: {err}") from None
         part = form.get("file")
         if part is None or isinstance(part, str):
