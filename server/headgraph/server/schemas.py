@@ -33,10 +33,6 @@ class Health(BaseModel):
     compute_version: str
     pid: int
     device: str
-    native_kernel: bool = Field(
-        description="whether headgraph's compiled batched kernel (AVX-512) computes here; "
-                    "False: the slower torch path (no compiler at install, another CPU, or "
-                    "HEADGRAPH_NATIVE=0)")
 
 
 class CacheStats(BaseModel):

@@ -8,7 +8,6 @@ from fastapi import APIRouter, Depends
 from fastapi.concurrency import run_in_threadpool
 
 from headgraph.server import __version__
-from headgraph.core.gemm import native_available
 from headgraph.core.types import COMPUTE_VERSION
 from headgraph.server.deps import get_service
 from headgraph.server.schemas import CacheStats, Health
@@ -20,7 +19,7 @@ router = APIRouter(prefix="/api", tags=["health"])
 @router.get("/health", response_model=Health, summary="Liveness (answers while computations run)")
 async def health(service: Service = Depends(get_service)) -> Health:
     return Health(version=__version__, compute_version=COMPUTE_VERSION, pid=os.getpid(),
-                  device=service.device, native_kernel=native_available())
+                  device=service.device)
 
 
 @router.get("/cache/stats", response_model=CacheStats,
