@@ -68,6 +68,9 @@ def test_dockerfile_passes_hadolint_and_runs_as_non_root():
     assert re.search(r"^HEALTHCHECK .*\n?.*api/health", text, flags=re.M)
     assert re.search(r'^VOLUME \["/data"\]', text, flags=re.M)
     assert "ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu" in text  # CPU by default
+    # Pure Python: the image installs the three distributions and needs no compiler.
+    assert re.search(r"^RUN pip install \./core \./server \./frontend", text, flags=re.M)
+    assert not re.search(r"\b(gcc|g\+\+|build-essential|clang)\b", text)
 
 
 def test_hadolint_flags_a_bad_dockerfile(tmp_path):
