@@ -7,6 +7,7 @@ import torch
 
 from conftest import boot_bridge
 from headgraph.core.composition import composition_score, expand_kv
+from headgraph.core.errors import InvalidInput
 from headgraph.core.extract import heads_from_bridge
 
 
@@ -82,5 +83,5 @@ def test_scale_invariance_and_validation(make_heads):
     scaled = composition_score(make_heads(W[0] * 7.0, W[1] * 0.01, W[2] * 3.0, W[3]), "K", order="all").scores
     assert (base - scaled).abs().max() < 1e-12
     assert torch.all((base >= 0) & (base <= 1))
-    with pytest.raises(ValueError, match=r"\['Q', 'K', 'V'\]"):
+    with pytest.raises(InvalidInput, match=r"\['Q', 'K', 'V'\]"):
         composition_score(make_heads(*W), "O")

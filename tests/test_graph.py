@@ -10,6 +10,7 @@ import networkx as nx
 import pytest
 import torch
 
+from headgraph.core.errors import InvalidInput
 from headgraph.core.graph import build_graph
 from headgraph.core.head_graph import HeadGraph, read_export
 from headgraph.core.labels import LabelSet
@@ -172,7 +173,7 @@ def test_threshold_on_normalized_z_and_fdr():
         es = sorted((d for _, _, k, d in hgq.graph.edges(keys=True, data=True) if k == p),
                     key=lambda d: d["rank"])
         assert [d["q"] for d in es] == sorted(d["q"] for d in es)  # rank 1 = smallest q
-    with pytest.raises(ValueError, match="exactly one"):
+    with pytest.raises(InvalidInput, match="exactly one"):
         build_graph(res, k=None, threshold=None, threshold_on="fdr", values=q)
 
 
@@ -334,19 +335,19 @@ def test_exports_round_trip():
 def test_argument_errors():
     heads = make_heads(seed=12)
     res = results_for(heads, ("OK",))
-    with pytest.raises(ValueError, match="exactly one"):
+    with pytest.raises(InvalidInput, match="exactly one"):
         build_graph(res, k=5, threshold=1.0)
-    with pytest.raises(ValueError, match="exactly one"):
+    with pytest.raises(InvalidInput, match="exactly one"):
         build_graph(res, k=None)
-    with pytest.raises(ValueError, match="holds pairing"):
+    with pytest.raises(InvalidInput, match="holds pairing"):
         build_graph({"OQ": res["OK"]}, k=5)
-    with pytest.raises(ValueError, match="needs values"):
+    with pytest.raises(InvalidInput, match="needs values"):
         build_graph(res, k=None, threshold=1.0, threshold_on="z")
-    with pytest.raises(ValueError, match="cannot rank"):
+    with pytest.raises(InvalidInput, match="cannot rank"):
         build_graph(res, k=5, threshold_on="fdr", values={"OK": res["OK"].valid})
-    with pytest.raises(ValueError, match="granularity"):
+    with pytest.raises(InvalidInput, match="granularity"):
         build_graph(res, k=5, granularity="layer")
-    with pytest.raises(ValueError, match="positive"):
+    with pytest.raises(InvalidInput, match="positive"):
         build_graph(res, k=0)
 
 

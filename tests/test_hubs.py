@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from headgraph.core.graph import build_graph
-from headgraph.core.hubs import HUB_RULE, check_paper_hub, hub_table
+from headgraph.core.graph import build_graph, check_paper_hub
+from headgraph.core.hubs import HUB_RULE, hub_table
 from headgraph.core.pk import projection_kernel
 from headgraph.core.types import HeadWeights, ModelInfo
 

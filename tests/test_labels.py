@@ -8,6 +8,7 @@ import networkx as nx
 import pytest
 import torch
 
+from headgraph.core.errors import InvalidInput
 from headgraph.core.labels import (
     LabelSet,
     LabelSetError,
@@ -16,9 +17,11 @@ from headgraph.core.labels import (
     class_recovery,
     label_set_from_scores,
     parse_head,
+    parse_head_ref,
     parse_label_set,
 )
 from headgraph.core.types import ModelInfo
+from headgraph.core.vocabulary import HeadRef
 
 GPT2 = ModelInfo(name="gpt2", architecture="GPT2LMHeadModel", n_layers=12, n_heads=12,
                  n_kv_heads=12, d_model=768, d_head=64, d_vocab=50257, dtype="float32",
@@ -59,8 +62,12 @@ def test_parse_head_spellings():
     assert parse_head("9.6") == (9, 6)
     assert parse_head(" L3.H0 ") == (3, 0)
     for bad in ("9", "L9", "H6", "9-6", "L9H", ""):
-        with pytest.raises(ValueError):
+        with pytest.raises(InvalidInput):
             parse_head(bad)
+    with pytest.raises(InvalidInput, match="key/value head"):
+        parse_head("L6KV1")  # label sets name query heads
+    assert parse_head_ref("L6KV1") == HeadRef(6, 1, kv=True)
+    assert parse_head_ref("9.6").label == "L9H6"
 
 
 def test_parse_json_forms_agree():
@@ -119,7 +126,7 @@ def test_csv_errors_name_the_line(text, line, words):
     assert e.value.line == line
     assert f"line {line}" in str(e.value)
     assert words in str(e.value)
-    assert isinstance(e.value, ValueError)
+    assert isinstance(e.value, InvalidInput)
 
 
 @pytest.mark.parametrize(
@@ -152,7 +159,7 @@ def test_json_syntax_error_names_the_line():
 
 
 def test_unknown_format():
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidInput):
         parse_label_set("x", "yaml", name="x")
 
 
@@ -183,7 +190,7 @@ def test_label_set_from_scores_matches_a_per_head_reference():
     one = label_set_from_scores({"Induction": grids["induction"], "my class": grids["identity"]},
                                 layers, 0.5)
     assert set(one.classes.values()) <= {"Induction", "my class"}
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidInput):
         label_set_from_scores({"induction": torch.rand(2, H)}, layers, 0.5)
 
 

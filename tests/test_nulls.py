@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from headgraph.core.errors import InvalidInput
 from headgraph.core.nulls import (
     anisotropic_null,
     anisotropic_pk_samples,
@@ -90,7 +91,7 @@ def test_pvalues_match_a_brute_force_count(make_heads):
         assert float(p[tuple(idx)]) == pytest.approx(expected, abs=1e-15)
     assert torch.all((p > 0) & (p <= 1))
     assert torch.all(p[~pk.valid] == 1)
-    with pytest.raises(ValueError, match="pairing"):
+    with pytest.raises(InvalidInput, match="pairing"):
         pair_pvalues(projection_kernel(heads, "OK"), null)
 
 

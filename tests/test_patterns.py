@@ -12,6 +12,7 @@ import torch
 from transformers import AutoModelForCausalLM, GPT2Config
 
 from headgraph.core.demo_model import load_demo_model
+from headgraph.core.errors import InvalidInput
 from headgraph.core.loading import byte_level_tokenizer, load_model
 from headgraph.core.patterns import (
     PATTERN_KINDS,
@@ -224,5 +225,5 @@ def test_bundled_prompts_are_ioi_style():
         assert len(names) == 3 and len(set(names)) == 2, p  # A and B ..., B gives ... to
     assert with_user_prompts("one\n\n two ")[-2:] == ["one", "two"]
     assert with_user_prompts(["x"], include_default=False) == ["x"]
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidInput):
         with_user_prompts(None, include_default=False)

@@ -10,6 +10,7 @@ import scipy.linalg
 import torch
 
 from conftest import boot_bridge
+from headgraph.core.errors import InvalidInput
 from headgraph.core.extract import heads_from_bridge
 from headgraph.core.layer_order import group_cover, group_rects, layer_blocks
 from headgraph.core.overlaps import pairwise_sq_overlap, piece_plan, sq_overlaps
@@ -166,9 +167,9 @@ def test_orders_and_validation(make_heads):
     assert torch.all(fwd.scores[~fwd.valid] == 0) and torch.all(same.scores[~same.valid] == 0)
     assert torch.allclose(fwd.scores[fwd.valid], full.scores[fwd.valid])
     assert fwd.layer_indices == (1, 4, 9)
-    with pytest.raises(ValueError, match="QK"):
+    with pytest.raises(InvalidInput, match="QK"):
         projection_kernel(heads, "OX")
-    with pytest.raises(ValueError, match="same-layer"):
+    with pytest.raises(InvalidInput, match="same-layer"):
         projection_kernel(heads, "OK", order="backward")
     assert set(all_pairings(heads)) == {a + b for a in "QKVO" for b in "QKVO"}
 
@@ -184,7 +185,7 @@ def test_rank_truncation_and_errors(make_heads):
         assert float(res.scores[sl, sh, tl, th]) == pytest.approx(_scipy_pk(a, b), abs=1e-9)
     W_K[1, 1, :, 5] = W_K[1, 1, :, 0]
     deficient = make_heads(W_Q, W_K, W_V, W_O, layer_indices=(3, 7))
-    with pytest.raises(ValueError, match="layer 7, head 1"):
+    with pytest.raises(InvalidInput, match="layer 7, head 1"):
         projection_kernel(deficient, "OK", rank=6)
 
 
@@ -198,7 +199,7 @@ def test_pair_detail_principal_angles(make_heads):
     assert det.pk == pytest.approx(float(grid.scores[0, 1, 2, 0]), abs=1e-9)
     assert det.normalized == pytest.approx(det.pk / 5.0)
     assert det.to_dict()["source"] == "L0H1" and det.ranks == (5, 5)
-    with pytest.raises(ValueError, match="target_head"):
+    with pytest.raises(InvalidInput, match="target_head"):
         pair_detail(heads, "OV", 0, 1, 2, 1)  # only one KV head
 
 

@@ -9,6 +9,7 @@ import scipy.stats
 import torch
 
 from headgraph.core.composition import composition_score
+from headgraph.core.errors import InvalidInput
 from headgraph.core.pk import projection_kernel
 from headgraph.core.ranking import compare_metrics, expand_heads, spearman, top_pairs
 from headgraph.core.types import PairScores
@@ -79,7 +80,7 @@ def test_top_pairs_k_larger_than_valid_metrics_and_records():
     assert first["normalized"] == pytest.approx(float(res.scores[expected_first]) / 4)
     assert first["z"] == pytest.approx(10 * first["pk"])
     assert [r["rank"] for r in recs] == [1, 2, 3]
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidInput):
         top_pairs(res, 3, metric="bogus")
 
 

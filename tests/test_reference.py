@@ -10,6 +10,7 @@ import pytest
 import scipy.stats
 import torch
 
+from headgraph.core.errors import InvalidInput
 from headgraph.core.pk import projection_kernel
 from headgraph.core.reference import (
     haar_moments,
@@ -34,7 +35,7 @@ def test_moments_match_transformerlens_and_beta_law():
         mom = haar_moments(d, 1, n)
         assert mom.mean == pytest.approx(beta.mean(), rel=1e-12)
         assert mom.variance == pytest.approx(beta.var(), rel=1e-12)
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidInput):
         haar_moments(10, 11)
 
 

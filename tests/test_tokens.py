@@ -11,7 +11,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
 from headgraph.core.demo_model import DemoConfig, DemoModel
-from headgraph.core.errors import UnsupportedModel
+from headgraph.core.errors import InvalidInput, UnsupportedModel
 from headgraph.core.tokens import decode_tokens, subspace_token_scores, top_tokens, visible
 from headgraph.core.types import HeadWeights, ModelInfo
 
@@ -108,9 +108,9 @@ def test_layer_and_head_filters_use_original_blocks(bpe):
     assert torch.equal(one.token_ids[0, 0], full.token_ids[1, 2])
     row = top_tokens(heads, "Q", k=4, layer=9)
     assert torch.equal(row.token_ids[0], full.token_ids[2])
-    with pytest.raises(ValueError, match="not an attention layer"):
+    with pytest.raises(InvalidInput, match="not an attention layer"):
         top_tokens(heads, "Q", layer=1)
-    with pytest.raises(ValueError, match="out of range"):
+    with pytest.raises(InvalidInput, match="out of range"):
         top_tokens(heads, "Q", head=4)
 
 

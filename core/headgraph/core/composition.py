@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import torch
 
+from headgraph.core.errors import UnsupportedModel
 from headgraph.core.layer_order import check_order, layer_mask
 from headgraph.core.overlaps import pairwise_sq_overlap
 from headgraph.core.subspaces import compute_dtype
-from headgraph.core.types import CS_MODES, HeadWeights, PairScores
+from headgraph.core.types import HeadWeights, PairScores
+from headgraph.core.vocabulary import check_mode
 
 
 def expand_kv(w: torch.Tensor, n_heads: int) -> torch.Tensor:
@@ -29,7 +31,7 @@ def expand_kv(w: torch.Tensor, n_heads: int) -> torch.Tensor:
     if n_kv == n_heads:
         return w
     if n_heads % n_kv:
-        raise ValueError(f"cannot expand {n_kv} key-value heads to {n_heads} query heads")
+        raise UnsupportedModel(f"cannot expand {n_kv} key-value heads to {n_heads} query heads")
     return w.repeat_interleave(n_heads // n_kv, dim=1)
 
 
@@ -91,8 +93,7 @@ def composition_score(heads: HeadWeights, mode: str = "K", *, order: str = "forw
     (earlier source layer -> later target layer; other cells 0). ``normalized`` equals
     ``scores``; pairs with an all-zero W_OV or right matrix are invalid (0). Cached.
     """
-    if mode not in CS_MODES:
-        raise ValueError(f"mode must be one of {list(CS_MODES)}, got {mode!r}")
+    check_mode(mode)
     check_order(order)
     key = ("cs", mode, order)
     hit = heads._cache.get(key)

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from headgraph.core.errors import InvalidInput, UnsupportedModel
 from headgraph.core.fingerprint import weights_fingerprint
 from headgraph.core.types import HeadWeights, ModelInfo
 
@@ -48,7 +49,7 @@ class DemoConfig:
             object.__setattr__(self, "token_names",
                                tuple(f"t{i:02d}" for i in range(self.d_vocab)))
         if len(self.token_names) != self.d_vocab:
-            raise ValueError("token_names must have d_vocab entries")
+            raise InvalidInput("token_names must have d_vocab entries")
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> DemoConfig:
@@ -120,7 +121,7 @@ class DemoModel(nn.Module):
         tokens = tokens.to(self.W_E.device)
         T = tokens.shape[-1]
         if self.cfg.n_ctx < T:
-            raise ValueError(f"sequence of {T} tokens exceeds n_ctx={self.cfg.n_ctx}")
+            raise InvalidInput(f"sequence of {T} tokens exceeds n_ctx={self.cfg.n_ctx}")
         x = self.W_E[tokens]  # [b, p, d]
         pos = self.W_pos[:T]
         causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
@@ -237,7 +238,7 @@ def load_demo_model(folder: str | Path = DEMO_DIR, *, device: str | torch.device
     folder = Path(folder)
     meta = json.loads((folder / "config.json").read_text())
     if meta.get("architecture") != ARCHITECTURE:
-        raise ValueError(f"{folder}: not a {ARCHITECTURE} checkpoint")
+        raise UnsupportedModel(f"{folder}: not a {ARCHITECTURE} checkpoint")
     model = DemoModel(DemoConfig.from_dict(meta))
     model.load_state_dict(load_file(str(folder / "model.safetensors")))
     model.meta = meta  # type: ignore[attr-defined]  # training recipe and results

@@ -11,23 +11,24 @@ from typing import Any
 
 import torch
 
+from headgraph.core.errors import UnsupportedModel
 from headgraph.core.fingerprint import weights_fingerprint
 from headgraph.core.types import HeadWeights, ModelInfo
 
 
-def _stack(blocks: list[tuple[int, Any]], attr: str) -> torch.Tensor:
+def _stack(blocks: list[tuple[int, Any]], attr: str, name: str) -> torch.Tensor:
     mats = []
     for layer, block in blocks:
         try:
             w = getattr(block.attn, attr)
         except (AttributeError, NotImplementedError, RuntimeError, ValueError) as err:
-            raise ValueError(f"layer {layer} cannot expose attn.{attr}: {err}") from err
+            raise UnsupportedModel(f"{name}: layer {layer} cannot expose attn.{attr}: {err}") from err
         if not isinstance(w, torch.Tensor) or w.ndim != 3:
-            raise ValueError(f"layer {layer} attn.{attr} is not a [heads, ., .] tensor")
+            raise UnsupportedModel(f"{name}: layer {layer} attn.{attr} is not a [heads, ., .] tensor")
         mats.append(w.detach())
     shapes = {tuple(m.shape) for m in mats}
     if len(shapes) != 1:
-        raise ValueError(f"attn.{attr} shapes differ across layers: {sorted(shapes)}")
+        raise UnsupportedModel(f"{name}: attn.{attr} shapes differ across layers: {sorted(shapes)}")
     return torch.stack(mats)
 
 
@@ -46,24 +47,24 @@ def heads_from_bridge(
     """
     blocks_with = getattr(bridge, "blocks_with", None)
     if not callable(blocks_with):
-        raise ValueError("model must be a TransformerBridge exposing blocks_with('attn')")
+        raise UnsupportedModel(f"{name}: model must be a TransformerBridge exposing blocks_with('attn')")
     blocks = list(blocks_with("attn"))
     if not blocks:
-        raise ValueError(f"{name}: no attention layers found")
+        raise UnsupportedModel(f"{name}: no attention layers found")
     with torch.no_grad():
-        W_Q = _stack(blocks, "W_Q")
-        W_K = _stack(blocks, "W_K")
-        W_V = _stack(blocks, "W_V")
-        W_O = _stack(blocks, "W_O")
+        W_Q = _stack(blocks, "W_Q", name)
+        W_K = _stack(blocks, "W_K", name)
+        W_V = _stack(blocks, "W_V", name)
+        W_O = _stack(blocks, "W_O", name)
         try:
             W_U = bridge.W_U.detach()
         except (AttributeError, NotImplementedError, RuntimeError, ValueError):
             W_U = None
     L, H, d_model, d_head = W_Q.shape
     if W_O.shape != (L, H, d_head, d_model):
-        raise ValueError(f"{name}: W_O shape {tuple(W_O.shape)} does not match W_Q {tuple(W_Q.shape)}")
+        raise UnsupportedModel(f"{name}: W_O shape {tuple(W_O.shape)} does not match W_Q {tuple(W_Q.shape)}")
     if W_K.shape[2:] != (d_model, d_head) or W_V.shape != W_K.shape:
-        raise ValueError(f"{name}: K/V shapes {tuple(W_K.shape)}, {tuple(W_V.shape)} are inconsistent")
+        raise UnsupportedModel(f"{name}: K/V shapes {tuple(W_K.shape)}, {tuple(W_V.shape)} are inconsistent")
     if W_U is not None and (W_U.ndim != 2 or W_U.shape[0] != d_model):
         W_U = None
     cfg = getattr(bridge, "cfg", None)

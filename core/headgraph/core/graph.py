@@ -26,11 +26,14 @@ from typing import Any
 import networkx as nx
 import torch
 
+from headgraph.core.errors import InvalidInput
 from headgraph.core.head_graph import HeadGraph
 from headgraph.core.hubs import hub_table
-from headgraph.core.labels import LabelSet, class_counts, class_recovery, head_label, kv_label
+from headgraph.core.labels import LabelSet, class_counts, class_recovery
+from headgraph.core.pk import projection_kernel
 from headgraph.core.ranking import top_pairs
-from headgraph.core.types import ModelInfo, PairScores, ROLES
+from headgraph.core.types import HeadWeights, ModelInfo, PairScores
+from headgraph.core.vocabulary import ROLES, head_label
 
 GRANULARITIES: tuple[str, ...] = ("head", "role")
 THRESHOLD_ON: tuple[str, ...] = ("pk", "normalized", "z", "fdr")
@@ -72,7 +75,7 @@ def _align_heads(t: torch.Tensor, dim: int, size: int, *, reduce_valid: bool) ->
         shape[dim: dim + 1] = [size, n // size]
         g = t.reshape(shape)
         return g.any(dim=dim + 1) if reduce_valid else g.mean(dim=dim + 1)
-    raise ValueError(f"CS grid head axis {n} cannot be matched to {size} heads")
+    raise InvalidInput(f"CS grid head axis {n} cannot be matched to {size} heads")
 
 
 def _n_query_heads(results: Mapping[str, PairScores], info: ModelInfo | None) -> int | None:
@@ -102,35 +105,35 @@ def _check_args(results: Mapping[str, PairScores], granularity: str, k: int | No
                 values: Mapping[str, torch.Tensor] | None, kv_nodes: str) -> tuple[int, ...]:
     """Validate build_graph's arguments; returns the (shared) original layer numbers."""
     if granularity not in GRANULARITIES:
-        raise ValueError(f"granularity must be one of {GRANULARITIES}, got {granularity!r}")
+        raise InvalidInput(f"granularity must be one of {GRANULARITIES}, got {granularity!r}")
     if threshold_on not in THRESHOLD_ON:
-        raise ValueError(f"threshold_on must be one of {THRESHOLD_ON}, got {threshold_on!r}")
+        raise InvalidInput(f"threshold_on must be one of {THRESHOLD_ON}, got {threshold_on!r}")
     if kv_nodes not in KV_NODES:
-        raise ValueError(f"kv_nodes must be one of {KV_NODES}, got {kv_nodes!r}")
+        raise InvalidInput(f"kv_nodes must be one of {KV_NODES}, got {kv_nodes!r}")
     fdr_mask_only = (threshold_on == "fdr" and k is None and threshold is None
                      and values is not None
                      and all(v.dtype == torch.bool for v in values.values()))
     if (k is None) == (threshold is None) and not fdr_mask_only:
-        raise ValueError("give exactly one of k (top-k per pairing) or threshold")
+        raise InvalidInput("give exactly one of k (top-k per pairing) or threshold")
     if k is not None and (int(k) != k or k < 1):
-        raise ValueError(f"k must be a positive integer, got {k!r}")
+        raise InvalidInput(f"k must be a positive integer, got {k!r}")
     if k is not None and threshold_on == "fdr":
-        raise ValueError("top-k cannot rank by 'fdr'; use threshold mode with an FDR mask")
+        raise InvalidInput("top-k cannot rank by 'fdr'; use threshold mode with an FDR mask")
     if not results:
-        raise ValueError("no pair scores given")
+        raise InvalidInput("no pair scores given")
     layer_sets = {tuple(ps.layer_indices) for ps in results.values()}
     if len(layer_sets) != 1:
-        raise ValueError(f"results come from different layer sets: {sorted(layer_sets)}")
+        raise InvalidInput(f"results come from different layer sets: {sorted(layer_sets)}")
     for key, ps in results.items():
         if key != ps.pairing:
-            raise ValueError(f"results key {key!r} holds pairing {ps.pairing!r}")
+            raise InvalidInput(f"results key {key!r} holds pairing {ps.pairing!r}")
         if ps.source_role not in ROLES or ps.target_role not in ROLES:
-            raise ValueError(f"pairing {key!r} has unknown roles {ps.source_role}/{ps.target_role}")
+            raise InvalidInput(f"pairing {key!r} has unknown roles {ps.source_role}/{ps.target_role}")
         if threshold_on in ("z", "fdr"):
             if values is None or key not in values:
-                raise ValueError(f"threshold_on={threshold_on!r} needs values[{key!r}]")
+                raise InvalidInput(f"threshold_on={threshold_on!r} needs values[{key!r}]")
             if tuple(values[key].shape) != tuple(ps.scores.shape):
-                raise ValueError(f"values[{key!r}] shape {tuple(values[key].shape)} != scores "
+                raise InvalidInput(f"values[{key!r}] shape {tuple(values[key].shape)} != scores "
                                  f"{tuple(ps.scores.shape)}")
     return next(iter(layer_sets))
 
@@ -148,7 +151,7 @@ def _pairing_grids(ps: PairScores, value: torch.Tensor | None, n_q: int | None,
         n = ps.scores.shape[dim]
         grouped = role in ("K", "V") and n_q is not None and n < n_q
         if grouped and n_q % n:
-            raise ValueError(f"{n_q} query heads cannot share {n} KV heads evenly")
+            raise InvalidInput(f"{n_q} query heads cannot share {n} KV heads evenly")
         group.append(n_q // n if grouped else 1)
     if kv_nodes == "query":
         grids = {name: _expand(t, (1, 3), tuple(group)) for name, t in grids.items()}
@@ -185,7 +188,7 @@ def _cs_cells(cs: Mapping[str, PairScores] | None, ps: PairScores, shape: torch.
         return None
     c, cv = cs_ps.scores.to(idx.device), cs_ps.valid.to(idx.device).to(torch.bool)
     if c.shape[0] != shape[0] or c.shape[2] != shape[2]:
-        raise ValueError(f"CS grid {tuple(c.shape)} does not match {ps.pairing} {tuple(shape)}")
+        raise InvalidInput(f"CS grid {tuple(c.shape)} does not match {ps.pairing} {tuple(shape)}")
     for dim in (1, 3):
         c = _align_heads(c, dim, shape[dim], reduce_valid=False)
         cv = _align_heads(cv, dim, shape[dim], reduce_valid=True)
@@ -220,7 +223,7 @@ def _node(nodes: dict[str, dict[str, Any]], granularity: str, role: str, layer: 
           head: int, group: int) -> str:
     """Register (once) and return the node id of one side of an edge."""
     if group > 1:
-        ident = kv_label(layer, head)
+        ident = head_label(layer, head, kv=True)
         members = ",".join(head_label(layer, head * group + j) for j in range(group))
         kind = "kv_group"
     else:
@@ -330,3 +333,17 @@ def build_graph(
         class_counts=None if labels is None else class_counts(g, labels),
         recovery=None if labels is None else class_recovery(g, labels),
         labels=None if labels is None else labels.name, edge_counts=counts)
+
+
+def check_paper_hub(heads: HeadWeights, *, k: int = 20,
+                    pairings: tuple[str, ...] = DEFAULT_PAIRINGS) -> str:
+    """Build the paper's head graph (PK, forward layer order, top-``k`` edges per pairing of
+    OQ/OK/OV, head granularity) from ``heads`` and return its top hub's name.
+
+    On GPT-2 small the paper's answer is "L4H7".
+    """
+    results = {p: projection_kernel(heads, p, order="forward") for p in pairings}
+    top = build_graph(results, granularity="head", k=k, info=heads.info).hubs.top_hub
+    if top is None:
+        raise InvalidInput("the graph has no edges (no valid head pairs)")
+    return top

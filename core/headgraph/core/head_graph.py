@@ -13,6 +13,7 @@ from typing import Any
 
 import networkx as nx
 
+from headgraph.core.errors import InvalidInput
 from headgraph.core.hubs import HubTable
 
 
@@ -86,7 +87,7 @@ def read_export(payload: str | bytes | dict[str, Any], fmt: str) -> nx.MultiDiGr
         src = nx.read_gexf(io.BytesIO(raw))
         src.graph.clear()
     else:
-        raise ValueError(f"unknown export format {fmt!r}; expected one of {EXPORT_FORMATS}")
+        raise InvalidInput(f"unknown export format {fmt!r}; expected one of {EXPORT_FORMATS}")
     g = nx.MultiDiGraph()
     g.graph.update(src.graph)
     for n, d in src.nodes(data=True):

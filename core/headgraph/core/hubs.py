@@ -1,8 +1,9 @@
 """Hubs of a head graph: degree, weighted degree, PageRank and betweenness per node.
 
 The paper (Yamagiwa et al. 2026, Sec. "graph") reads the directed PK graph of GPT-2 small
-(OQ/OK/OV, top-20 edges each) and finds L4H7 as its hub; ``check_paper_hub`` rebuilds exactly
-that graph from any model's weights and returns its top-ranked node.
+(OQ/OK/OV, top-20 edges each) and finds L4H7 as its hub; ``core.graph.check_paper_hub``
+rebuilds exactly that graph from any model's weights and returns its top-ranked node. This
+module reads graphs only (it imports nothing that builds them), so it has no import cycle.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from typing import Any
 
 import networkx as nx
 
-from headgraph.core.types import HeadWeights
 
 HUB_STD = 2.0
 # Exact betweenness costs ~ nodes * edges; above this it is estimated from sampled pivots.
@@ -106,21 +106,3 @@ def hub_table(graph: Any, *, top: int = 10) -> HubTable:
     )
     return HubTable(rows=rows, top=rows[: max(int(top), 0)], rule=HUB_RULE, threshold=threshold,
                     betweenness_exact=exact)
-
-
-def check_paper_hub(heads: HeadWeights, *, k: int = 20,
-                    pairings: tuple[str, ...] = ("OQ", "OK", "OV")) -> str:
-    """Build the paper's head graph (PK, forward layer order, top-``k`` edges per pairing of
-    OQ/OK/OV, head granularity) from ``heads`` and return its top hub's name.
-
-    On GPT-2 small the paper's answer is "L4H7".
-    """
-    from headgraph.core.graph import build_graph
-    from headgraph.core.pk import projection_kernel
-
-    results = {p: projection_kernel(heads, p, order="forward") for p in pairings}
-    hg = build_graph(results, granularity="head", k=k, info=heads.info)
-    top = hg.hubs.top_hub
-    if top is None:
-        raise ValueError("the graph has no edges (no valid head pairs)")
-    return top

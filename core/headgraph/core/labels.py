@@ -20,9 +20,12 @@ from typing import Any
 import networkx as nx
 import torch
 
+from headgraph.core.errors import InvalidInput
 from headgraph.core.types import ModelInfo
+from headgraph.core.vocabulary import HeadRef, head_label
 
-_HEAD_RE = re.compile(r"^\s*L?\s*(\d+)\s*(?:\.|H|\.H)\s*(\d+)\s*$", re.IGNORECASE)
+# Lenient spellings of a query head accepted in uploaded label files: "l9h6", "9.6", "L3.H0".
+_LENIENT_HEAD_RE = re.compile(r"^\s*L?\s*(\d+)\s*(?:\.|H|\.H)\s*(\d+)\s*$", re.IGNORECASE)
 # Classes label_set_from_scores knows, keyed by a normalised score name.
 PATTERN_CLASSES: dict[str, str] = {
     "previous_token": "Previous Token",
@@ -37,7 +40,7 @@ PATTERN_CLASSES: dict[str, str] = {
 }
 
 
-class LabelSetError(ValueError):
+class LabelSetError(InvalidInput):
     """A label set that cannot be used; ``line`` is the CSV line (1-based, header = 1) or the
     JSON entry index (0-based) at fault, ``where`` says which of the two in words."""
 
@@ -47,22 +50,30 @@ class LabelSetError(ValueError):
         self.where = where
 
 
-def head_label(layer: int, head: int) -> str:
-    """Canonical node / label name of a query head: ``"L{layer}H{head}"`` (original block)."""
-    return f"L{int(layer)}H{int(head)}"
-
-
 def kv_label(layer: int, group: int) -> str:
     """Name of a grouped-query KV head (shared by several query heads): ``"L{layer}KV{group}"``."""
-    return f"L{int(layer)}KV{int(group)}"
+    return head_label(layer, group, kv=True)
+
+
+def parse_head_ref(text: str) -> HeadRef:
+    """A head name in canonical form (``HeadRef.parse``: "L9H6", "L6KV1") or, for a query head,
+    a lenient one ("l9h6", "9.6", " L3.H0 "); InvalidInput otherwise."""
+    raw = str(text).strip()
+    if HeadRef.is_label(raw):
+        return HeadRef.parse(raw)
+    m = _LENIENT_HEAD_RE.match(raw)
+    if not m:
+        raise InvalidInput(f"{raw[:40]!r} is not a head name (expected like 'L9H6' or '9.6')")
+    return HeadRef(int(m.group(1)), int(m.group(2)))
 
 
 def parse_head(text: str) -> tuple[int, int]:
-    """``"L9H6"`` / ``"l9h6"`` / ``"9.6"`` -> ``(9, 6)``; ValueError on anything else."""
-    m = _HEAD_RE.match(str(text))
-    if not m:
-        raise ValueError(f"{text!r} is not a head name (expected like 'L9H6' or '9.6')")
-    return int(m.group(1)), int(m.group(2))
+    """Query head ``"L9H6"`` / ``"l9h6"`` / ``"9.6"`` -> ``(9, 6)``; InvalidInput on anything
+    else (a grouped KV head such as "L6KV1" too: label sets name query heads)."""
+    ref = parse_head_ref(text)
+    if ref.kv:
+        raise InvalidInput(f"{ref.label} is a grouped key/value head; label query heads (L9H6)")
+    return ref.layer, ref.head
 
 
 @dataclass(frozen=True)
@@ -82,7 +93,7 @@ class LabelSet:
         """Class of a head name (any accepted spelling), or None when unlabelled."""
         try:
             return self.classes.get(head_label(*parse_head(head)))
-        except ValueError:
+        except InvalidInput:
             return None
 
     @property
@@ -111,7 +122,7 @@ def builtin_label_sets() -> dict[str, LabelSet]:
 def _check_head(raw: Any, info: ModelInfo | None, line: int, where: str) -> str:
     try:
         layer, head = parse_head(str(raw))
-    except ValueError as err:
+    except InvalidInput as err:
         raise LabelSetError(str(err), line=line, where=where) from None
     if info is not None:
         if layer not in info.layer_indices:
@@ -186,6 +197,9 @@ class _Pairs:
     def keys(self) -> list[str]:
         return [k for k, _ in self.pairs]
 
+    def __contains__(self, key: object) -> bool:
+        return any(k == key for k, _ in self.pairs)
+
 
 def _parse_csv(text: str, info: ModelInfo | None) -> dict[str, str]:
     rows = list(csv.reader(io.StringIO(text)))
@@ -230,7 +244,7 @@ def parse_label_set(text: str, fmt: str, *, name: str | None, info: ModelInfo | 
     elif fmt == "csv":
         classes = _parse_csv(text, info)
     else:
-        raise ValueError(f"unknown label-set format {fmt!r}; expected 'json' or 'csv'")
+        raise InvalidInput(f"unknown label-set format {fmt!r}; expected 'json' or 'csv'")
     set_name = name or str(meta.get("name") or "uploaded")
     desc = description or str(meta.get("description") or set_name)
     model = meta.get("model")
@@ -255,17 +269,17 @@ def label_set_from_scores(
     layer_indices: original block number of each grid row. Ties go to the earlier grid key.
     """
     if not grids:
-        raise ValueError("no score grids given")
+        raise InvalidInput("no score grids given")
     keys = list(grids)
     layers = [int(x) for x in layer_indices]
     stacked = torch.stack([grids[k].detach().to(torch.float64) for k in keys])  # [C, L, H]
     if stacked.ndim != 3 or stacked.shape[1] != len(layers):
-        raise ValueError(f"grids must all be [L, H] with L = {len(layers)} layers; got "
+        raise InvalidInput(f"grids must all be [L, H] with L = {len(layers)} layers; got "
                          f"{tuple(stacked.shape[1:])}")
     if isinstance(thresholds, Mapping):
         missing = [k for k in keys if k not in thresholds]
         if missing:
-            raise ValueError(f"no threshold for {missing}")
+            raise InvalidInput(f"no threshold for {missing}")
         thr = torch.tensor([float(thresholds[k]) for k in keys], dtype=torch.float64,
                            device=stacked.device)
     else:

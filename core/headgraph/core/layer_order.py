@@ -8,16 +8,9 @@ from __future__ import annotations
 
 import torch
 
-from headgraph.core.types import LAYER_ORDERS
+from headgraph.core.vocabulary import check_order
 
 Rect = tuple[int, int, int, int]  # source start, stop, target start, stop (layer positions)
-
-
-def check_order(order: str) -> str:
-    """Validate a layer order; ValueError listing the allowed values otherwise."""
-    if order not in LAYER_ORDERS:
-        raise ValueError(f"order must be one of {list(LAYER_ORDERS)}, got {order!r}")
-    return order
 
 
 def layer_mask(layer_indices: tuple[int, ...], order: str, device: torch.device) -> torch.Tensor:

@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from headgraph.core.byte_tokenizer import byte_level_tokenizer, has_tokenizer
-from headgraph.core.errors import HeadgraphError, PathNotAllowed, UnsupportedModel
+from headgraph.core.errors import HeadgraphError, InvalidInput, PathNotAllowed, UnsupportedModel
 from headgraph.core.hf_hub import (
     cached_snapshot,
     check_hub_name,
@@ -97,12 +97,12 @@ def load_model(
     memory, True = always (folder with safetensors; processing "raw"), False = never.
     """
     if processing not in PROCESSINGS:
-        raise HeadgraphError(f"unknown processing {processing!r}; "
-                             f"expected one of {list(PROCESSINGS)}")
+        raise InvalidInput(f"unknown processing {processing!r}; "
+                           f"expected one of {list(PROCESSINGS)}", allowed=list(PROCESSINGS))
     spec = (spec or "").strip()
     if not spec:
-        raise HeadgraphError("empty model spec; give 'demo', a local folder, a hub name or "
-                             "'random:<preset>'")
+        raise InvalidInput("empty model spec; give 'demo', a local folder, a hub name or "
+                           "'random:<preset>'")
     device = device or _default_device()
     torch_dtype = _as_dtype(dtype)
     if spec == "demo":
@@ -145,7 +145,7 @@ def _as_dtype(dtype: torch.dtype | str | None) -> torch.dtype:
         return dtype
     value = getattr(torch, str(dtype).replace("torch.", ""), None)
     if not isinstance(value, torch.dtype):
-        raise HeadgraphError(f"unknown dtype {dtype!r}")
+        raise InvalidInput(f"unknown dtype {dtype!r}")
     return value
 
 
@@ -211,7 +211,7 @@ def _from_bridge(bridge: Any, *, name: str, source: str, processing: str, device
     try:
         heads = heads_from_bridge(bridge, name=name, source=source, processing=processing,
                                   device=device)
-    except ValueError as err:
+    except ValueError as err:  # torch shape errors from an unusual bridge
         raise UnsupportedModel(f"{name}: {err}") from err
     patterns = BridgePatternSource(bridge) if bridge.tokenizer is not None else None
     return LoadedModel(heads=heads, patterns=patterns, tokenizer=bridge.tokenizer,

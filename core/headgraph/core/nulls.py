@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from headgraph.core.errors import InvalidInput
 from headgraph.core.layer_order import check_order
 from headgraph.core.pk import parse_pairing
 from headgraph.core.reference import haar_pk_samples
@@ -130,7 +131,7 @@ def anisotropic_null(
     s_role, t_role = parse_pairing(pairing)
     check_order(order)
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 2:
-        raise ValueError(f"samples must be an integer >= 2, got {samples!r}")
+        raise InvalidInput(f"samples must be an integer >= 2, got {samples!r}")
     key = ("null", "anisotropic", pairing, samples, seed, order)
     hit = heads._cache.get(key)
     if hit is not None:
@@ -158,9 +159,9 @@ def pair_pvalues(pk: PairScores, null: NullResult) -> torch.Tensor:
     """Empirical one-sided p-values p = (1 + #{null >= observed}) / (1 + N), same shape as
     ``pk.scores`` (float64); invalid pairs get 1."""
     if pk.kind != "pk":
-        raise ValueError(f"p-values need Projection Kernel scores, got kind {pk.kind!r}")
+        raise InvalidInput(f"p-values need Projection Kernel scores, got kind {pk.kind!r}")
     if null.pairing and null.pairing != pk.pairing:
-        raise ValueError(f"null is for pairing {null.pairing!r}, scores are {pk.pairing!r}")
+        raise InvalidInput(f"null is for pairing {null.pairing!r}, scores are {pk.pairing!r}")
     ordered = null.samples.to(device=pk.scores.device, dtype=torch.float64)
     obs = pk.scores.to(torch.float64).contiguous()
     n = ordered.numel()
@@ -176,9 +177,9 @@ def benjamini_hochberg(pvalues: torch.Tensor, valid: torch.Tensor, alpha: float 
     largest k with p_(k) <= k alpha / m (nothing when there is no such k).
     """
     if not 0.0 <= alpha <= 1.0:
-        raise ValueError(f"alpha must lie in [0, 1], got {alpha!r}")
+        raise InvalidInput(f"alpha must lie in [0, 1], got {alpha!r}")
     if pvalues.shape != valid.shape:
-        raise ValueError(f"pvalues {tuple(pvalues.shape)} and valid {tuple(valid.shape)} differ in shape")
+        raise InvalidInput(f"pvalues {tuple(pvalues.shape)} and valid {tuple(valid.shape)} differ in shape")
     p = pvalues[valid].to(torch.float64)
     m = p.numel()
     out = torch.zeros_like(valid, dtype=torch.bool)

@@ -32,6 +32,7 @@ from collections.abc import Hashable, Sequence
 
 import torch
 
+from headgraph.core.errors import InvalidInput
 from headgraph.core.gemm import addmm_nt_, bmm_nt, native_available
 from headgraph.core.layer_order import (Rect, check_order, group_cover, group_rects, layer_blocks,
                                         layer_mask, rect_area)
@@ -331,7 +332,7 @@ def sq_overlaps(
     """
     check_order(order)
     if method not in ("auto", "gram", "overlap"):
-        raise ValueError(f"method must be one of ['auto', 'gram', 'overlap'], got {method!r}")
+        raise InvalidInput(f"method must be one of ['auto', 'gram', 'overlap'], got {method!r}")
     products = list(dict.fromkeys(products))
     dtype = next(iter(bases.values())).dtype
     for v in bases.values():
@@ -341,7 +342,7 @@ def sq_overlaps(
     first = next(iter(shapes.values()))
     for shape in shapes.values():
         if len(shape) != 4 or shape[0] != first[0] or shape[2] != first[2]:
-            raise ValueError(f"bases differ in L or d: {shapes}")
+            raise InvalidInput(f"bases differ in L or d: {shapes}")
     L, d = first[0], first[2]
     out = {(s, t): torch.zeros(L * shapes[s][1], L * shapes[t][1], dtype=torch.float64,
                                device=bases[s].device) for s, t in products}
@@ -386,7 +387,7 @@ def pairwise_sq_overlap(
     L, _hs, d, _rs = source.shape
     lt, _ht, dt, _rt = target.shape
     if lt != L or dt != d:
-        raise ValueError(f"source {tuple(source.shape)} and target {tuple(target.shape)} differ in L or d")
+        raise InvalidInput(f"source {tuple(source.shape)} and target {tuple(target.shape)} differ in L or d")
     same = source is target or (source.data_ptr() == target.data_ptr() and source.shape == target.shape
                                 and source.stride() == target.stride() and source.dtype == target.dtype)
     names = ("s", "s") if same else ("s", "t")

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from headgraph.core.errors import InvalidInput, UnsupportedModel
 from headgraph.core.prompts import default_prompts
 from headgraph.core.types import PatternSource
 
@@ -45,7 +46,7 @@ class PatternScores:
     def grid(self, kind: str) -> torch.Tensor:
         """The [L, H] grid of one of PATTERN_KINDS."""
         if kind not in PATTERN_KINDS:
-            raise ValueError(f"unknown pattern kind {kind!r}; "
+            raise InvalidInput(f"unknown pattern kind {kind!r}; "
                              f"expected one of {list(PATTERN_KINDS)}")
         return getattr(self, kind)
 
@@ -116,7 +117,7 @@ class BridgePatternSource:
         try:
             pats = [cache[f"blocks.{i}.attn.hook_pattern"] for i in self.layer_indices]
         except KeyError as err:
-            raise RuntimeError(f"the bridge did not report attention patterns ({err}); "
+            raise UnsupportedModel(f"the bridge did not report attention patterns ({err}); "
                                "it needs eager attention") from err
         return torch.stack(pats)
 
@@ -141,7 +142,7 @@ def _patterns(source: PatternSource, ids: torch.Tensor, mask: torch.Tensor) -> t
     else:
         pats = fn(ids)
     if pats.ndim != 5 or pats.shape[1] != ids.shape[0] or pats.shape[-1] != ids.shape[-1]:
-        raise ValueError(f"attention_patterns returned shape {tuple(pats.shape)}; "
+        raise UnsupportedModel(f"attention_patterns returned shape {tuple(pats.shape)}; "
                          f"expected [L, {ids.shape[0]}, H, {ids.shape[-1]}, {ids.shape[-1]}]")
     return pats.float()
 
@@ -187,7 +188,7 @@ def induction_tokens(source: PatternSource, *, length: int, batch: int, seed: in
     pool = pool_fn() if callable(pool_fn) else torch.arange(int(source.d_vocab))
     pool = pool.to("cpu")
     if len(pool) < length:
-        raise ValueError(f"vocabulary of {len(pool)} tokens is too small for length {length}")
+        raise InvalidInput(f"vocabulary of {len(pool)} tokens is too small for length {length}")
     gen = torch.Generator().manual_seed(seed)
     picks = torch.rand(batch, len(pool), generator=gen).argsort(dim=-1)[:, :length]
     r = pool[picks]
@@ -225,7 +226,7 @@ def pattern_scores(
     """
     prompts = default_prompts() if prompts is None else list(prompts)
     if not prompts:
-        raise ValueError("pattern_scores needs at least one prompt")
+        raise InvalidInput("pattern_scores needs at least one prompt")
     ids, mask = _tokenize(source, prompts)
     grids = text_pattern_scores(_patterns(source, ids, mask), ids, mask)
 

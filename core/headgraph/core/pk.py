@@ -16,21 +16,18 @@ from typing import Any
 
 import torch
 
+from headgraph.core.errors import InvalidInput
 from headgraph.core.layer_order import check_order, layer_mask
 from headgraph.core.overlaps import sq_overlaps
 from headgraph.core.subspaces import effective_ranks, role_bases, roles_bases
-from headgraph.core.types import ROLES, HeadWeights, PairScores
+from headgraph.core.types import HeadWeights, PairScores
+from headgraph.core.vocabulary import PAIRINGS, check_pairing, head_label
 
 
 def parse_pairing(pairing: str) -> tuple[str, str]:
-    """Split a pairing like "OK" into (source role, target role); ValueError listing allowed values."""
-    if not isinstance(pairing, str) or len(pairing) != 2 or any(c not in ROLES for c in pairing):
-        allowed = [a + b for a in ROLES for b in ROLES]
-        raise ValueError(
-            f"pairing must be two letters from {''.join(ROLES)} (source then target), "
-            f"one of {allowed}; got {pairing!r}"
-        )
-    return pairing[0], pairing[1]
+    """Split a pairing like "OK" into (source role, target role); InvalidInput listing allowed ones."""
+    p = check_pairing(pairing)
+    return p[0], p[1]
 
 
 def _pk_results(heads: HeadWeights, pairings: list[str], order: str, rank: int | None,
@@ -104,7 +101,7 @@ def all_pairings(
     """PK for several pairings (default: all 16 of QKVO x QKVO), computed together in one pass
     (each role's bases and projector pieces built once); results are cached per pairing."""
     if pairings is None:
-        pairings = [a + b for a in ROLES for b in ROLES]
+        pairings = list(PAIRINGS)
     for p in pairings:
         parse_pairing(p)
     check_order(order)
@@ -139,8 +136,8 @@ class PairDetail:
         """Plain-JSON form."""
         return {
             "pairing": self.pairing,
-            "source": f"L{self.layer_indices[self.source_layer]}H{self.source_head}",
-            "target": f"L{self.layer_indices[self.target_layer]}H{self.target_head}",
+            "source": head_label(self.layer_indices[self.source_layer], self.source_head),
+            "target": head_label(self.layer_indices[self.target_layer], self.target_head),
             "source_layer": self.layer_indices[self.source_layer],
             "source_head": self.source_head,
             "target_layer": self.layer_indices[self.target_layer],
@@ -173,7 +170,7 @@ def pair_detail(
         ("target_layer", target_layer, tb.U.shape[0]), ("target_head", target_head, tb.U.shape[1]),
     ):
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < size:
-            raise ValueError(f"{name} must be an integer position in [0, {size}), got {value!r}")
+            raise InvalidInput(f"{name} must be an integer position in [0, {size}), got {value!r}")
     r_s = int(effective_ranks(sb)[source_layer, source_head])
     r_t = int(effective_ranks(tb)[target_layer, target_head])
     u_s = sb.U[source_layer, source_head, :, :r_s].to(torch.float64)

@@ -6,6 +6,8 @@ something to find; names and places vary so no single template dominates.
 
 from __future__ import annotations
 
+from headgraph.core.errors import InvalidInput
+
 _IOI_SENTENCES: tuple[str, ...] = (
     "When Mary and John went to the shops, John gave the bag to",
     "When Anna and Peter went to the park, Peter gave the ball to",
@@ -45,5 +47,5 @@ def with_user_prompts(user: list[str] | str | None, *, include_default: bool = T
     extra = [p.strip() for p in (user or []) if p and p.strip()]
     prompts = (default_prompts() if include_default else []) + extra
     if not prompts:
-        raise ValueError("no prompts given")
+        raise InvalidInput("no prompts given")
     return prompts

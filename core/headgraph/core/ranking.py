@@ -13,7 +13,9 @@ from typing import Any
 
 import torch
 
+from headgraph.core.errors import InvalidInput
 from headgraph.core.types import PairScores
+from headgraph.core.vocabulary import head_label
 
 
 @dataclass(frozen=True)
@@ -57,8 +59,8 @@ class TopPairs:
         for i, (sl, sh, tl, th) in enumerate(zip(*idx)):
             rec: dict[str, Any] = {
                 "rank": i + 1,
-                "source": f"L{self.layer_indices[sl]}H{sh}",
-                "target": f"L{self.layer_indices[tl]}H{th}",
+                "source": head_label(self.layer_indices[sl], sh),
+                "target": head_label(self.layer_indices[tl], th),
                 "source_layer": self.layer_indices[sl], "source_head": sh,
                 "target_layer": self.layer_indices[tl], "target_head": th,
             }
@@ -86,17 +88,17 @@ def top_pairs(
     ``values`` (a tensor shaped like the grid, e.g. z-scores) overrides both.
     """
     if isinstance(k, bool) or not isinstance(k, int) or k < 0:
-        raise ValueError(f"k must be a non-negative integer, got {k!r}")
+        raise InvalidInput(f"k must be a non-negative integer, got {k!r}")
     if values is not None:
         if values.shape != result.scores.shape:
-            raise ValueError(f"values shape {tuple(values.shape)} != grid {tuple(result.scores.shape)}")
+            raise InvalidInput(f"values shape {tuple(values.shape)} != grid {tuple(result.scores.shape)}")
         ranked, name = values, "values"
     elif metric in ("pk", "cs", "score"):
         ranked, name = result.scores, "pk"
     elif metric == "normalized":
         ranked, name = result.normalized, "normalized"
     else:
-        raise ValueError(f"metric must be 'pk' or 'normalized' (or pass values=), got {metric!r}")
+        raise InvalidInput(f"metric must be 'pk' or 'normalized' (or pass values=), got {metric!r}")
     flat = _ranking_order(ranked, result.valid)[:k]
     _, hs, lt, ht = result.scores.shape
     th = flat % ht
@@ -146,11 +148,11 @@ def expand_heads(grid: torch.Tensor, n_source: int, n_target: int) -> torch.Tens
     _, hs, _, ht = grid.shape
     if hs != n_source:
         if n_source % hs:
-            raise ValueError(f"cannot expand {hs} source heads to {n_source}")
+            raise InvalidInput(f"cannot expand {hs} source heads to {n_source}")
         grid = grid.repeat_interleave(n_source // hs, dim=1)
     if ht != n_target:
         if n_target % ht:
-            raise ValueError(f"cannot expand {ht} target heads to {n_target}")
+            raise InvalidInput(f"cannot expand {ht} target heads to {n_target}")
         grid = grid.repeat_interleave(n_target // ht, dim=3)
     return grid
 
@@ -198,15 +200,15 @@ def compare_metrics(
     query models) are expanded to query heads by repeat_interleave before comparing.
     """
     if not 0.0 < top_percent <= 100.0:
-        raise ValueError(f"top_percent must lie in (0, 100], got {top_percent!r}")
+        raise InvalidInput(f"top_percent must lie in (0, 100], got {top_percent!r}")
     if pk_metric not in ("pk", "normalized"):
-        raise ValueError(f"pk_metric must be 'pk' or 'normalized', got {pk_metric!r}")
+        raise InvalidInput(f"pk_metric must be 'pk' or 'normalized', got {pk_metric!r}")
     _L, h_src, _L2, h_tgt = cs.scores.shape
     pk_grid = pk.scores if pk_metric == "pk" else pk.normalized
     pk_vals = expand_heads(pk_grid, h_src, h_tgt)
     pk_valid = expand_heads(pk.valid, h_src, h_tgt)
     if pk_vals.shape != cs.scores.shape:
-        raise ValueError(f"PK grid {tuple(pk.scores.shape)} cannot match CS grid {tuple(cs.scores.shape)}")
+        raise InvalidInput(f"PK grid {tuple(pk.scores.shape)} cannot match CS grid {tuple(cs.scores.shape)}")
     valid = pk_valid & cs.valid
     n_valid = int(valid.sum())
     n_top = math.ceil(top_percent / 100.0 * n_valid) if n_valid else 0

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from headgraph.core.errors import InvalidInput
 from headgraph.core.pk import all_pairings
 from headgraph.core.subspaces import role_bases
 from headgraph.core.types import ROLES, HeadWeights, PairScores
@@ -44,9 +45,9 @@ class HaarMoments:
 def _check_dims(d: int, m: int, n: int) -> None:
     for name, value in (("d", d), ("m", m), ("n", n)):
         if isinstance(value, bool) or not isinstance(value, Integral) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            raise InvalidInput(f"{name} must be a positive integer, got {value!r}")
     if d < 2 or m > d or n > d:
-        raise ValueError(f"need d >= 2 and ranks m, n <= d; got d={d}, m={m}, n={n}")
+        raise InvalidInput(f"need d >= 2 and ranks m, n <= d; got d={d}, m={m}, n={n}")
 
 
 def haar_moments(d: int, m: int, n: int | None = None) -> HaarMoments:
@@ -131,19 +132,19 @@ def haar_pk_samples(
     """
     _check_dims(d, m, n)
     if isinstance(count, bool) or not isinstance(count, Integral) or count < 1:
-        raise ValueError(f"count must be a positive integer, got {count!r}")
+        raise InvalidInput(f"count must be a positive integer, got {count!r}")
     if method == "qr":
         return _qr_samples(d, m, n, count, seed, device)
     if method == "wishart":
         return _wishart_samples(d, m, n, count, seed, device)
-    raise ValueError(f"method must be 'qr' or 'wishart', got {method!r}")
+    raise InvalidInput(f"method must be 'qr' or 'wishart', got {method!r}")
 
 
 def zscores(pk: PairScores, d_model: int) -> torch.Tensor:
     """(PK - Haar mean) / Haar std per pair, using each pair's effective ranks; 0 where invalid
     (or where the Haar variance is 0, i.e. a plane fills R^d). Same shape as ``pk.scores``."""
     if pk.kind != "pk":
-        raise ValueError(f"zscores needs Projection Kernel scores, got kind {pk.kind!r}")
+        raise InvalidInput(f"zscores needs Projection Kernel scores, got kind {pk.kind!r}")
     m = pk.source_ranks.clamp(max=pk.source_rank).to(torch.float64)[:, :, None, None]
     n = pk.target_ranks.clamp(max=pk.target_rank).to(torch.float64)[None, None]
     d = float(d_model)

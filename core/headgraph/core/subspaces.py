@@ -30,8 +30,10 @@ from numbers import Integral, Real
 
 import torch
 
+from headgraph.core.errors import InvalidInput, UnsupportedModel
 from headgraph.core.gemm import bmm_nt
 from headgraph.core.types import ROLES, HeadWeights, RoleBases
+from headgraph.core.vocabulary import check_role
 
 # Bytes of input matrix per factorization call; larger roles are split into chunks of heads.
 _FACTOR_CHUNK_BYTES = 512 * 1024 * 1024
@@ -51,7 +53,7 @@ def _check_rtol(rtol: float | None, d_model: int, d_head: int, dtype: torch.dtyp
     if rtol is None:
         return default_rtol(d_model, d_head, dtype)
     if isinstance(rtol, bool) or not isinstance(rtol, Real) or not math.isfinite(rtol) or rtol < 0:
-        raise ValueError(f"rtol must be a finite non-negative real number, got {rtol!r}")
+        raise InvalidInput(f"rtol must be a finite non-negative real number, got {rtol!r}")
     return float(rtol)
 
 
@@ -59,7 +61,7 @@ def _check_rank(rank: int | None, width: int) -> int | None:
     if rank is None:
         return None
     if isinstance(rank, bool) or not isinstance(rank, Integral) or not 1 <= rank <= width:
-        raise ValueError(f"rank must be an integer between 1 and {width}, got {rank!r}")
+        raise InvalidInput(f"rank must be an integer between 1 and {width}, got {rank!r}")
     return int(rank)
 
 
@@ -69,9 +71,9 @@ def _qr_svd(mats: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tenso
         q, r = torch.linalg.qr(mats)
         s = torch.linalg.svdvals(r)
     except RuntimeError as err:  # LAPACK failures on non-finite input
-        raise ValueError(f"weights cannot be factorized: {err}") from err
+        raise UnsupportedModel(f"weights cannot be factorized: {err}") from err
     if not bool(torch.isfinite(s).all()):
-        raise ValueError("weights contain non-finite values")
+        raise UnsupportedModel("weights contain non-finite values")
     return q, r, s
 
 
@@ -179,7 +181,7 @@ def _orthonormalize(mats: torch.Tensor, rtol: float, want: int | None,
     gram = bmm_nt(mats.transpose(-2, -1), mats.transpose(-2, -1), out=bufs[0])
     # A non-finite weight makes its column's squared norm (a diagonal entry) non-finite.
     if not bool(torch.isfinite(gram.diagonal(dim1=-2, dim2=-1)).all()):
-        raise ValueError("weights contain non-finite values")
+        raise UnsupportedModel("weights contain non-finite values")
     work = bufs[1:]
     top = _lambda_max_bound(gram, work)
     theta = rtol * rtol + 2.0 * d * w * eps  # full rank: lambda_min > theta * lambda_max
@@ -249,7 +251,7 @@ def role_bases(
     Without ``rank``, r = min(d_model, d_head) and a head whose measured rank is smaller keeps
     zero columns past its rank, so Projection Kernels see only its measured subspace; measured
     ranks are reported in ``.ranks`` [L, H_role]. With ``rank``, every head is truncated to its
-    leading ``rank`` singular directions (ValueError naming the head when a measured rank is
+    leading ``rank`` singular directions (InvalidInput naming the head when a measured rank is
     smaller). Computed once per (role, rank, rtol) and cached in ``heads._cache``.
     """
     return roles_bases(heads, [role], rank=rank, rtol=rtol)[role]
@@ -265,8 +267,7 @@ def roles_bases(
 
 def _role_bases(heads: HeadWeights, role: str, rank: int | None, rtol: float | None,
                 scratch: _Scratch) -> RoleBases:
-    if role not in ROLES:
-        raise ValueError(f"unknown role {role!r}; expected one of {list(ROLES)}")
+    check_role(role)
     key = ("bases", role, rank, rtol)
     cached = heads._cache.get(key)
     if cached is not None:
@@ -274,7 +275,7 @@ def _role_bases(heads: HeadWeights, role: str, rank: int | None, rtol: float | N
 
     w = heads.role(role)
     if not torch.is_floating_point(w):
-        raise ValueError(f"role {role} weights must be floating point, got {w.dtype}")
+        raise UnsupportedModel(f"role {role} weights must be floating point, got {w.dtype}")
     L, H, d_model, d_head = w.shape
     width = min(d_model, d_head)
     eff_rtol = _check_rtol(rtol, d_model, d_head, w.dtype)
@@ -282,13 +283,13 @@ def _role_bases(heads: HeadWeights, role: str, rank: int | None, rtol: float | N
     try:
         u, ranks = _factorize(w.detach().reshape(L * H, d_model, d_head),
                               compute_dtype(w.dtype), eff_rtol, want, scratch)
-    except ValueError as err:
-        raise ValueError(f"role {role}: {err}") from err
+    except UnsupportedModel as err:
+        raise UnsupportedModel(f"role {role}: {err}") from err
     if want is not None:
         short = torch.nonzero(ranks < want).flatten()
         if short.numel():
             i = int(short[0])
-            raise ValueError(
+            raise InvalidInput(
                 f"requested rank {want} exceeds measured rank {int(ranks[i])} of role {role} "
                 f"at layer {heads.info.layer_indices[i // H]}, head {i % H} (rtol {eff_rtol:.3g})"
             )
@@ -315,13 +316,12 @@ def singular_values(heads: HeadWeights, role: str) -> torch.Tensor:
     """Singular values of every head's weights of ``role`` [L, H, min(d_model, d_head)],
     descending, in the compute dtype (as the rank rule sees them): one batched SVD, computed on
     request (the bases themselves do not need them)."""
-    if role not in ROLES:
-        raise ValueError(f"unknown role {role!r}; expected one of {list(ROLES)}")
+    check_role(role)
     w = heads.role(role).detach()
     try:
         return torch.linalg.svdvals(w.to(compute_dtype(w.dtype)))
     except RuntimeError as err:  # LAPACK failures on non-finite input
-        raise ValueError(f"role {role}: weights cannot be factorized: {err}") from err
+        raise UnsupportedModel(f"role {role}: weights cannot be factorized: {err}") from err
 
 
 def effective_ranks(bases: RoleBases) -> torch.Tensor:

@@ -23,10 +23,10 @@ from typing import Any
 
 import torch
 
-from headgraph.core.errors import UnsupportedModel
-from headgraph.core.labels import head_label, kv_label
+from headgraph.core.errors import InvalidInput, UnsupportedModel
 from headgraph.core.subspaces import role_bases
-from headgraph.core.types import ROLES, HeadWeights
+from headgraph.core.types import HeadWeights
+from headgraph.core.vocabulary import check_role, head_label
 
 FORMULA = ("score(t) = ||U^T (u_t - mean_t u_t)|| / ||u_t - mean_t u_t||, "
            "U orthonormal basis of the head-role subspace")
@@ -191,25 +191,24 @@ def top_tokens(heads: HeadWeights, role: str, *, k: int = 10, layer: int | None 
     heads (KV heads for K/V). Score: see the module docstring / ``FORMULA``.
     Raises UnsupportedModel when the model has no unembedding W_U.
     """
-    if role not in ROLES:
-        raise ValueError(f"unknown role {role!r}; expected one of {list(ROLES)}")
+    check_role(role)
     if heads.W_U is None:
         raise UnsupportedModel(f"{heads.info.name} has no unembedding (W_U): token names of "
                                "head subspaces need one")
-    if k < 1:
-        raise ValueError(f"k must be >= 1, got {k}")
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise InvalidInput(f"k must be an integer >= 1, got {k!r}")
     info = heads.info
     U = role_bases(heads, role).U  # [L, H, d_model, r]
     rows = list(range(U.shape[0]))
     cols = list(range(U.shape[1]))
     if layer is not None:
         if layer not in info.layer_indices:
-            raise ValueError(f"layer {layer} is not an attention layer of {info.name} "
+            raise InvalidInput(f"layer {layer} is not an attention layer of {info.name} "
                              f"({list(info.layer_indices)})")
         rows = [info.layer_indices.index(layer)]
     if head is not None:
         if not 0 <= head < U.shape[1]:
-            raise ValueError(f"head {head} out of range for role {role} (0..{U.shape[1] - 1})")
+            raise InvalidInput(f"head {head} out of range for role {role} (0..{U.shape[1] - 1})")
         cols = [head]
     sub = U[rows][:, cols]  # [nL, nH, d, r]
     nL, nH, d, r = sub.shape
@@ -224,8 +223,8 @@ def top_tokens(heads: HeadWeights, role: str, *, k: int = 10, layer: int | None 
     display = tuple(tuple(tuple(visible(x) for x in cell) for cell in row) for row in text)
     grouped = role in ("K", "V") and info.n_kv_heads < info.n_heads
     layers = tuple(info.layer_indices[i] for i in rows)
-    node = kv_label if grouped else head_label
     return TokenTable(role=role, k=kk, layers=layers, heads=tuple(cols),
-                      names=tuple(tuple(node(lay, h) for h in cols) for lay in layers),
+                      names=tuple(tuple(head_label(lay, h, kv=grouped) for h in cols)
+                                  for lay in layers),
                       token_ids=ids, scores=s,
                       text=text, display=display)

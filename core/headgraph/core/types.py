@@ -12,12 +12,9 @@ from typing import Any, Literal, Protocol
 
 import torch
 
-Role = Literal["Q", "K", "V", "O"]
-ROLES: tuple[Role, ...] = ("Q", "K", "V", "O")
-LayerOrder = Literal["forward", "all", "same-layer"]
-LAYER_ORDERS: tuple[str, ...] = ("forward", "all", "same-layer")
-CSMode = Literal["Q", "K", "V"]
-CS_MODES: tuple[str, ...] = ("Q", "K", "V")
+# Names come from the one vocabulary; re-exported here for callers that import them from types.
+from headgraph.core.vocabulary import CS_MODES, LAYER_ORDERS, ROLES, CSMode, LayerOrder, Role, check_role
+
 Processing = Literal["bridge", "raw", "processed"]
 PROCESSINGS: tuple[str, ...] = ("bridge", "raw", "processed")
 # Bump when any computation whose result is cached changes meaning.
@@ -73,15 +70,14 @@ class HeadWeights:
 
     def role(self, role: str) -> torch.Tensor:
         """Matrix whose column span is the role's subspace: [L, H_role, d_model, d_head]."""
+        role = check_role(role)
         if role == "Q":
             return self.W_Q
         if role == "K":
             return self.W_K
         if role == "V":
             return self.W_V
-        if role == "O":
-            return self.W_O.transpose(-2, -1)
-        raise ValueError(f"unknown role {role!r}; expected one of {list(ROLES)}")
+        return self.W_O.transpose(-2, -1)
 
     @property
     def device(self) -> torch.device:
@@ -133,6 +129,13 @@ class PatternSource(Protocol):
 
     def to_tokens(self, texts: list[str]) -> torch.Tensor:
         """Token ids [batch, pos] (padded; BOS prepended when the model uses one)."""
+        ...
 
     def attention_patterns(self, tokens: torch.Tensor) -> torch.Tensor:
         """Attention probabilities [layer, batch, head, query_pos, key_pos]."""
+        ...
+
+
+__all__ = ["COMPUTE_VERSION", "CS_MODES", "LAYER_ORDERS", "PROCESSINGS", "ROLES", "CSMode",
+           "HeadWeights", "LayerOrder", "ModelInfo", "PairScores", "PatternSource", "Processing",
+           "Role", "RoleBases"]
