@@ -1,84 +1,30 @@
 """Shared helpers for the browser tests and the screenshot script.
 
-Start a real ``headgraph serve`` on a free loopback port (cold cache in a temp folder), drive
-Debian's chromium through Playwright (never ``playwright install``), and read what Plotly
-actually rendered (figure data, point positions) so tests can click nodes, edges and points.
+Start a real server with ``headgraph.server.launch.ServerProcess`` (the one test launcher:
+a free loopback port, cold cache in a temp folder, offline), drive Debian's chromium through
+Playwright (never ``playwright install``), and read what Plotly actually rendered (figure
+data, point positions) so tests can click nodes, edges and points.
 """
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
+from headgraph.server.launch import ServerProcess
 
-ROOT = Path(__file__).resolve().parent.parent
-HEADGRAPH = ROOT / ".venv" / "bin" / "headgraph"
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "BROWSER_PATH": CHROMIUM}
+Server = ServerProcess
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@dataclass
-class Server:
-    """A running ``headgraph serve`` subprocess."""
-
-    proc: subprocess.Popen
-    url: str
-    cache_dir: Path
-    log_path: Path
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-
-
-def start_server(cache_dir: Path, *, extra_env: dict[str, str] | None = None, timeout: float = 90.0) -> Server:
-    """Start ``headgraph serve --host 127.0.0.1 --port <free>`` and wait for /api/health."""
-    port = free_port()
-    env = dict(os.environ)
-    env.update({"HEADGRAPH_CACHE_DIR": str(cache_dir), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-                "BROWSER_PATH": CHROMIUM, "PYTHONUNBUFFERED": "1"})
-    env.update(extra_env or {})
-    exe = str(HEADGRAPH) if HEADGRAPH.exists() else "headgraph"
-    log_path = cache_dir.parent / f"serve-{port}.log"
-    log = open(log_path, "wb")  # noqa: SIM115 - closed with the process
-    proc = subprocess.Popen([exe, "serve", "--host", "127.0.0.1", "--port", str(port)], cwd=str(ROOT),
-                            env=env, stdout=log, stderr=subprocess.STDOUT)
-    server = Server(proc, f"http://127.0.0.1:{port}", cache_dir, log_path)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"headgraph serve exited early:\n{server.log()[-3000:]}")
-        try:
-            if httpx.get(server.url + "/api/health", timeout=2).status_code == 200:
-                return server
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    server.stop()
-    raise RuntimeError(f"headgraph serve did not answer /api/health in {timeout} s:\n{server.log()[-3000:]}")
+def start_server(cache_dir: Path, *, extra_env: dict[str, str] | None = None, workers: int = 1) -> ServerProcess:
+    """A started ``ServerProcess`` on ``cache_dir`` (offline; chromium for image exports)."""
+    return ServerProcess(cache_dir, workers=workers, env={**OFFLINE_ENV, **(extra_env or {})}).start()
 
 
 def launch_browser(playwright: Any) -> Any:

@@ -80,6 +80,9 @@ class ApiClient:
     def health(self) -> dict[str, Any]:
         return self.get("/api/health")
 
+    def vocabulary(self) -> dict[str, Any]:
+        return self.get("/api/vocabulary")
+
     def models(self) -> list[dict[str, Any]]:
         data = self.get("/api/models")
         return data.get("models", data) if isinstance(data, dict) else data
@@ -156,7 +159,7 @@ class ClientPool:
     """One ApiClient per base URL, shared by the callbacks of one Dash app (thread-safe)."""
 
     def __init__(self, token: str | None = None) -> None:
-        self.token = token
+        self.token = token  # only for a separate API the user points the dashboard at
         self._clients: dict[str, ApiClient] = {}
         self._lock = threading.Lock()
 

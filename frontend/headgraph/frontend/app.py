@@ -4,22 +4,21 @@ The dashboard is a Flask-backed Dash app wrapped in ``a2wsgi.WSGIMiddleware`` an
 "/" after every /api route, so /api keeps answering (unknown /api paths stay JSON 404s) and
 Dash callbacks run in a2wsgi's thread pool, never on the event loop. Callbacks read data only
 through the HTTP API (``ApiClient``) at HEADGRAPH_API_URL, or else at the local address the
-request came in on (the same server).
+request came in on (the same server). The dashboard holds no API token: endpoints that need
+one answer the dashboard with the API's own message.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from typing import Any
 
 from dash import Dash
 
 from headgraph.frontend.api_client import ApiClient, ClientPool
 from headgraph.frontend.callbacks import register_callbacks
+from headgraph.frontend.context import CONFIG_KEY, ApiProvider, FrontendContext
 from headgraph.frontend.layout import build_layout
-
-ApiProvider = Callable[[], ApiClient]
 
 
 def local_base_url(environ: dict[str, Any]) -> str:
@@ -33,12 +32,12 @@ def local_base_url(environ: dict[str, Any]) -> str:
     return f"{scheme}://{host}:{environ.get('SERVER_PORT') or 80}"
 
 
-def api_provider(api_url: str | None = None, token: str | None = None) -> ApiProvider:
+def api_provider(api_url: str | None = None) -> ApiProvider:
     """A function giving the ApiClient for the current callback's request.
 
     ``api_url`` (or env HEADGRAPH_API_URL) wins; otherwise the server's own local address.
     """
-    pool = ClientPool(token)
+    pool = ClientPool()
     fixed = api_url or os.environ.get("HEADGRAPH_API_URL") or None
 
     def get() -> ApiClient:
@@ -51,8 +50,7 @@ def api_provider(api_url: str | None = None, token: str | None = None) -> ApiPro
     return get
 
 
-def create_dash(*, api_url: str | None = None, token: str | None = None,
-                requests_pathname_prefix: str = "/") -> Dash:
+def create_dash(*, api_url: str | None = None, requests_pathname_prefix: str = "/") -> Dash:
     """The dashboard as a Flask-backed Dash app (not yet mounted anywhere)."""
     app = Dash(
         __name__,
@@ -63,8 +61,9 @@ def create_dash(*, api_url: str | None = None, token: str | None = None,
         suppress_callback_exceptions=True,
         serve_locally=True,
     )
+    app.server.config[CONFIG_KEY] = FrontendContext(api_provider(api_url))
     app.layout = build_layout
-    register_callbacks(app, api_provider(api_url, token))
+    register_callbacks(app)
     return app
 
 
@@ -72,8 +71,7 @@ def mount_frontend(app: Any, settings: Any = None) -> Dash:
     """Mount the dashboard on ``app`` at "/" (called last by the server's app factory)."""
     from a2wsgi import WSGIMiddleware
 
-    token = getattr(settings, "api_token", None)
-    dash_app = create_dash(token=token)
+    dash_app = create_dash()
     app.mount("/", WSGIMiddleware(dash_app.server, workers=16), name="frontend")
     app.state.dash_app = dash_app
     return dash_app

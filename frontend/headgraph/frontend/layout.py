@@ -3,26 +3,17 @@
 Element ids are stable (tests and screenshots find them): "model-select", "compute-btn",
 "progress", "copy-link", "graph", "heatmap", "head-grid", "scatter", "kl-grid", "ref-hist",
 "null-fig", "token-grid", "patterns", "head-panel", "pair-panel", "overlay-upload",
-"upload-error", and "<view>-summary" text blocks that carry the rendered values.
+"upload-error", "tab-<view>", and "<view>-summary" text blocks that carry the rendered values.
+The tabs, the model dropdown and the controls are placeholders here: ``render_controls``
+builds them from the URL (controls.py).
 """
 
 from __future__ import annotations
 
 from dash import dcc, html
 
-from headgraph.frontend.figures import PAIRING_COLORS
-from headgraph.frontend.state import GRAPH_PAIRINGS, PAIRINGS, ROLE_LETTERS, ViewState
+from headgraph.frontend.controls import control_groups, model_dropdown, tab_links
 
-VIEW_LABELS: dict[str, str] = {"graph": "Head graph", "heatmap": "Heatmaps", "scatter": "PK vs CS",
-                               "reference": "Random reference", "tokens": "Tokens & patterns"}
-# Which control groups each view shows.
-VIEW_CONTROLS: dict[str, tuple[str, ...]] = {
-    "graph": ("pairings", "rule", "metric", "layout", "overlay"),
-    "heatmap": ("pairing", "metric", "direction", "overlay"),
-    "scatter": ("pairing", "top_percent"),
-    "reference": ("pairing",),
-    "tokens": ("role",),
-}
 GRAPH_CONFIG = {"displaylogo": False, "toImageButtonOptions": {"format": "png", "scale": 2},
                 "modeBarButtonsToRemove": ["select2d", "lasso2d"]}
 # Figures with PNG / SVG / CSV buttons.
@@ -61,8 +52,7 @@ def model_bar() -> html.Div:
                   html.Span("attention heads read from weights", className="tagline")],
                  className="brand-box"),
         html.Div([
-            dcc.Dropdown(id="model-select", options=[ViewState().model], value=ViewState().model, clearable=False,
-                         searchable=True, className="model-select", placeholder="model"),
+            html.Div(model_dropdown(None, None), id="model-select-box"),
             html.Div(id="model-info", className="model-info"),
             html.Button("Compute", id="compute-btn", className="btn primary", n_clicks=0),
             html.Div([html.Div(id="progress-bar", className="progress-fill", style={"width": "0%"}),
@@ -79,46 +69,13 @@ def model_bar() -> html.Div:
 
 
 def controls() -> html.Div:
-    d = ViewState()
-    pairing_opts = [{"label": p, "value": p} for p in PAIRINGS]
+    """The control bar: URL-built groups, then the (static) overlay upload and its message."""
     return html.Div([
-        _group("pairing", "pairing", dcc.Dropdown(id="pairing-select", options=pairing_opts, value=d.pairing,
-                                                  clearable=False, className="small-dd")),
-        _group("pairings", "edges", dcc.Checklist(
-            id="pairings-check", value=list(d.pairings), inline=True, className="pairing-check",
-            options=[{"label": html.Span(p, style={"color": PAIRING_COLORS[p], "fontWeight": 600}),
-                      "value": p} for p in GRAPH_PAIRINGS])),
-        _group("rule", "rule",
-               dcc.RadioItems(id="rule-radio", value=d.rule, inline=True,
-                              options=[{"label": "top-k", "value": "topk"},
-                                       {"label": "threshold", "value": "threshold"}]),
-               dcc.Input(id="k-input", type="number", min=1, max=1000, step=1, value=d.k,
-                         debounce=True, className="num-input"),
-               html.Div(dcc.Slider(id="threshold-slider", min=0, max=1, value=None, step=None,
-                                   marks=None, tooltip={"placement": "bottom", "always_visible": True},
-                                   updatemode="mouseup"), className="slider-box", id="threshold-box")),
-        _group("metric", "metric", dcc.RadioItems(
-            id="metric-radio", value=d.metric, inline=True,
-            options=[{"label": "raw", "value": "raw"}, {"label": "normalized", "value": "normalized"},
-                     {"label": "z", "value": "z"}, {"label": "CS", "value": "cs"}])),
-        _group("layout", "layout", dcc.RadioItems(
-            id="layout-radio", value=d.layout, inline=True,
-            options=[{"label": "layer × head", "value": "grid"}, {"label": "force", "value": "force"}])),
-        _group("direction", "head grid", dcc.RadioItems(
-            id="direction-radio", value=d.direction, inline=True,
-            options=[{"label": "outgoing", "value": "out"}, {"label": "incoming", "value": "in"}])),
-        _group("top_percent", "top %", dcc.Input(id="top-percent-input", type="number", min=0.1, max=100,
-                                                 step=0.1, value=d.top_percent, debounce=True,
-                                                 className="num-input")),
-        _group("role", "role", dcc.RadioItems(
-            id="role-radio", value=d.role, inline=True,
-            options=[{"label": r, "value": r} for r in ROLE_LETTERS])),
-        _group("overlay", "classes",
-               dcc.Dropdown(id="overlay-select", options=[], value=d.overlay or None,
-                            placeholder="no overlay", className="overlay-dd"),
-               dcc.Upload(id="overlay-upload", children=html.Span("upload JSON/CSV"),
-                          className="upload", multiple=False, accept=".json,.csv,text/csv,application/json"),
-               html.Div(id="upload-error", className="upload-error", role="alert")),
+        html.Div(control_groups(None, None), id="controls-dynamic", className="controls-dynamic"),
+        html.Div([dcc.Upload(id="overlay-upload", children=html.Span("upload JSON/CSV"), className="upload",
+                             multiple=False, accept=".json,.csv,text/csv,application/json"),
+                  html.Div(id="upload-error", className="upload-error", role="alert")],
+                 id="ctl-upload", className="ctl-group", style={"display": "none"}),
     ], className="controls", id="controls")
 
 
@@ -145,11 +102,9 @@ def views() -> html.Div:
 
 def side_panels() -> html.Div:
     return html.Div([
-        html.Div([html.Button("×", id="head-close", className="close-btn", n_clicks=0, title="close"),
-                  html.Div(id="head-panel-body")],
+        html.Div([html.Div(id="head-panel-body")],
                  id="head-panel", className="panel", style={"display": "none"}),
-        html.Div([html.Button("×", id="pair-close", className="close-btn", n_clicks=0, title="close"),
-                  html.Div(id="pair-panel-body"),
+        html.Div([html.Div(id="pair-panel-body"),
                   html.Div(figure_block("cosines"), id="cosines-box")],
                  id="pair-panel", className="panel", style={"display": "none"}),
     ], id="side", className="side")
@@ -164,14 +119,10 @@ def build_layout() -> html.Div:
         dcc.Store(id="ready-store"),
         dcc.Store(id="labels-store"),
         dcc.Store(id="uploaded-store"),
-        *[dcc.Store(id=f"params-{name}") for name in ("graph", "heatmap", "head-grid", "scatter",
-                                                        "reference", "tokens", "head-panel", "pair-panel")],
-        dcc.Interval(id="job-poll", interval=400, disabled=True),
+        dcc.Store(id="slider-range"),
+        dcc.Interval(id="job-poll", interval=700, disabled=True),
         model_bar(),
-        dcc.Tabs(id="view-tabs", value=ViewState().view, className="tabs",
-                 children=[dcc.Tab(label=label, value=v, id=f"tab-{v}", className="tab",
-                                   selected_className="tab-selected")
-                           for v, label in VIEW_LABELS.items()]),
+        html.Nav(tab_links(None), id="view-tabs", className="tabs"),
         controls(),
         html.Div([views(), side_panels()], className="main"),
         html.Footer([

@@ -1,30 +1,28 @@
-"""The dashboard's whole view state and its URL query form (shareable links, back/forward).
+"""The dashboard's whole view state, its URL query form, and what each view renders from.
 
-The URL query is the single source of truth: controls write it, every view reads it.
-Parsing is forgiving (an unknown or malformed value falls back to its default) so a hand-edited
-or stale link still opens a sensible view.
+The URL query is the single source of truth: one callback writes it (callbacks/navigation),
+every control and view is built from it. Everything here is pure: the API's names come in as
+a :class:`~headgraph.frontend.vocab.Vocabulary` (GET /api/vocabulary), so a test can build
+one from core's ``vocabulary()``. Parsing is forgiving (an unknown or malformed value falls
+back to its default) so a hand-edited or stale link still opens a sensible view.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 from urllib.parse import parse_qs, urlencode
 
-ROLE_LETTERS: tuple[str, ...] = ("Q", "K", "V", "O")
-# Source role first, then target role; the paper's three O->x pairings lead the list.
-PAIRINGS: tuple[str, ...] = ("OQ", "OK", "OV") + tuple(
-    s + t for s in ROLE_LETTERS for t in ROLE_LETTERS if not (s == "O" and t in "QKV")
-)
-GRAPH_PAIRINGS: tuple[str, ...] = ("OQ", "OK", "OV")
+from headgraph.frontend.vocab import Vocabulary
+
+# Frontend-only lists (what the dashboard shows; the API's names come from the vocabulary).
 VIEWS: tuple[str, ...] = ("graph", "heatmap", "scatter", "reference", "tokens")
-METRICS: tuple[str, ...] = ("raw", "normalized", "z", "cs")
 LAYOUTS: tuple[str, ...] = ("grid", "force")
 RULES: tuple[str, ...] = ("topk", "threshold")
 DIRECTIONS: tuple[str, ...] = ("out", "in")
-HEAD_RE = re.compile(r"^L(\d+)H(\d+)$")
-K_MAX = 1000
+DEFAULT_MODEL = "demo"
+DEFAULT_PAIRING = "OK"
+DEFAULT_ROLE = "O"
 # The API's per-model label set: each model's heads classed by its own attention patterns.
 PATTERN_OVERLAY = "patterns"
 
@@ -43,15 +41,18 @@ def default_overlay(model: str, label_sets: list[dict[str, Any]] | None = None) 
     return PATTERN_OVERLAY
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ViewState:
-    """Everything a view needs besides the data: what a copied link must reproduce."""
+    """Everything a view needs besides the data: what a copied link must reproduce.
 
-    model: str = "demo"
+    ``pairings`` and ``k`` default from the vocabulary (see :func:`default_state`).
+    """
+
+    pairings: tuple[str, ...]  # graph edges shown
+    k: int
+    model: str = DEFAULT_MODEL
     view: str = "graph"
-    pairing: str = "OK"  # heatmap / scatter / reference / pair panel
-    pairings: tuple[str, ...] = GRAPH_PAIRINGS  # graph edges shown
-    k: int = 20
+    pairing: str = DEFAULT_PAIRING  # heatmap / scatter / reference / pair panel
     rule: str = "topk"  # "topk" (k per pairing) | "threshold"
     threshold: float | None = None
     metric: str = "raw"
@@ -61,7 +62,7 @@ class ViewState:
     pair: tuple[str, str] | None = None  # selected (source, target) -> pair panel
     direction: str = "out"  # head grid: outgoing or incoming scores of `head`
     top_percent: float = 5.0
-    role: str = "O"  # token view role
+    role: str = DEFAULT_ROLE  # token view role
 
     def with_(self, **changes: Any) -> ViewState:
         """Copy with some fields changed (frozen dataclass helper)."""
@@ -72,6 +73,11 @@ class ViewState:
         d["pairings"] = list(self.pairings)
         d["pair"] = list(self.pair) if self.pair else None
         return d
+
+
+def default_state(vocab: Vocabulary, **changes: Any) -> ViewState:
+    """The state of a link with no query (all graph pairings, the API's default k), changed."""
+    return ViewState(pairings=vocab.graph_pairings, k=vocab.default_k).with_(**changes)
 
 
 def _choice(value: str | None, allowed: tuple[str, ...], default: str) -> str:
@@ -88,38 +94,39 @@ def _number(value: str | None, default: float | None, lo: float, hi: float) -> f
     return min(max(x, lo), hi)
 
 
-def parse_query(search: str | None, label_sets: list[dict[str, Any]] | None = None) -> ViewState:
+def parse_query(search: str | None, vocab: Vocabulary,
+                label_sets: list[dict[str, Any]] | None = None) -> ViewState:
     """ViewState from a URL query string such as ``?model=demo&view=heatmap&pairing=OV``.
 
     A query without ``overlay`` gets the model's ``default_overlay`` (from ``label_sets``, the
     API's label-set list, when known); ``overlay=`` (blank) means no overlay.
     """
     q = {key: vals[-1] for key, vals in parse_qs((search or "").lstrip("?"), keep_blank_values=True).items()}
-    d = ViewState()
-    pairings = tuple(p for p in (q.get("pairings") or "").split(",") if p in PAIRINGS)
-    head = q.get("head") if HEAD_RE.match(q.get("head") or "") else None
+    d = default_state(vocab)
+    pairings = tuple(p for p in vocab.graph_pairings if p in (q.get("pairings") or "").upper().split(","))
+    head = q.get("head") if vocab.is_head(q.get("head")) else None
     pair = None
     parts = (q.get("pair") or "").split(",")
-    if len(parts) == 2 and all(HEAD_RE.match(p) for p in parts):
+    if len(parts) == 2 and all(vocab.is_head(p) for p in parts):
         pair = (parts[0], parts[1])
-    k = _number(q.get("k"), d.k, 1, K_MAX)
+    k = _number(q.get("k"), d.k, 1, vocab.k_max)
     model = q.get("model") or d.model
     return ViewState(
         model=model,
         view=_choice(q.get("view"), VIEWS, d.view),
-        pairing=_choice((q.get("pairing") or "").upper(), PAIRINGS, d.pairing),
+        pairing=_choice((q.get("pairing") or "").upper(), vocab.pairings, d.pairing),
         pairings=pairings if "pairings" in q else d.pairings,
         k=int(k if k is not None else d.k),
         rule=_choice(q.get("rule"), RULES, d.rule),
         threshold=_number(q.get("threshold"), None, -1e6, 1e6),
-        metric=_choice(q.get("metric"), METRICS, d.metric),
+        metric=_choice(q.get("metric"), vocab.metrics, d.metric),
         layout=_choice(q.get("layout"), LAYOUTS, d.layout),
         overlay=q["overlay"] if "overlay" in q else default_overlay(model, label_sets),
         head=head,
         pair=pair,
         direction=_choice(q.get("direction"), DIRECTIONS, d.direction),
         top_percent=float(_number(q.get("top_percent"), d.top_percent, 0.1, 100.0) or d.top_percent),
-        role=_choice((q.get("role") or "").upper(), ROLE_LETTERS, d.role),
+        role=_choice((q.get("role") or "").upper(), vocab.roles, d.role),
     )
 
 
@@ -153,3 +160,55 @@ def to_query(state: ViewState) -> str:
 def threshold_on(metric: str) -> str:
     """The API's ``threshold_on`` for a metric switch value (CS edges are thresholded on PK)."""
     return {"raw": "pk", "normalized": "normalized", "z": "z"}.get(metric, "pk")
+
+
+# -- what each view renders from ------------------------------------------------------------
+
+VIEW_PARAMS: dict[str, tuple[str, ...]] = {
+    "graph": ("model", "pairings", "k", "rule", "threshold", "metric", "layout", "overlay", "head", "pair",
+              "pairing"),
+    "heatmap": ("model", "pairing", "metric", "overlay"),
+    "head-grid": ("model", "pairing", "metric", "direction"),
+    "scatter": ("model", "pairing", "top_percent"),
+    "reference": ("model", "pairing"),
+    "tokens": ("model", "role", "overlay"),
+    "head-panel": ("model", "head", "overlay"),
+    "pair-panel": ("model", "pairing", "pair", "overlay"),
+}
+# The tab each figure block belongs to (panels show on every tab).
+TAB_OF = {"graph": "graph", "heatmap": "heatmap", "head-grid": "heatmap", "scatter": "scatter",
+          "reference": "reference", "tokens": "tokens"}
+
+
+def focus_head(state: ViewState) -> str | None:
+    """The head the head grid is about: the selected head, else the selected pair's end."""
+    if state.head:
+        return state.head
+    if state.pair:
+        return state.pair[0] if state.direction == "out" else state.pair[1]
+    return None
+
+
+def is_ready(state: ViewState, ready: dict[str, Any] | None) -> bool:
+    """True when ``ready`` (the model-status callback's record) says the state's model is done."""
+    return bool(ready) and ready.get("model") == state.model and bool(ready.get("token"))
+
+
+def view_params(state: ViewState, view: str, ready: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The parameters ``view`` (a figure block or a panel) renders from, or None.
+
+    None when the view is not shown (another tab; a panel with nothing selected) or its
+    model's results are not ready yet. The dict carries the ready token so a recompute shows.
+    """
+    if view in TAB_OF and TAB_OF[view] != state.view:
+        return None
+    if (view == "head-panel" and not state.head) or (view == "pair-panel" and not state.pair):
+        return None
+    if not is_ready(state, ready):
+        return None
+    d = state.to_dict()
+    out = {f: d[f] for f in VIEW_PARAMS[view]}
+    if view == "head-grid":
+        out["head"] = focus_head(state)
+    out["ready"] = (ready or {}).get("token")
+    return out

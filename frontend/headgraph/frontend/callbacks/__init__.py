@@ -1,23 +1,20 @@
-"""Dash callbacks, one module per view; ``register_callbacks`` wires them all to an app."""
+"""Dash callbacks, one module per view, defined at module level (``registry.callback``).
+
+Importing this package defines them all; ``register_callbacks`` wires them to an app. The
+state flow has no cycles: ``navigation`` alone writes the URL (``write_url``) and builds the
+controls from it (``render_controls``); ``model`` alone writes the model-ready record; every
+view renders from ``view_params(parse_query(url), view, ready)``.
+"""
 
 from __future__ import annotations
 
 from dash import Dash
 
-from headgraph.frontend.callbacks import (downloads, graph, heatmap, labels, model, navigation,
+from headgraph.frontend.callbacks import (downloads, graph, heatmap, labels, model, navigation,  # noqa: F401
                                           panels, reference, scatter, tokens)
-from headgraph.frontend.callbacks.common import ApiProvider
+from headgraph.frontend.callbacks.registry import register_all
 
 
-def register_callbacks(app: Dash, api: ApiProvider) -> None:
-    """Register every callback of the dashboard; ``api()`` gives the ApiClient for a request."""
-    navigation.register(app)
-    model.register(app, api)
-    graph.register(app, api)
-    heatmap.register(app, api)
-    scatter.register(app, api)
-    reference.register(app, api)
-    tokens.register(app, api)
-    panels.register(app, api)
-    labels.register(app, api)
-    downloads.register(app, api)
+def register_callbacks(app: Dash) -> None:
+    """Register every callback of the dashboard on ``app``."""
+    register_all(app)

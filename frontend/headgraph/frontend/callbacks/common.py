@@ -1,4 +1,8 @@
-"""Small helpers the per-view callbacks share (no state of their own)."""
+"""Small helpers the per-view callbacks share (no state of their own).
+
+``api()`` and ``vocab()`` read the current Dash app's context (context.py); ``state_of`` is
+``parse_query`` with that vocabulary.
+"""
 
 from __future__ import annotations
 
@@ -8,39 +12,20 @@ from typing import Any, TypeVar
 from dash import html
 
 from headgraph.frontend.api_client import ApiClient, ApiError
-from headgraph.frontend.state import PATTERN_OVERLAY
+from headgraph.frontend.context import api, vocab
+from headgraph.frontend.controls import UNAVAILABLE
+from headgraph.frontend.state import PATTERN_OVERLAY, ViewState, parse_query
 
 T = TypeVar("T")
 
-ApiProvider = Callable[[], ApiClient]
+__all__ = ["UNAVAILABLE", "WAITING", "api", "error_note", "overlay_classes", "stat", "state_of", "vocab",
+           "with_overlay"]
 WAITING = "waiting for the model's results (see the progress bar above)…"
-UNAVAILABLE = "not available offline"
 
 
-def model_options(models: list[dict[str, Any]] | None, current: str | None) -> list[dict[str, Any]]:
-    """Model dropdown options; models that cannot be loaded offline are disabled with the API's
-    message. The current value is always an option (Dash 4 clears a value missing from options)."""
-    opts = []
-    for m in models or []:
-        off = m.get("status") == UNAVAILABLE
-        label = m["id"] + (f" — {m['status']}" if m.get("status") != "available" else "")
-        opts.append({"label": label, "value": m["id"], "disabled": off, "title": m.get("message", "")})
-    if current and current not in {o["value"] for o in opts}:
-        opts.append({"label": current, "value": current})
-    return opts
-
-
-def overlay_options(sets: list[dict[str, Any]] | None, current: str | None = None) -> list[dict[str, Any]]:
-    """Label-set dropdown options (name, head count, model hint); keeps ``current`` selectable."""
-    out = []
-    for s in sets or []:
-        hint = f" · {s['model']}" if s.get("model") else ""
-        label = (f"{s['name']} (per model)" if s.get("per_model")
-                 else f"{s['name']} ({s.get('n_heads', '?')} heads{hint})")
-        out.append({"label": label, "value": s["name"], "title": s.get("description", "")})
-    if current and current not in {o["value"] for o in out}:
-        out.append({"label": current, "value": current})
-    return out
+def state_of(search: str | None, label_sets: list[dict[str, Any]] | None = None) -> ViewState:
+    """The URL's view state, read with the API's vocabulary."""
+    return parse_query(search, vocab(), label_sets)
 
 
 def overlay_classes(client: ApiClient, overlay: str | None, model: str | None = None) -> dict[str, str]:

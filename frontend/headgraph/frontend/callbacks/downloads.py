@@ -10,19 +10,19 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from dash import Dash, Input, Output, State, ctx, dcc, no_update
-from dash.exceptions import PreventUpdate
+from dash import Input, Output, State, ctx, dcc, no_update
 
 from headgraph.frontend import exports
 from headgraph.frontend.api_client import ApiClient, ApiError
-from headgraph.frontend.callbacks.common import ApiProvider
+from headgraph.frontend.callbacks.common import api, state_of
 from headgraph.frontend.callbacks.graph import load_graph
 from headgraph.frontend.callbacks.heatmap import metric_grid
+from headgraph.frontend.callbacks.registry import callback
 from headgraph.frontend.layout import DOWNLOADABLE
-from headgraph.frontend.state import parse_query
+from headgraph.frontend.state import view_params
 
 CsvMaker = Callable[[ApiClient, dict[str, Any]], tuple[str, str]]
-# Which params store describes each figure's data.
+# Which view's parameters describe each figure's data.
 PARAMS_OF = {"graph": "graph", "heatmap": "heatmap", "head-grid": "head-grid", "scatter": "scatter",
              "kl-grid": "reference", "ref-hist": "reference", "null-fig": "reference",
              "token-grid": "tokens", "patterns": "tokens", "cosines": "pair-panel"}
@@ -61,41 +61,47 @@ CSV_MAKERS: dict[str, CsvMaker] = {
 }
 
 
-def register(app: Dash, api: ApiProvider) -> None:
-    for fig_id in DOWNLOADABLE:
-        _register_one(app, api, fig_id)
-
-
-def _register_one(app: Dash, api: ApiProvider, fig_id: str) -> None:
-    store = PARAMS_OF[fig_id]
-
-    @app.callback(
-        Output(f"dl-{fig_id}", "data"), Output(f"dl-{fig_id}-msg", "children"),
-        Input(f"dl-{fig_id}-png", "n_clicks"), Input(f"dl-{fig_id}-svg", "n_clicks"),
-        Input(f"dl-{fig_id}-csv", "n_clicks"),
-        State(fig_id, "figure"), State(f"params-{store}", "data"), State("url", "search"),
-        prevent_initial_call=True,
-    )
-    def download(_png: int, _svg: int, _csv: int, figure: dict | None, params: dict | None,
-                 search: str | None) -> tuple:
-        fmt = str(ctx.triggered_id or "").rsplit("-", 1)[-1]
-        if fmt not in ("png", "svg", "csv"):
-            raise PreventUpdate
-        state = parse_query(search)
+def download(fig_id: str, fmt: str, figure: dict | None, search: str | None, ready: dict | None,
+             label_sets: list | None) -> tuple:
+    """(dcc.Download data, message) for the ``fmt`` button under figure ``fig_id``."""
+    if fmt not in ("png", "svg", "csv"):
+        return no_update, no_update
+    state = state_of(search, label_sets)
+    try:
+        if fmt == "csv":
+            params = view_params(state, PARAMS_OF[fig_id], ready)
+            if not params:
+                return no_update, "no data yet"
+            text, stem = CSV_MAKERS[fig_id](api(), params)
+            return dcc.send_string(text, f"{stem or fig_id}.csv"), ""
+        if not figure:
+            return no_update, "no figure yet"
         try:
-            if fmt == "csv":
-                if not params or not params.get("ready"):
-                    return no_update, "no data yet"
-                text, stem = CSV_MAKERS[fig_id](api(), params)
-                return dcc.send_string(text, f"{stem or fig_id}.csv"), ""
-            if not figure:
-                return no_update, "no figure yet"
-            try:
-                image = exports.figure_image(figure, fmt)
-            except Exception as err:
-                return no_update, f"{fmt.upper()} export failed: {type(err).__name__}: {err}"
-            return dcc.send_bytes(image, f"{_stem(state.model, fig_id)}.{fmt}"), ""
-        except ApiError as err:
-            return no_update, err.message
-        except (ValueError, KeyError) as err:
-            return no_update, f"export failed: {err}"
+            image = exports.figure_image(figure, fmt)
+        except Exception as err:
+            return no_update, f"{fmt.upper()} export failed: {type(err).__name__}: {err}"
+        return dcc.send_bytes(image, f"{_stem(state.model, fig_id)}.{fmt}"), ""
+    except ApiError as err:
+        return no_update, err.message
+    except (ValueError, KeyError) as err:
+        return no_update, f"export failed: {err}"
+
+
+def _define(fig_id: str) -> Callable[..., tuple]:
+    @callback(Output(f"dl-{fig_id}", "data"), Output(f"dl-{fig_id}-msg", "children"),
+              Input(f"dl-{fig_id}-png", "n_clicks"), Input(f"dl-{fig_id}-svg", "n_clicks"),
+              Input(f"dl-{fig_id}-csv", "n_clicks"),
+              State(fig_id, "figure"), State("url", "search"), State("ready-store", "data"),
+              State("labels-store", "data"),
+              prevent_initial_call=True)
+    def download_button(_png: int, _svg: int, _csv: int, figure: dict | None, search: str | None,
+                        ready: dict | None, label_sets: list | None) -> tuple:
+        fmt = str(ctx.triggered_id or "").rsplit("-", 1)[-1]
+        return download(fig_id, fmt, figure, search, ready, label_sets)
+
+    download_button.__name__ = f"download_{fig_id.replace('-', '_')}"
+    return download_button
+
+
+# One callback per downloadable figure, defined when this module is imported.
+DOWNLOAD_CALLBACKS = {fig_id: _define(fig_id) for fig_id in DOWNLOADABLE}

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from dash import Dash, Input, Output, html, no_update
+from dash import Input, Output, html, no_update
 
 from headgraph.frontend.api_client import ApiError
-from headgraph.frontend.callbacks.common import WAITING, ApiProvider, error_note, stat, with_overlay
+from headgraph.frontend.callbacks.common import WAITING, api, error_note, stat, state_of, with_overlay
+from headgraph.frontend.callbacks.registry import callback
 from headgraph.frontend.figures import empty_figure, graph_figure
 from headgraph.frontend.graph_layout import grid_positions, positions
-from headgraph.frontend.state import threshold_on
+from headgraph.frontend.state import threshold_on, view_params
 
 SLIDER_STEPS = 200
 
@@ -56,8 +57,12 @@ def summary(data: dict[str, Any], threshold: float | None) -> list[Any]:
     return parts
 
 
-def load_graph(client: Any, params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], float | None, tuple]:
-    """(graph JSON, model info, threshold used, slider (min, max, step, marks)) for view params.
+def load_graph(client: Any, params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], float | None,
+                                                               dict[str, Any] | None]:
+    """(graph JSON, model info, threshold used, slider range or None) for view params.
+
+    The slider range ({"key", "min", "max", "step", "marks"}) is the thresholded metric's
+    span over the chosen pairings; ``key`` names the (model, pairings, metric) it is for.
 
     In threshold mode without a chosen threshold, 80% of the way from the metric's minimum to
     its maximum is used (deterministic, so a link without one still reproduces the view).
@@ -65,13 +70,14 @@ def load_graph(client: Any, params: dict[str, Any]) -> tuple[dict[str, Any], dic
     model, pairings = params["model"], list(params["pairings"])
     info = client.model_info(model)["info"]
     threshold = None
-    slider: tuple = (no_update,) * 4
+    slider = None
     if params["rule"] == "threshold":
         lo, hi = metric_range(client, model, pairings, params["metric"])
         threshold = params["threshold"]
         if threshold is None:
             threshold = lo + 0.8 * (hi - lo)
-        slider = (lo, hi, (hi - lo) / SLIDER_STEPS or 0.01, {lo: f"{lo:.3g}", hi: f"{hi:.3g}"})
+        slider = {"key": [model, pairings, params["metric"]], "min": lo, "max": hi,
+                  "step": (hi - lo) / SLIDER_STEPS or 0.01, "marks": {lo: f"{lo:.3g}", hi: f"{hi:.3g}"}}
     data, note = with_overlay(
         lambda labels: client.graph(model, pairings, k=None if threshold is not None else params["k"],
                                     threshold=threshold, threshold_on=threshold_on(params["metric"]),
@@ -82,37 +88,37 @@ def load_graph(client: Any, params: dict[str, Any]) -> tuple[dict[str, Any], dic
     return data, info, threshold, slider
 
 
-def register(app: Dash, api: ApiProvider) -> None:
-    @app.callback(
-        Output("graph", "figure"), Output("graph-summary", "children"),
-        Output("threshold-slider", "min"), Output("threshold-slider", "max"),
-        Output("threshold-slider", "step"), Output("threshold-slider", "marks"),
-        Output("graph-summary", "data-edges"), Output("graph-summary", "data-hubs"),
-        Input("params-graph", "data"),
-    )
-    def render_graph(params: dict[str, Any] | None) -> tuple:
-        slider = (no_update,) * 4
-        if not params or not params.get("ready"):
-            return (empty_figure(WAITING), [], *slider, None, None)
-        pairings = list(params["pairings"])
-        if not pairings:
-            return (empty_figure("pick at least one pairing (OQ / OK / OV) above"), [], *slider, "0", "")
-        try:
-            data, info, threshold, slider = load_graph(api(), params)
-        except ApiError as err:
-            return (empty_figure(err.message), [error_note(err.message)], *slider, None, None)
-        node_link = data["graph"]
-        backdrop = {"nodes": all_head_nodes(info)}
-        if params["layout"] == "grid":
-            pos = grid_positions(node_link, info["layer_indices"])
-            head_pos = grid_positions(backdrop, info["layer_indices"])
-        else:
-            pos = positions(node_link, "force")
-            head_pos = None
-        fig = graph_figure({**data, "layer_indices": info["layer_indices"]}, pos, layout=params["layout"],
-                           all_heads=[n["id"] for n in backdrop["nodes"]], head_pos=head_pos,
-                           selected=params.get("head"),
-                           selected_edge=(*params["pair"], params["pairing"]) if params.get("pair") else None)
-        total = sum(data.get("edge_counts", {}).values())
-        hubs = ",".join(data.get("hubs", {}).get("hubs", []))
-        return (fig, summary(data, threshold), *slider, str(total), hubs)
+@callback(Output("graph", "figure"), Output("graph-summary", "children"), Output("slider-range", "data"),
+          Output("graph-summary", "data-edges"), Output("graph-summary", "data-hubs"),
+          Input("url", "search"), Input("ready-store", "data"), Input("labels-store", "data"))
+def render_graph(search: str | None, ready: dict | None, label_sets: list | None) -> tuple:
+    """The head graph of the URL's pairings, rule, metric, layout, overlay and selection."""
+    return graph_view(view_params(state_of(search, label_sets), "graph", ready))
+
+
+def graph_view(params: dict[str, Any] | None) -> tuple:
+    """(figure, summary, slider range, edge count, hubs) for graph params (None: waiting)."""
+    if not params:
+        return (empty_figure(WAITING), [], no_update, None, None)
+    pairings = list(params["pairings"])
+    if not pairings:
+        return (empty_figure("pick at least one pairing (OQ / OK / OV) above"), [], no_update, "0", "")
+    try:
+        data, info, threshold, slider = load_graph(api(), params)
+    except ApiError as err:
+        return (empty_figure(err.message), [error_note(err.message)], no_update, None, None)
+    node_link = data["graph"]
+    backdrop = {"nodes": all_head_nodes(info)}
+    if params["layout"] == "grid":
+        pos = grid_positions(node_link, info["layer_indices"])
+        head_pos = grid_positions(backdrop, info["layer_indices"])
+    else:
+        pos = positions(node_link, "force")
+        head_pos = None
+    fig = graph_figure({**data, "layer_indices": info["layer_indices"]}, pos, layout=params["layout"],
+                       all_heads=[n["id"] for n in backdrop["nodes"]], head_pos=head_pos,
+                       selected=params.get("head"),
+                       selected_edge=(*params["pair"], params["pairing"]) if params.get("pair") else None)
+    total = sum(data.get("edge_counts", {}).values())
+    hubs = ",".join(data.get("hubs", {}).get("hubs", []))
+    return (fig, summary(data, threshold), no_update if slider is None else slider, str(total), hubs)

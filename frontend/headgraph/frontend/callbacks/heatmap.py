@@ -4,19 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from dash import Dash, Input, Output
+from dash import Input, Output
 
 from headgraph.frontend.api_client import ApiClient, ApiError
-from headgraph.frontend.callbacks.common import WAITING, ApiProvider, error_note, overlay_classes, stat
+from headgraph.frontend.callbacks.common import WAITING, api, error_note, overlay_classes, stat, state_of, vocab
+from headgraph.frontend.callbacks.registry import callback
 from headgraph.frontend.figures import empty_figure, head_grid_figure, score_heatmap
-
-CS_PAIRINGS = ("OQ", "OK", "OV")
+from headgraph.frontend.state import view_params
 
 
 def metric_grid(client: ApiClient, model: str, pairing: str, metric: str) -> dict[str, Any]:
     """The API grid for a metric switch value (CS exists for OQ / OK / OV only)."""
     if metric == "cs":
-        if pairing not in CS_PAIRINGS:
+        if pairing not in vocab().cs_pairings:
             raise ApiError(422, f"Composition Score exists for OQ, OK and OV only, not {pairing}")
         return client.cs(model, pairing[1])
     return client.pk(model, pairing, metric)
@@ -27,53 +27,61 @@ def hover_grids(client: ApiClient, model: str, pairing: str, metric: str) -> dic
     out: dict[str, dict[str, Any]] = {}
     if metric != "raw":
         out["PK"] = client.pk(model, pairing, "raw")
-    if metric != "cs" and pairing in CS_PAIRINGS:
+    if metric != "cs" and pairing in vocab().cs_pairings:
         out["CS"] = client.cs(model, pairing[1])
     return out
 
 
-def register(app: Dash, api: ApiProvider) -> None:
-    @app.callback(
-        Output("heatmap", "figure"), Output("heatmap-summary", "children"),
-        Output("heatmap-summary", "data-cells"),
-        Input("params-heatmap", "data"),
-    )
-    def render_heatmap(params: dict[str, Any] | None) -> tuple:
-        if not params or not params.get("ready"):
-            return empty_figure(WAITING), [], None
-        client = api()
-        model, pairing, metric = params["model"], params["pairing"], params["metric"]
-        try:
-            grid = metric_grid(client, model, pairing, metric)
-            extra = hover_grids(client, model, pairing, metric)
-        except ApiError as err:
-            return empty_figure(err.message), [error_note(err.message)], None
-        classes = overlay_classes(client, params.get("overlay"), model)
-        fig = score_heatmap(grid, metric=metric, hover_grids=extra, classes=classes)
-        rows, cols = len(grid["source_labels"]), len(grid["target_labels"])
-        n_valid = sum(v for a in grid["valid"] for b in a for c in b for v in c)
-        chips = [stat("cells", rows * cols, "cells"), stat("valid", n_valid, "valid"),
-                 stat("min", grid.get("min"), "min", "{:.4g}"), stat("max", grid.get("max"), "max", "{:.4g}")]
-        return fig, chips, str(rows * cols)
+@callback(Output("heatmap", "figure"), Output("heatmap-summary", "children"),
+          Output("heatmap-summary", "data-cells"),
+          Input("url", "search"), Input("ready-store", "data"), Input("labels-store", "data"))
+def render_heatmap(search: str | None, ready: dict | None, label_sets: list | None) -> tuple:
+    """The full pair grid of the URL's pairing and metric (when the heatmap tab shows)."""
+    return heatmap_view(view_params(state_of(search, label_sets), "heatmap", ready))
 
-    @app.callback(
-        Output("head-grid", "figure"), Output("head-grid-summary", "children"),
-        Output("head-grid-box", "style"),
-        Input("params-head-grid", "data"),
-    )
-    def render_head_grid(params: dict[str, Any] | None) -> tuple:
-        if not params or not params.get("ready"):
-            return empty_figure(WAITING, 300), [], {"display": "none"}
-        head = params.get("head")
-        if not head:
-            hint = "click a cell above, or a node in the head graph, to see one head's scores"
-            return empty_figure(hint, 200), [], {"display": "block"}
-        client = api()
-        try:
-            grid = metric_grid(client, params["model"], params["pairing"], params["metric"])
-            fig = head_grid_figure(grid, head, params["direction"], metric=params["metric"])
-        except (ApiError, KeyError) as err:
-            msg = err.message if isinstance(err, ApiError) else f"{head}: {err.args[0]}"
-            return empty_figure(msg, 200), [error_note(msg)], {"display": "block"}
-        chips = [stat("head", head, "grid-head"), stat("direction", params["direction"], "grid-direction")]
-        return fig, chips, {"display": "block"}
+
+def heatmap_view(params: dict[str, Any] | None) -> tuple:
+    """(figure, summary chips, cell count) for heatmap params (None: a waiting note)."""
+    if not params or not params.get("ready"):
+        return empty_figure(WAITING), [], None
+    client = api()
+    model, pairing, metric = params["model"], params["pairing"], params["metric"]
+    try:
+        grid = metric_grid(client, model, pairing, metric)
+        extra = hover_grids(client, model, pairing, metric)
+    except ApiError as err:
+        return empty_figure(err.message), [error_note(err.message)], None
+    classes = overlay_classes(client, params.get("overlay"), model)
+    fig = score_heatmap(grid, metric=metric, hover_grids=extra, classes=classes)
+    rows, cols = len(grid["source_labels"]), len(grid["target_labels"])
+    n_valid = sum(v for a in grid["valid"] for b in a for c in b for v in c)
+    chips = [stat("cells", rows * cols, "cells"), stat("valid", n_valid, "valid"),
+             stat("min", grid.get("min"), "min", "{:.4g}"), stat("max", grid.get("max"), "max", "{:.4g}")]
+    return fig, chips, str(rows * cols)
+
+
+@callback(Output("head-grid", "figure"), Output("head-grid-summary", "children"),
+          Output("head-grid-box", "style"),
+          Input("url", "search"), Input("ready-store", "data"), Input("labels-store", "data"))
+def render_head_grid(search: str | None, ready: dict | None, label_sets: list | None) -> tuple:
+    """One head's outgoing / incoming scores (the selected head, else the pair's end)."""
+    return head_grid_view(view_params(state_of(search, label_sets), "head-grid", ready))
+
+
+def head_grid_view(params: dict[str, Any] | None) -> tuple:
+    """(figure, summary chips, box style) for head-grid params (None: hidden)."""
+    if not params or not params.get("ready"):
+        return empty_figure(WAITING, 300), [], {"display": "none"}
+    head = params.get("head")
+    if not head:
+        hint = "click a cell above, or a node in the head graph, to see one head's scores"
+        return empty_figure(hint, 200), [], {"display": "block"}
+    client = api()
+    try:
+        grid = metric_grid(client, params["model"], params["pairing"], params["metric"])
+        fig = head_grid_figure(grid, head, params["direction"], metric=params["metric"])
+    except (ApiError, KeyError) as err:
+        msg = err.message if isinstance(err, ApiError) else f"{head}: {err.args[0]}"
+        return empty_figure(msg, 200), [error_note(msg)], {"display": "block"}
+    chips = [stat("head", head, "grid-head"), stat("direction", params["direction"], "grid-direction")]
+    return fig, chips, {"display": "block"}

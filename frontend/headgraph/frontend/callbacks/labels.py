@@ -7,12 +7,11 @@ import binascii
 import time
 from typing import Any
 
-from dash import Dash, Input, Output, State, html, no_update
-from dash.exceptions import PreventUpdate
+from dash import Input, Output, State, html, no_update
 
 from headgraph.frontend.api_client import ApiError
-from headgraph.frontend.callbacks.common import ApiProvider
-from headgraph.frontend.state import parse_query, to_query
+from headgraph.frontend.callbacks.common import api, state_of
+from headgraph.frontend.callbacks.registry import callback
 
 
 def decode_upload(contents: str) -> bytes:
@@ -24,40 +23,30 @@ def decode_upload(contents: str) -> bytes:
         raise ApiError(422, f"could not read the uploaded file: {err}") from err
 
 
-def register(app: Dash, api: ApiProvider) -> None:
-    @app.callback(Output("labels-store", "data"),
-                  Input("models-store", "data"), Input("uploaded-store", "data"))
-    def list_overlays(_models: Any, _uploaded: Any) -> list[dict[str, Any]]:
-        """The API's label sets (the URL sync turns them into dropdown options)."""
-        try:
-            return api().labels()
-        except ApiError:
-            raise PreventUpdate from None
+@callback(Output("labels-store", "data"), Input("models-store", "data"), Input("uploaded-store", "data"))
+def list_overlays(_models: Any, _uploaded: Any) -> Any:
+    """The API's label sets (the controls turn them into dropdown options)."""
+    try:
+        return api().labels()
+    except ApiError:
+        return no_update
 
-    @app.callback(
-        Output("upload-error", "children"), Output("upload-error", "className"),
-        Output("uploaded-store", "data"), Output("url", "search", allow_duplicate=True),
-        Output("overlay-upload", "contents"), Output("overlay-select", "options", allow_duplicate=True),
-        Input("overlay-upload", "contents"), State("overlay-upload", "filename"), State("url", "search"),
-        State("overlay-select", "options"),
-        prevent_initial_call=True,
-    )
-    def upload_overlay(contents: str | None, filename: str | None, search: str | None,
-                       options: list[dict[str, Any]] | None) -> tuple:
-        if not contents:
-            raise PreventUpdate
-        state = parse_query(search)
-        try:
-            data = decode_upload(contents)
-            saved = api().upload_labels(data, filename or "labels.csv", model=state.model)
-        except ApiError as err:
-            msg = f"{filename or 'upload'}: {err.message}"
-            return [html.B("upload rejected: "), msg], "upload-error shown", no_update, no_update, None, no_update
-        name = saved["name"]
-        n = len(saved.get("classes", {}))
-        note = f"uploaded {name}: {n} heads"
-        # The new set joins the options in the same update that selects it.
-        opts = [o for o in (options or []) if o.get("value") != name]
-        opts.append({"label": f"{name} ({n} heads)", "value": name, "title": saved.get("description", "")})
-        return (note, "upload-ok", {"name": name, "t": time.time()}, to_query(state.with_(overlay=name)),
-                None, opts)
+
+@callback(Output("upload-error", "children"), Output("upload-error", "className"),
+          Output("uploaded-store", "data"), Output("overlay-upload", "contents"),
+          Input("overlay-upload", "contents"), State("overlay-upload", "filename"), State("url", "search"),
+          prevent_initial_call=True)
+def upload_overlay(contents: str | None, filename: str | None, search: str | None) -> tuple:
+    """Send an uploaded JSON/CSV label set to the API; show its error, or record the new set
+    (the URL writer then selects it as the overlay)."""
+    if not contents:
+        return no_update, no_update, no_update, no_update
+    try:
+        data = decode_upload(contents)
+        saved = api().upload_labels(data, filename or "labels.csv", model=state_of(search).model)
+    except ApiError as err:
+        msg = f"{filename or 'upload'}: {err.message}"
+        return [html.B("upload rejected: "), msg], "upload-error shown", no_update, None
+    name = saved["name"]
+    note = f"uploaded {name}: {len(saved.get('classes', {}))} heads"
+    return note, "upload-ok", {"name": name, "t": time.time()}, None

@@ -9,12 +9,13 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import parse_qs
 
-from dash import Dash, Input, Output, State, ctx, no_update
-from dash.exceptions import PreventUpdate
+from dash import Input, Output, State, ctx, no_update
 
-from headgraph.frontend.api_client import ApiError
-from headgraph.frontend.callbacks.common import UNAVAILABLE, ApiProvider
-from headgraph.frontend.state import GRAPH_PAIRINGS, parse_query
+from headgraph.frontend.api_client import ApiClient, ApiError
+from headgraph.frontend.callbacks.common import UNAVAILABLE, api, state_of
+from headgraph.frontend.callbacks.common import vocab as client_vocab
+from headgraph.frontend.callbacks.registry import callback
+from headgraph.frontend.vocab import Vocabulary
 
 HIDDEN = {"display": "none"}
 
@@ -29,8 +30,9 @@ def cached_names(cached: list[str] | None) -> set[tuple[str, tuple[tuple[str, st
     return out
 
 
-def is_complete(cached: list[str] | None, pairings: tuple[str, ...] = GRAPH_PAIRINGS) -> bool:
-    """True when what a full compute job stores for ``pairings`` is all in the cache."""
+def is_complete(cached: list[str] | None, pairings: tuple[str, ...]) -> bool:
+    """True when what a full compute job stores for ``pairings`` (the graph pairings) is all
+    in the cache."""
     have = cached_names(cached)
     names = {n for n, _ in have}
     if not {"reference", "patterns"} <= names:
@@ -63,70 +65,91 @@ def progress_view(job: dict[str, Any]) -> tuple[dict[str, str], dict[str, str], 
     return ({"display": "flex"}, {"width": f"{frac * 100:.1f}%"}, label, state)
 
 
-def register(app: Dash, api: ApiProvider) -> None:
-    @app.callback(
-        Output("ready-store", "data"), Output("job-store", "data"), Output("job-poll", "disabled"),
-        Output("progress", "style"), Output("progress-bar", "style"), Output("progress-label", "children"),
-        Output("progress", "data-state"), Output("progress", "data-fraction"),
-        Output("model-info", "children"), Output("model-message", "children"),
-        Output("models-store", "data"), Output("compute-btn", "disabled"),
-        Input("url", "search"), Input("compute-btn", "n_clicks"), Input("job-poll", "n_intervals"),
-        State("job-store", "data"), State("ready-store", "data"), State("models-store", "data"),
-    )
-    def model_status(search: str | None, _clicks: int, _ticks: int, job: dict | None,
-                     ready: dict | None, models: list | None) -> tuple:
-        model = parse_query(search).model
-        trig = ctx.triggered_id
-        keep = [no_update] * len(_SLOTS)
-        client = api()
-        try:
-            if trig == "job-poll":
-                if not job:
-                    return _set(keep, poll=True)
-                rec = client.job(job["id"])
-                style, bar, label, state = progress_view(rec)
-                out = _set(keep, progress=style, bar=bar, label=label, pstate=state,
-                           pfrac=f"{float(rec.get('fraction') or 0):.4f}", job={**job, "state": state})
-                if state == "done":
-                    info = client.model_info(job["model"])
-                    out = _set(out, poll=True, info=describe(info.get("info")) + " · cached ✓",
-                               ready={"model": job["model"], "token": rec["id"]}, message="")
-                elif state == "failed":
-                    out = _set(out, poll=True, message=label)
-                return tuple(out)
-            if trig == "compute-btn":
-                return tuple(_start(client, model, keep))
-            # URL changed (or first load): only act when the model itself changed.
-            if ready and ready.get("model") == model and models:
-                raise PreventUpdate
-            if job and job.get("model") == model and job.get("state") in ("queued", "running"):
-                raise PreventUpdate
-            models = client.models()
-            entry = next((m for m in models if m["id"] == model), None)
-            out = _set(keep, models=models)
-            if entry is None:
-                info = client.model_info(model)  # resolves paths / raises the API's 4xx message
-                entry = {"id": model, "status": "available", "info": info.get("info"),
-                         "cached": info.get("cached")}
-            if entry.get("status") == UNAVAILABLE:
-                return tuple(_set(out, ready=None, info=describe(entry.get("info")),
-                                  message=entry.get("message", UNAVAILABLE), compute_off=True,
-                                  progress=HIDDEN, poll=True))
-            out = _set(out, compute_off=False, message="", info=describe(entry.get("info")))
-            if is_complete(entry.get("cached")):
-                return tuple(_set(out, ready={"model": model, "token": entry.get("fingerprint") or model},
-                                  info=describe(entry.get("info")) + " · cached ✓", progress=HIDDEN,
-                                  poll=True))
-            return tuple(_start(client, model, out, ready=None))
-        except ApiError as err:
-            return tuple(_set(keep, message=f"{model}: {err.message}", poll=True))
+MODEL_OUTPUTS = (
+    Output("ready-store", "data"), Output("job-store", "data"), Output("job-poll", "disabled"),
+    Output("progress", "style"), Output("progress-bar", "style"), Output("progress-label", "children"),
+    Output("progress", "data-state"), Output("progress", "data-fraction"),
+    Output("model-info", "children"), Output("model-message", "children"),
+    Output("models-store", "data"), Output("compute-btn", "disabled"),
+)
 
-    def _start(client: Any, model: str, out: list[Any], **extra: Any) -> list[Any]:
-        submitted = client.compute(model, list(GRAPH_PAIRINGS))
-        rec = submitted["job"]
-        style, bar, label, state = progress_view(rec)
-        return _set(out, job={"id": rec["id"], "model": model, "state": state}, poll=False,
-                    progress=style, bar=bar, label=label, pstate=state, pfrac="0", **extra)
+
+@callback(*MODEL_OUTPUTS,
+          Input("url", "search"), Input("compute-btn", "n_clicks"), Input("job-poll", "n_intervals"),
+          State("job-store", "data"), State("ready-store", "data"), State("models-store", "data"))
+def model_status(search: str | None, _clicks: int | None, _ticks: int | None, job: dict | None,
+                 ready: dict | None, models: list | None) -> tuple:
+    """The one writer of ``ready-store`` (and the model bar): what ``ctx`` says fired decides.
+
+    ``job-poll``: read the job, show progress, mark the model ready when it is done.
+    ``compute-btn``: (re)start the job. The URL (or first load): when the URL names a model
+    that is neither ready nor being computed, read its cache state; complete -> ready, else the
+    job starts by itself. Every path returns values (no PreventUpdate), so a call that Dash
+    drops because a newer one started is redone by that newer one.
+    """
+    return model_status_step(api(), client_vocab(), state_of(search).model, ctx.triggered_id, job, ready,
+                             models)
+
+
+def model_status_step(client: ApiClient, vocab: Vocabulary, model: str, trigger: str | None,
+                      job: dict | None, ready: dict | None, models: list | None) -> tuple:
+    """``model_status`` for an explicit client, vocabulary, model and trigger (the callback's body)."""
+    pairings = vocab.graph_pairings
+    keep = [no_update] * len(_SLOTS)
+    try:
+        if trigger == "job-poll":
+            return tuple(_poll(client, job, keep))
+        if trigger == "compute-btn":
+            return tuple(_start(client, pairings, model, keep))
+        # URL changed (or first load): nothing to do while the model stays the same.
+        if ready and ready.get("model") == model and models:
+            return tuple(keep)
+        if job and job.get("model") == model and job.get("state") in ("queued", "running"):
+            return tuple(keep)
+        models = client.models()
+        entry = next((m for m in models if m["id"] == model), None)
+        out = _set(keep, models=models)
+        if entry is None:
+            info = client.model_info(model)  # resolves paths / raises the API's 4xx message
+            entry = {"id": model, "status": "available", "info": info.get("info"),
+                     "cached": info.get("cached")}
+        if entry.get("status") == UNAVAILABLE:
+            return tuple(_set(out, ready=None, info=describe(entry.get("info")),
+                              message=entry.get("message", UNAVAILABLE), compute_off=True,
+                              progress=HIDDEN, poll=True))
+        out = _set(out, compute_off=False, message="", info=describe(entry.get("info")))
+        if is_complete(entry.get("cached"), pairings):
+            return tuple(_set(out, ready={"model": model, "token": entry.get("fingerprint") or model},
+                              info=describe(entry.get("info")) + " · cached ✓", progress=HIDDEN,
+                              poll=True))
+        return tuple(_start(client, pairings, model, out, ready=None))
+    except ApiError as err:
+        return tuple(_set(keep, message=f"{model}: {err.message}", poll=True))
+
+
+def _poll(client: ApiClient, job: dict | None, keep: list[Any]) -> list[Any]:
+    if not job:
+        return _set(keep, poll=True)
+    rec = client.job(job["id"])
+    style, bar, label, state = progress_view(rec)
+    out = _set(keep, progress=style, bar=bar, label=label, pstate=state,
+               pfrac=f"{float(rec.get('fraction') or 0):.4f}", job={**job, "state": state})
+    if state == "done":
+        info = client.model_info(job["model"])
+        out = _set(out, poll=True, info=describe(info.get("info")) + " · cached ✓",
+                   ready={"model": job["model"], "token": rec["id"]}, message="")
+    elif state == "failed":
+        out = _set(out, poll=True, message=label)
+    return out
+
+
+def _start(client: ApiClient, pairings: tuple[str, ...], model: str, out: list[Any],
+           **extra: Any) -> list[Any]:
+    submitted = client.compute(model, list(pairings))
+    rec = submitted["job"]
+    style, bar, label, state = progress_view(rec)
+    return _set(out, job={"id": rec["id"], "model": model, "state": state}, poll=False,
+                progress=style, bar=bar, label=label, pstate=state, pfrac="0", **extra)
 
 
 _SLOTS = ("ready", "job", "poll", "progress", "bar", "label", "pstate", "pfrac", "info", "message",

@@ -1,14 +1,22 @@
-"""Side panels: one head (class, pattern scores, top tokens, partners) and one head pair."""
+"""Side panels: one head (class, pattern scores, top tokens, partners) and one head pair.
+
+Their buttons are links (``dcc.Link``) to the current URL with one thing changed (close: no
+head / no pair; a partner: that pair), so the URL writer never needs pattern-matching inputs.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from dash import Dash, Input, Output, html
+from dash import Input, Output, dcc, html
 
 from headgraph.frontend.api_client import ApiError
-from headgraph.frontend.callbacks.common import ApiProvider, error_note, with_overlay
+from headgraph.frontend.callbacks.common import api, error_note, state_of, with_overlay
+from headgraph.frontend.callbacks.registry import callback
 from headgraph.frontend.figures import PAIRING_COLORS, cosines_figure, empty_figure
+from headgraph.frontend.state import ViewState, to_query, view_params
+
+WAITING_PANEL = "waiting for the model's results…"
 
 
 def _num(v: Any, digits: int = 4) -> str:
@@ -33,9 +41,15 @@ def kv_table(rows: list[tuple[str, Any, str]]) -> html.Table:
                       className="kv")
 
 
-def head_body(d: dict[str, Any]) -> list[Any]:
+def close_link(link_id: str, state: ViewState) -> dcc.Link:
+    """The panel's × : a link to ``state`` (the current one without this panel's selection)."""
+    return dcc.Link("×", id=link_id, href=to_query(state), className="close-btn", title="close")
+
+
+def head_body(d: dict[str, Any], state: ViewState) -> list[Any]:
+    """Head panel content for an /api/head answer; links are built from the current ``state``."""
     head = d["head"]
-    out: list[Any] = [html.H3([head, html.Span(d.get("class") or "no class", className="badge")],
+    out: list[Any] = [close_link("head-close", state.with_(head=None)), html.H3([head, html.Span(d.get("class") or "no class", className="badge")],
                               id="head-panel-title", **{"data-head": head})]
     pats = d.get("patterns")
     if pats:
@@ -61,10 +75,10 @@ def head_body(d: dict[str, Any]) -> list[Any]:
                 buttons = []
                 for it in items[:5]:
                     s, t = (head, it["head"]) if side == "out" else (it["head"], head)
-                    buttons.append(html.Button(
+                    buttons.append(dcc.Link(
                         f"{it['head']} {it['pk']:.3g}", className="partner",
-                        id={"type": "open-pair", "pairing": pairing, "source": s, "target": t},
-                        style={"borderColor": PAIRING_COLORS.get(pairing, "#999")}, n_clicks=0))
+                        href=to_query(state.with_(pair=(s, t), pairing=pairing)),
+                        style={"borderColor": PAIRING_COLORS.get(pairing, "#999")}))
                 arrow = "→" if side == "out" else "←"
                 rows.append(html.Tr([html.Th(f"{pairing} {arrow}", style={"color": PAIRING_COLORS.get(pairing)}),
                                      html.Td(buttons)]))
@@ -72,7 +86,8 @@ def head_body(d: dict[str, Any]) -> list[Any]:
     return out
 
 
-def pair_body(d: dict[str, Any]) -> list[Any]:
+def pair_body(d: dict[str, Any], state: ViewState) -> list[Any]:
+    """Pair panel content for an /api/pair answer (close link from the current ``state``)."""
     title = f"{d['source']} → {d['target']}"
     sig = d.get("significant")
     rows = [
@@ -87,6 +102,7 @@ def pair_body(d: dict[str, Any]) -> list[Any]:
         rows.append(("layer order", "not forward (target is not later)", "pair-order"))
     classes = f"{d.get('source_class') or 'no class'} → {d.get('target_class') or 'no class'}"
     return [
+        close_link("pair-close", state.with_(pair=None)),
         html.H3([title, html.Span(d["pairing"], className="badge",
                                   style={"background": PAIRING_COLORS.get(d["pairing"], "#777")})],
                 id="pair-panel-title", **{"data-pair": f"{d['source']},{d['target']}",
@@ -101,32 +117,44 @@ def pair_body(d: dict[str, Any]) -> list[Any]:
     ]
 
 
-def register(app: Dash, api: ApiProvider) -> None:
-    @app.callback(Output("head-panel-body", "children"), Input("params-head-panel", "data"))
-    def render_head_panel(params: dict[str, Any] | None) -> list[Any]:
-        if not params or not params.get("head"):
-            return []
-        if not params.get("ready"):
-            return [html.H3(params["head"]), html.P("waiting for the model's results…")]
-        try:
-            data, _ = with_overlay(lambda labels: api().head(params["model"], params["head"], labels=labels),
-                                   params.get("overlay"))
-        except ApiError as err:
-            return [html.H3(params["head"]), error_note(err.message)]
-        return head_body(data)
+def waiting(title: str, link: dcc.Link, note: Any) -> list[Any]:
+    return [link, html.H3(title), note]
 
-    @app.callback(Output("pair-panel-body", "children"), Output("cosines", "figure"),
-                  Input("params-pair-panel", "data"))
-    def render_pair_panel(params: dict[str, Any] | None) -> tuple:
-        if not params or not params.get("pair"):
-            return [], empty_figure("", 200)
-        s, t = params["pair"]
-        if not params.get("ready"):
-            return [html.H3(f"{s} → {t}"), html.P("waiting for the model's results…")], empty_figure("", 200)
-        try:
-            data, _ = with_overlay(lambda labels: api().pair(params["model"], params["pairing"], s, t,
-                                                             labels=labels),
-                                   params.get("overlay"))
-        except ApiError as err:
-            return [html.H3(f"{s} → {t}"), error_note(err.message)], empty_figure(err.message, 200)
-        return pair_body(data), cosines_figure(data)
+
+@callback(Output("head-panel-body", "children"),
+          Input("url", "search"), Input("ready-store", "data"), Input("labels-store", "data"))
+def render_head_panel(search: str | None, ready: dict | None, label_sets: list | None) -> list[Any]:
+    """The selected head's panel (empty when no head is selected)."""
+    state = state_of(search, label_sets)
+    if not state.head:
+        return []
+    link = close_link("head-close", state.with_(head=None))
+    params = view_params(state, "head-panel", ready)
+    if params is None:
+        return waiting(state.head, link, html.P(WAITING_PANEL))
+    try:
+        data, _ = with_overlay(lambda labels: api().head(params["model"], params["head"], labels=labels),
+                               params.get("overlay"))
+    except ApiError as err:
+        return waiting(state.head, link, error_note(err.message))
+    return head_body(data, state)
+
+
+@callback(Output("pair-panel-body", "children"), Output("cosines", "figure"),
+          Input("url", "search"), Input("ready-store", "data"), Input("labels-store", "data"))
+def render_pair_panel(search: str | None, ready: dict | None, label_sets: list | None) -> tuple:
+    """The selected pair's panel and its principal-angle cosines (empty when none is selected)."""
+    state = state_of(search, label_sets)
+    if not state.pair:
+        return [], empty_figure("", 200)
+    s, t = state.pair
+    link = close_link("pair-close", state.with_(pair=None))
+    params = view_params(state, "pair-panel", ready)
+    if params is None:
+        return waiting(f"{s} → {t}", link, html.P(WAITING_PANEL)), empty_figure("", 200)
+    try:
+        data, _ = with_overlay(lambda labels: api().pair(params["model"], params["pairing"], s, t, labels=labels),
+                               params.get("overlay"))
+    except ApiError as err:
+        return waiting(f"{s} → {t}", link, error_note(err.message)), empty_figure(err.message, 200)
+    return pair_body(data, state), cosines_figure(data)

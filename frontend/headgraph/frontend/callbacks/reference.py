@@ -5,39 +5,44 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from dash import Dash, Input, Output
+from dash import Input, Output
 
 from headgraph.frontend.api_client import ApiError
-from headgraph.frontend.callbacks.common import WAITING, ApiProvider, error_note, stat
+from headgraph.frontend.callbacks.common import WAITING, api, error_note, stat, state_of
+from headgraph.frontend.callbacks.registry import callback
 from headgraph.frontend.figures import (empty_figure, kl_grid_figure, null_figure, null_summary,
                                         reference_figure)
+from headgraph.frontend.state import view_params
 
 
-def register(app: Dash, api: ApiProvider) -> None:
-    @app.callback(
-        Output("kl-grid", "figure"), Output("ref-hist", "figure"), Output("null-fig", "figure"),
-        Output("reference-summary", "children"), Output("reference-summary", "data-kl"),
-        Input("params-reference", "data"),
-    )
-    def render_reference(params: dict[str, Any] | None) -> tuple:
-        if not params or not params.get("ready"):
-            return empty_figure(WAITING), empty_figure(WAITING), empty_figure(WAITING, 300), [], None
-        pairing = params["pairing"]
-        try:
-            data = api().reference(params["model"])
-        except ApiError as err:
-            fig = empty_figure(err.message)
-            return fig, fig, fig, [error_note(err.message)], None
-        kl = data["kl"]
-        nulls = data.get("nulls", {})
-        haar = data.get("haar_moments") or {}
-        roles = kl["roles"]
-        i, j = roles.index(pairing[0]), roles.index(pairing[1])
-        hist = kl["histograms"].get(pairing, {})
-        null = null_summary(nulls, pairing)
-        chips = [stat(f"KL {pairing}", kl["kl"][i][j], "kl-selected", "{:.4g}"),
-                 stat("model mean", hist.get("model_mean"), "model-mean", "{:.4g}"),
-                 stat("random mean", hist.get("random_mean"), "random-mean", "{:.4g}"),
-                 stat("anisotropic null mean", None if null is None else null["mean"], "null-mean", "{:.4g}")]
-        return (kl_grid_figure(kl, pairing), reference_figure(kl, pairing, null), null_figure(nulls, haar),
-                chips, json.dumps(kl["kl"]))
+@callback(Output("kl-grid", "figure"), Output("ref-hist", "figure"), Output("null-fig", "figure"),
+          Output("reference-summary", "children"), Output("reference-summary", "data-kl"),
+          Input("url", "search"), Input("ready-store", "data"))
+def render_reference(search: str | None, ready: dict | None) -> tuple:
+    """KL grid, PK histogram against the Haar density, and the anisotropic null."""
+    return reference_view(view_params(state_of(search), "reference", ready))
+
+
+def reference_view(params: dict[str, Any] | None) -> tuple:
+    """The three reference figures, summary and KL values for reference params (None: waiting)."""
+    if not params:
+        return empty_figure(WAITING), empty_figure(WAITING), empty_figure(WAITING, 300), [], None
+    pairing = params["pairing"]
+    try:
+        data = api().reference(params["model"])
+    except ApiError as err:
+        fig = empty_figure(err.message)
+        return fig, fig, fig, [error_note(err.message)], None
+    kl = data["kl"]
+    nulls = data.get("nulls", {})
+    haar = data.get("haar_moments") or {}
+    roles = kl["roles"]
+    i, j = roles.index(pairing[0]), roles.index(pairing[1])
+    hist = kl["histograms"].get(pairing, {})
+    null = null_summary(nulls, pairing)
+    chips = [stat(f"KL {pairing}", kl["kl"][i][j], "kl-selected", "{:.4g}"),
+             stat("model mean", hist.get("model_mean"), "model-mean", "{:.4g}"),
+             stat("random mean", hist.get("random_mean"), "random-mean", "{:.4g}"),
+             stat("anisotropic null mean", None if null is None else null["mean"], "null-mean", "{:.4g}")]
+    return (kl_grid_figure(kl, pairing), reference_figure(kl, pairing, null), null_figure(nulls, haar),
+            chips, json.dumps(kl["kl"]))

@@ -4,38 +4,42 @@ from __future__ import annotations
 
 from typing import Any
 
-from dash import Dash, Input, Output
+from dash import Input, Output
 
 from headgraph.frontend.api_client import ApiError
-from headgraph.frontend.callbacks.common import WAITING, ApiProvider, error_note, stat
+from headgraph.frontend.callbacks.common import WAITING, api, error_note, stat, state_of, vocab
+from headgraph.frontend.callbacks.registry import callback
 from headgraph.frontend.figures import empty_figure, scatter_figure
+from headgraph.frontend.state import view_params
 
-CS_PAIRINGS = ("OQ", "OK", "OV")
+
+@callback(Output("scatter", "figure"), Output("scatter-summary", "children"),
+          Output("scatter-summary", "data-points"),
+          Input("url", "search"), Input("ready-store", "data"))
+def render_scatter(search: str | None, ready: dict | None) -> tuple:
+    """PK against CS for every pair of the URL's pairing (O -> Q/K/V only)."""
+    return scatter_view(view_params(state_of(search), "scatter", ready))
 
 
-def register(app: Dash, api: ApiProvider) -> None:
-    @app.callback(
-        Output("scatter", "figure"), Output("scatter-summary", "children"),
-        Output("scatter-summary", "data-points"),
-        Input("params-scatter", "data"),
-    )
-    def render_scatter(params: dict[str, Any] | None) -> tuple:
-        if not params or not params.get("ready"):
-            return empty_figure(WAITING), [], None
-        pairing = params["pairing"]
-        if pairing not in CS_PAIRINGS:
-            msg = f"CS exists for OQ, OK and OV only; pick one of them (now {pairing})"
-            return empty_figure(msg), [error_note(msg)], None
-        try:
-            data = api().scatter(params["model"], pairing, params["top_percent"])
-        except ApiError as err:
-            return empty_figure(err.message), [error_note(err.message)], None
-        cmp_ = data.get("comparison", {})
-        counts = cmp_.get("counts", {})
-        n = len(data["points"]["pk"])
-        chips = [stat("pairs", n, "points"),
-                 stat("ρ all", cmp_.get("rho_all"), "rho-all", "{:.3f}"),
-                 stat("ρ top", cmp_.get("rho_top"), "rho-top", "{:.3f}"),
-                 stat("both", counts.get("both"), "both"), stat("PK only", counts.get("pk_only"), "pk-only"),
-                 stat("CS only", counts.get("cs_only"), "cs-only")]
-        return scatter_figure(data), chips, str(n)
+def scatter_view(params: dict[str, Any] | None) -> tuple:
+    """(figure, summary, point count) for scatter params (None: waiting)."""
+    if not params:
+        return empty_figure(WAITING), [], None
+    pairing = params["pairing"]
+    allowed = vocab().cs_pairings
+    if pairing not in allowed:
+        msg = f"CS exists for {', '.join(allowed)} only; pick one of them (now {pairing})"
+        return empty_figure(msg), [error_note(msg)], None
+    try:
+        data = api().scatter(params["model"], pairing, params["top_percent"])
+    except ApiError as err:
+        return empty_figure(err.message), [error_note(err.message)], None
+    cmp_ = data.get("comparison", {})
+    counts = cmp_.get("counts", {})
+    n = len(data["points"]["pk"])
+    chips = [stat("pairs", n, "points"),
+             stat("ρ all", cmp_.get("rho_all"), "rho-all", "{:.3f}"),
+             stat("ρ top", cmp_.get("rho_top"), "rho-top", "{:.3f}"),
+             stat("both", counts.get("both"), "both"), stat("PK only", counts.get("pk_only"), "pk-only"),
+             stat("CS only", counts.get("cs_only"), "cs-only")]
+    return scatter_figure(data), chips, str(n)

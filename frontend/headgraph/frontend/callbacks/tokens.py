@@ -4,43 +4,48 @@ from __future__ import annotations
 
 from typing import Any
 
-from dash import Dash, Input, Output
+from dash import Input, Output
 
 from headgraph.frontend.api_client import ApiError
-from headgraph.frontend.callbacks.common import WAITING, ApiProvider, error_note, stat
+from headgraph.frontend.callbacks.common import WAITING, api, error_note, stat, state_of
+from headgraph.frontend.callbacks.registry import callback
 from headgraph.frontend.figures import empty_figure, patterns_figure, token_grid_figure
+from headgraph.frontend.state import view_params
 
 TOKENS_SHOWN = 5
 
 
-def register(app: Dash, api: ApiProvider) -> None:
-    @app.callback(
-        Output("token-grid", "figure"), Output("patterns", "figure"),
-        Output("tokens-summary", "children"), Output("tokens-summary", "data-heads"),
-        Input("params-tokens", "data"),
-    )
-    def render_tokens(params: dict[str, Any] | None) -> tuple:
-        if not params or not params.get("ready"):
-            return empty_figure(WAITING), empty_figure(WAITING, 260), [], None
-        client = api()
-        model, role = params["model"], params["role"]
-        notes: list[Any] = []
-        try:
-            info = client.model_info(model)["info"]
-        except ApiError as err:
-            return empty_figure(err.message), empty_figure(err.message, 260), [error_note(err.message)], None
-        n_heads = info["n_kv_heads"] if role in ("K", "V") else info["n_heads"]
-        try:
-            tokens = client.tokens(model, role, k=TOKENS_SHOWN)
-            tok_fig = token_grid_figure(tokens, info["layer_indices"], n_heads)
-            n_rows = len(tokens["heads"])
-        except ApiError as err:
-            tok_fig, n_rows = empty_figure(err.message), None
-            notes.append(error_note(err.message))
-        try:
-            pat_fig = patterns_figure(client.patterns(model))
-        except ApiError as err:
-            pat_fig = empty_figure(err.message, 260)
-            notes.append(error_note(err.message))
-        chips = [stat("role", role, "token-role"), stat("heads", n_rows, "token-heads"), *notes]
-        return tok_fig, pat_fig, chips, None if n_rows is None else str(n_rows)
+@callback(Output("token-grid", "figure"), Output("patterns", "figure"),
+          Output("tokens-summary", "children"), Output("tokens-summary", "data-heads"),
+          Input("url", "search"), Input("ready-store", "data"), Input("labels-store", "data"))
+def render_tokens(search: str | None, ready: dict | None, label_sets: list | None) -> tuple:
+    """Top tokens of the URL's role per head, and the attention-pattern scores."""
+    return tokens_view(view_params(state_of(search, label_sets), "tokens", ready))
+
+
+def tokens_view(params: dict[str, Any] | None) -> tuple:
+    """(token grid, patterns figure, summary, head count) for tokens params (None: waiting)."""
+    if not params:
+        return empty_figure(WAITING), empty_figure(WAITING, 260), [], None
+    client = api()
+    model, role = params["model"], params["role"]
+    notes: list[Any] = []
+    try:
+        info = client.model_info(model)["info"]
+    except ApiError as err:
+        return empty_figure(err.message), empty_figure(err.message, 260), [error_note(err.message)], None
+    n_heads = info["n_kv_heads"] if role in ("K", "V") else info["n_heads"]
+    try:
+        tokens = client.tokens(model, role, k=TOKENS_SHOWN)
+        tok_fig = token_grid_figure(tokens, info["layer_indices"], n_heads)
+        n_rows = len(tokens["heads"])
+    except ApiError as err:
+        tok_fig, n_rows = empty_figure(err.message), None
+        notes.append(error_note(err.message))
+    try:
+        pat_fig = patterns_figure(client.patterns(model))
+    except ApiError as err:
+        pat_fig = empty_figure(err.message, 260)
+        notes.append(error_note(err.message))
+    chips = [stat("role", role, "token-role"), stat("heads", n_rows, "token-heads"), *notes]
+    return tok_fig, pat_fig, chips, None if n_rows is None else str(n_rows)
