@@ -19,13 +19,12 @@ from fastapi.responses import JSONResponse
 from starlette.routing import Match
 
 from headgraph.server import __version__
+from headgraph.server.composition import build_services
 from headgraph.server.deps import TOKEN_MARK
 from headgraph.server.errors import error_body, install_handlers
-from headgraph.server.jobs import JobManager
 from headgraph.server.logs import AccessLogMiddleware, configure_logging
 from headgraph.server.routers import (downloads, graph, health, jobs, labels, models,
                                       reference, scores, tokens, vocabulary)
-from headgraph.server.service import Service
 from headgraph.server.settings import Settings
 
 log = logging.getLogger("headgraph.app")
@@ -127,15 +126,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         import torch
 
         torch.set_num_threads(settings.intra_op_threads)
-    service = Service(settings)
-    job_manager = JobManager(service, settings.workers)
+    services = build_services(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         log.info("headgraph API ready (cache %s, device %s)", settings.cache_dir, settings.device)
         yield
-        job_manager.shutdown()
-        service.close()
+        services.close()
 
     app = FastAPI(
         title="headgraph API",
@@ -144,8 +141,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.settings = settings
-    app.state.service = service
-    app.state.jobs = job_manager
+    app.state.services = services
     install_handlers(app)
     app.add_middleware(AccessLogMiddleware)
     for router in API_ROUTERS:

@@ -16,13 +16,19 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
+from headgraph.core.vocabulary import DEFAULT_K, K_MAX, LAYER_ORDERS, RANK_METRICS
 from headgraph.server.settings import Settings
 
+if TYPE_CHECKING:
+    from headgraph.server.composition import Services
+    from headgraph.server.registry import ModelRef
+    from headgraph.server.views import ViewService
+
 log = logging.getLogger("headgraph.cli")
-METRICS = ("pk", "normalized", "cs", "z")
+METRICS = RANK_METRICS
 EXPORT_FORMATS = ("csv", "json", "graphml")
 
 
@@ -33,17 +39,19 @@ def _settings(args: argparse.Namespace, **overrides: Any) -> Settings:
     return Settings.from_env(**extra)
 
 
-def _service(args: argparse.Namespace) -> Any:
-    from headgraph.server.service import Service
+def _services(args: argparse.Namespace) -> Services:
+    """The CLI's services (composition root), computing inline with the user's own rights."""
+    from headgraph.server.composition import build_services
 
-    return Service(_settings(args, allow_any_path=True), inline=True)
+    return build_services(_settings(args, allow_any_path=True), inline=True)
 
 
-def _resolve(service: Any, model: str) -> Any:
+def _resolve(services: Services, model: str) -> ModelRef:
     """Registry name, or any existing local folder (relative paths included)."""
-    if Path(model).expanduser().is_dir() and model not in service.registry.allowed_ids():
-        return service.registry.resolve_path(Path(model))
-    return service.resolve(model)
+    registry = services.catalog.registry
+    if Path(model).expanduser().is_dir() and model not in registry.allowed_ids():
+        return registry.resolve_path(Path(model))
+    return services.catalog.resolve(model)
 
 
 def _fail(message: str, code: int = 2) -> int:
@@ -79,11 +87,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_compute(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
+    from headgraph.core.vocabulary import parse_pairings
     from headgraph.server.jobs import run_compute
-    from headgraph.server.service import parse_pairings
 
-    service = _service(args)
-    ref = _resolve(service, args.model)
+    services = _services(args)
+    ref = _resolve(services, args.model)
     pairings = parse_pairings(args.pairings)
     bar = tqdm(total=1000, file=sys.stderr, desc=ref.id, unit="‰", disable=args.quiet,
                bar_format="{desc}: {percentage:3.0f}%|{bar}| {postfix}")
@@ -94,21 +102,21 @@ def cmd_compute(args: argparse.Namespace) -> int:
         bar.refresh()
 
     try:
-        done = run_compute(service, ref, pairings, progress)
+        done = run_compute(services.scores, services.catalog, ref, list(pairings), progress)
     finally:
         bar.close()
-    stats = service.store.stats()
-    print(json.dumps({"model": ref.id, "fingerprint": service.identity(ref).fingerprint,
+    stats = services.store.stats()
+    print(json.dumps({"model": ref.id, "fingerprint": services.catalog.identity(ref).fingerprint,
                       "computed": done, "cache": stats["directory"]}))
     return 0
 
 
 # -- export ---------------------------------------------------------------------------------
 
-def export_records(service: Any, ref: Any, pairing: str, top: int, metric: str, order: str
-                   ) -> list[dict[str, Any]]:
+def export_records(views: ViewService, ref: ModelRef, pairing: str, top: int, metric: str,
+                   order: str) -> list[dict[str, Any]]:
     """Ranked pairs with source, target, pk, normalized, cs (+ z when ranked by z)."""
-    records = service.top(ref, pairing, top, metric, order)
+    records = views.top(ref, pairing, top, metric, order)
     out = []
     for r in records:
         row = {"source": r["source"], "target": r["target"], "pk": r.get("pk"),
@@ -120,19 +128,19 @@ def export_records(service: Any, ref: Any, pairing: str, top: int, metric: str, 
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from headgraph.server.service import check_pairing
+    from headgraph.core.vocabulary import check_pairing
 
-    service = _service(args)
-    ref = _resolve(service, args.model)
+    services = _services(args)
+    ref = _resolve(services, args.model)
     check_pairing(args.pairing)
     if args.format == "graphml":
         if args.metric == "cs":
             return _fail("graphml export ranks edges by pk, normalized or z (CS is an edge attribute)")
-        text = service.graph_export(ref, "graphml", pairings=[args.pairing], granularity="head",
+        text = services.graphs.graph_export(ref, "graphml", pairings=[args.pairing], granularity="head",
                                     k=args.top, threshold=None, threshold_on=args.metric,
                                     labels=None)
     else:
-        rows = export_records(service, ref, args.pairing, args.top, args.metric, args.order)
+        rows = export_records(services.views, ref, args.pairing, args.top, args.metric, args.order)
         if args.format == "json":
             text = json.dumps({"model": ref.id, "pairing": args.pairing, "metric": args.metric,
                                "order": args.order, "pairs": rows}) + "\n"
@@ -181,11 +189,11 @@ def hub_text(report: dict[str, Any], rows: list[dict[str, Any]]) -> str:
 
 
 def cmd_hubs(args: argparse.Namespace) -> int:
-    from headgraph.server.service import parse_pairings
+    from headgraph.core.vocabulary import parse_pairings
 
-    service = _service(args)
-    ref = _resolve(service, args.model)
-    report = service.hubs(ref, pairings=parse_pairings(args.pairings), k=args.top)
+    services = _services(args)
+    ref = _resolve(services, args.model)
+    report = services.graphs.hubs(ref, pairings=parse_pairings(args.pairings), k=args.top)
     rows = report["rows"] if args.rows is None else report["rows"][: args.rows]
     if args.json:
         sys.stdout.write(json.dumps({**report, "rows": rows}) + "\n")
@@ -198,10 +206,10 @@ def cmd_hubs(args: argparse.Namespace) -> int:
 # -- models, cache --------------------------------------------------------------------------
 
 def cmd_models(args: argparse.Namespace) -> int:
-    service = _service(args)
+    services = _services(args)
     rows = []
-    for entry in service.registry.entries():
-        ident = service.identity(entry.ref, load=False)
+    for entry in services.catalog.registry.entries():
+        ident = services.catalog.known_identity(entry.ref)
         rows.append({"id": entry.ref.id, "kind": entry.ref.kind, "status": entry.status,
                      "message": entry.message,
                      "fingerprint": None if ident is None else ident.fingerprint})
@@ -261,9 +269,9 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("export", help="ranked head pairs of one pairing (json, csv) or its graph (graphml)")
     e.add_argument("model", help="registry name (demo, gpt2, ...) or a local checkpoint folder")
     e.add_argument("--pairing", default="OK")
-    e.add_argument("--top", type=int, default=20, help="number of pairs / edges (1..1000)")
+    e.add_argument("--top", type=int, default=DEFAULT_K, help=f"number of pairs / edges (1..{K_MAX})")
     e.add_argument("--metric", default="pk", choices=METRICS, help="ranking metric")
-    e.add_argument("--order", default="forward", choices=["forward", "all", "same-layer"])
+    e.add_argument("--order", default="forward", choices=list(LAYER_ORDERS))
     e.add_argument("--format", default="json", choices=EXPORT_FORMATS)
     e.add_argument("-o", "--output", help="write to this file instead of stdout")
     cache_opt(e)
@@ -284,8 +292,8 @@ def build_parser() -> argparse.ArgumentParser:
                "headgraph hubs demo --pairings OK --top 10")
     h.add_argument("model", help="registry name (demo, gpt2, ...) or a local checkpoint folder")
     h.add_argument("--pairings", default="OQ,OK,OV", help="comma-separated pairings (paper: OQ,OK,OV)")
-    h.add_argument("--top", type=int, default=20,
-                   help="edges kept per pairing, the K of top-K (paper: 20; 1..1000)")
+    h.add_argument("--top", type=int, default=DEFAULT_K,
+                   help=f"edges kept per pairing, the K of top-K (paper: 20; 1..{K_MAX})")
     h.add_argument("--rows", type=int, default=None, help="print only the first N ranked nodes")
     h.add_argument("--json", action="store_true", help="one JSON object instead of the text table")
     cache_opt(h)
@@ -310,8 +318,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from headgraph.server.logs import configure_logging
 
     configure_logging(logging.INFO if args.verbose or args.command == "serve" else logging.WARNING)
-    if args.command in ("export", "hubs") and not 1 <= args.top <= 1000:
-        return _fail(f"--top must be in 1..1000, got {args.top}")
+    if args.command in ("export", "hubs") and not 1 <= args.top <= K_MAX:
+        return _fail(f"--top must be in 1..{K_MAX}, got {args.top}")
     if args.command == "hubs" and args.rows is not None and args.rows < 1:
         return _fail(f"--rows must be at least 1, got {args.rows}")
     try:

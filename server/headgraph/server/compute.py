@@ -1,15 +1,19 @@
-"""Compute worker processes: where models are loaded and cold results are computed.
+"""Compute processes: where models are loaded and cold results are computed.
 
-The API process never runs model math itself. A cold cache key is computed by calling the
-same :class:`~headgraph.server.service.Service` method in a child process (spawned, niced,
-with its own model LRU), which stores the result in the shared diskcache; the API thread
-that asked waits on the future (no GIL held) and then reads the store. So a computation,
-even one that holds the GIL for long stretches (pure-Python or non-releasing C code), can
-never stall the event loop; and a child that dies (out of memory) does not take the API down.
+The API process never runs model math itself. A cold cache key is computed by sending a
+task naming a registered computation (``Compute(name, ref, params)``, see
+server/computation.py) to a child process (spawned, niced, with its own model LRU); the
+child looks the computation up by that name in its own registry, runs it inline and stores
+the result in the shared diskcache; the API thread that asked waits on the future (no GIL
+held) and then reads the store. So a computation, even one holding the GIL for long
+stretches, can never stall the event loop; and a child that dies (out of memory) does not
+take the API down.
 
-Errors cross the process boundary as plain data and are rebuilt as the same kinds of
-exceptions (core HeadgraphError subclasses, API errors, ValueError), so HTTP statuses match
-what an in-process computation would give.
+The child builds its services with the ``worker_factory`` the composition root hands the
+pool (this module imports neither the services nor the composition root). Errors cross the
+process boundary as plain data and are rebuilt as the same kinds of exceptions (core
+HeadgraphError subclasses, API errors); anything unexpected becomes ComputeFailed, whose
+traceback is logged by the child.
 """
 
 from __future__ import annotations
@@ -19,27 +23,69 @@ import logging
 import multiprocessing
 import os
 import threading
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import headgraph.core.errors as core_errors
-from headgraph.core.errors import HeadgraphError
+from headgraph.core.errors import HeadgraphError, InvalidInput
 from headgraph.server.errors import ApiError, one_line, status_for
+from headgraph.server.registry import ModelRef
 from headgraph.server.settings import Settings
 
-if TYPE_CHECKING:
-    from headgraph.server.service import Service
-
 log = logging.getLogger("headgraph.compute")
-RETURNS_VALUE = frozenset({"identity"})  # other methods store their result; nothing is sent back
 
 
 class ComputeFailed(RuntimeError):
     """The compute process died or could not keep a result (reported as a 500 / job error)."""
 
 
-# -- child side -----------------------------------------------------------------------------
+# -- tasks ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Identify:
+    """Load ``ref`` and send back its Identity (the only task that returns a value)."""
+
+    ref: ModelRef
+
+
+@dataclass(frozen=True)
+class Compute:
+    """Run the registered computation ``name`` on ``ref`` with ``params``; the child stores it."""
+
+    name: str
+    ref: ModelRef
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ComputeMany:
+    """Run ``name`` for several parameter sets at once (shared work done once); all stored."""
+
+    name: str
+    ref: ModelRef
+    params: tuple[dict[str, Any], ...] = ()
+
+
+Task = Identify | Compute | ComputeMany
+
+
+class ComputeWorker(Protocol):
+    """What a compute process runs tasks on (built by the composition root, inline)."""
+
+    def identify(self, ref: ModelRef) -> Any: ...
+
+    def compute(self, name: str, ref: ModelRef, params: dict[str, Any]) -> None: ...
+
+    def compute_many(self, name: str, ref: ModelRef, params: list[dict[str, Any]]) -> None: ...
+
+
+WorkerFactory = Callable[[Settings], ComputeWorker]
+
+
+# -- child side -------------------------------------------------------------------------------
 
 def _init_worker(settings: Settings) -> None:
     """Child initializer: lower priority, size torch threads, log to the server's stderr."""
@@ -57,30 +103,32 @@ def _init_worker(settings: Settings) -> None:
 
 
 @functools.lru_cache(maxsize=2)
-def worker_service(settings: Settings) -> Service:
-    """The child's own Service (computes inline), one per settings, kept for the process life."""
-    from headgraph.server.service import Service
-
-    return Service(settings, inline=True)
+def _worker(settings: Settings, factory: WorkerFactory) -> ComputeWorker:
+    """The child's own services (computing inline), one per settings, kept for its life."""
+    return factory(settings)
 
 
-def run_in_worker(settings: Settings, method: str, args: tuple[Any, ...],
-                  kwargs: dict[str, Any]) -> tuple[str, Any]:
-    """Child entry point: call ``Service.<method>(*args, **kwargs)``; ("ok", value) or ("error", info)."""
+def run_task(settings: Settings, factory: WorkerFactory, task: Task) -> tuple[str, Any]:
+    """Child entry point: run ``task``; ("ok", value) or ("error", info)."""
     try:
-        value = getattr(worker_service(settings), method)(*args, **kwargs)
-        return "ok", value if method in RETURNS_VALUE else None
+        worker = _worker(settings, factory)
+        if isinstance(task, Identify):
+            return "ok", worker.identify(task.ref)
+        if isinstance(task, Compute):
+            worker.compute(task.name, task.ref, dict(task.params))
+        else:
+            worker.compute_many(task.name, task.ref, [dict(p) for p in task.params])
+        return "ok", None
     except HeadgraphError as err:
         return "error", {"kind": "core", "cls": type(err).__name__, "status": status_for(err),
-                         "message": str(err)}
+                         "message": str(err), "allowed": getattr(err, "allowed", None)}
     except ApiError as err:
         return "error", {"kind": "api", "cls": type(err).__name__, "status": err.status,
                          "message": err.message, "allowed": err.allowed}
     except ValueError as err:
         return "error", {"kind": "value", "cls": type(err).__name__, "message": str(err)}
     except Exception as err:
-        log.error("computation %s failed: %s: %s", method, type(err).__name__, one_line(err),
-                  exc_info=err)
+        log.error("task %r failed: %s: %s", task, type(err).__name__, one_line(err), exc_info=err)
         return "error", {"kind": "internal", "cls": type(err).__name__, "message": one_line(err)}
 
 
@@ -89,8 +137,11 @@ def rebuild_error(info: dict[str, Any]) -> Exception:
     kind, message = info.get("kind"), str(info.get("message", ""))
     if kind == "core":
         cls = getattr(core_errors, str(info.get("cls")), HeadgraphError)
-        return (cls if isinstance(cls, type) and issubclass(cls, HeadgraphError)
-                else HeadgraphError)(message)
+        if not (isinstance(cls, type) and issubclass(cls, HeadgraphError)):
+            cls = HeadgraphError
+        if issubclass(cls, InvalidInput):
+            return cls(message, allowed=info.get("allowed"))
+        return cls(message)
     if kind == "api":
         return ApiError(message, status=int(info.get("status", 400)), allowed=info.get("allowed"))
     if kind == "value":
@@ -103,8 +154,9 @@ def rebuild_error(info: dict[str, Any]) -> Exception:
 class ComputePool:
     """A lazily started pool of spawned compute processes for one API process."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, worker_factory: WorkerFactory) -> None:
         self.settings = settings
+        self.worker_factory = worker_factory
         self._guard = threading.Lock()
         self._pool: ProcessPoolExecutor | None = None
 
@@ -117,11 +169,11 @@ class ComputePool:
                     initializer=_init_worker, initargs=(self.settings,))
             return self._pool
 
-    def run(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        """Run ``Service.<method>(*args, **kwargs)`` in a compute process; its value or error."""
+    def run(self, task: Task) -> Any:
+        """Run ``task`` in a compute process; its value (Identify) or None, else its error."""
         pool = self._executor()
         try:
-            kind, value = pool.submit(run_in_worker, self.settings, method, args, kwargs).result()
+            kind, value = pool.submit(run_task, self.settings, self.worker_factory, task).result()
         except BrokenProcessPool as err:
             with self._guard:
                 if self._pool is pool:

@@ -1,4 +1,7 @@
-"""FastAPI dependencies: settings, service, jobs, the ``model=`` parameter and the API token."""
+"""FastAPI dependencies: settings, each service, jobs, the ``model=`` parameter and the API token.
+
+The services are the ones the composition root built for this app (``app.state.services``).
+"""
 
 from __future__ import annotations
 
@@ -6,16 +9,22 @@ import hmac
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from fastapi import Depends, Header, Query, Request
 from fastapi.concurrency import run_in_threadpool
 
-from fastapi import Depends, Header, Query, Request
-
+from headgraph.server.cache_only import CACHE_ONLY, ColdMiss
+from headgraph.server.catalog import ModelCatalog
+from headgraph.server.composition import Services
+from headgraph.server.details import DetailService
 from headgraph.server.errors import Unauthorized
+from headgraph.server.graphs import GraphService
 from headgraph.server.jobs import JobManager
+from headgraph.server.labelsets import LabelService
 from headgraph.server.registry import ModelRef
-from headgraph.server.service import CACHE_ONLY, ColdMiss, Service
-
+from headgraph.server.scores import ScoresService
 from headgraph.server.settings import Settings
+from headgraph.server.store import Store
+from headgraph.server.views import ViewService
 
 T = TypeVar("T")
 
@@ -36,17 +45,45 @@ async def get_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
-async def get_service(request: Request) -> Service:
-    return request.app.state.service
+def _services(request: Request) -> Services:
+    return request.app.state.services
+
+
+async def get_store(request: Request) -> Store:
+    return _services(request).store
+
+
+async def get_catalog(request: Request) -> ModelCatalog:
+    return _services(request).catalog
+
+
+async def get_scores(request: Request) -> ScoresService:
+    return _services(request).scores
+
+
+async def get_labels(request: Request) -> LabelService:
+    return _services(request).labels
+
+
+async def get_views(request: Request) -> ViewService:
+    return _services(request).views
+
+
+async def get_graphs(request: Request) -> GraphService:
+    return _services(request).graphs
+
+
+async def get_details(request: Request) -> DetailService:
+    return _services(request).details
 
 
 async def get_jobs(request: Request) -> JobManager:
-    return request.app.state.jobs
+    return _services(request).jobs
 
 
-async def model_ref(model: str = MODEL_QUERY, service: Service = Depends(get_service)) -> ModelRef:
+async def model_ref(model: str = MODEL_QUERY, catalog: ModelCatalog = Depends(get_catalog)) -> ModelRef:
     """Resolve ``?model=``: 404 listing the allowed ids, 403 for a path outside the root."""
-    return service.resolve(model)
+    return catalog.resolve(model)
 
 
 async def require_token(

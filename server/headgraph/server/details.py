@@ -10,54 +10,57 @@ from typing import Any
 
 import torch
 
-from headgraph.core.types import ROLES, ModelInfo
+from headgraph.core.types import ModelInfo
+from headgraph.core.vocabulary import GRAPH_PAIRINGS, ROLES, check_pairing
+from headgraph.server.catalog import ModelCatalog
 from headgraph.server.convert import axis_labels, jsonable, parse_node
-from headgraph.server.labelsets import LabelSets
-from headgraph.server.params import GRAPH_PAIRINGS, check_pairing
+from headgraph.server.labelsets import LabelService
 from headgraph.server.registry import ModelRef
+from headgraph.server.resultcache import ResultCache
+from headgraph.server.scores import ScoresService
 
 
-class Details(LabelSets):
+class DetailService:
     """What the pair and head detail panels show."""
+
+    def __init__(self, catalog: ModelCatalog, scores: ScoresService, labels: LabelService,
+                 cache: ResultCache) -> None:
+        self.catalog = catalog
+        self.scores = scores
+        self.labels = labels
+        self.cache = cache
 
     def pair_detail(self, ref: ModelRef, pairing: str, sl: int, sh: int, tl: int, th: int
                     ) -> dict[str, Any]:
         """PK, normalized PK and principal angles of one pair (core.pk.pair_detail), cached."""
-
-        def compute() -> dict[str, Any]:
-            from headgraph.core.pk import pair_detail
-
-            return jsonable(pair_detail(self.heads(ref), pairing, sl, sh, tl, th).to_dict())
-
-        return self.cached(ref, "pair", {"pairing": pairing, "s": f"{sl}.{sh}", "t": f"{tl}.{th}"},
-                           compute, ("pair_detail", (ref, pairing, sl, sh, tl, th)))
+        return self.cache.get(ref, "pair", pairing=pairing, sl=sl, sh=sh, tl=tl, th=th)
 
     def pair(self, ref: ModelRef, pairing: str, source: str, target: str,
              labels: str | None, k: int = 5) -> dict[str, Any]:
         """Everything about one head pair: PK with principal angles, CS, z, p-values, classes, tokens."""
         check_pairing(pairing)
-        info = self.model_info(ref)
+        info = self.catalog.model_info(ref)
         s_role, t_role = pairing[0], pairing[1]
         sl, sh = parse_node(source, s_role, info)
         tl, th = parse_node(target, t_role, info)
-        label_set = self.label_set(labels, ref)
-        ps = self.pk(ref, pairing, "all")
+        label_set = self.labels.label_set(labels, ref)
+        ps = self.scores.pk(ref, pairing, "all")
         detail = dict(self.pair_detail(ref, pairing, sl, sh, tl, th))
         forward = bool(info.layer_indices[sl] < info.layer_indices[tl])
         detail.update(model=ref.id, forward=forward,
                       valid=forward and bool(ps.valid[sl, sh, tl, th]))
-        cs = self.cs_for(ref, pairing, "all")
+        cs = self.scores.cs_for(ref, pairing, "all")
         detail["cs"] = None
         if cs is not None and "KV" not in target.upper():
             tq = parse_node(target, "Q", info)[1]  # CS grids index query heads
             if bool(cs.valid[sl, sh, tl, tq]):
                 detail["cs"] = float(cs.scores[sl, sh, tl, tq])
-        z_all = self.zscores(ref, pairing, "all")
+        z_all = self.scores.zscores(ref, pairing, "all")
         detail["z"] = jsonable(float(z_all[sl, sh, tl, th]))
         detail["p_haar"] = None
         detail["p_anisotropic"] = None
         if forward and detail["valid"]:
-            null = self.null(ref, pairing)
+            null = self.scores.null(ref, pairing)
             detail["p_haar"] = jsonable(float(null["p_haar"][sl, sh, tl, th]))
             detail["p_anisotropic"] = jsonable(float(null["p"][sl, sh, tl, th]))
             detail["significant"] = bool(null["significant"][sl, sh, tl, th])
@@ -76,17 +79,17 @@ class Details(LabelSets):
                      ) -> list[dict[str, Any]] | None:
         if info.d_vocab is None:
             return None
-        for h in self.tokens(ref, role)["heads"]:
+        for h in self.scores.tokens(ref, role)["heads"]:
             if h["name"] == name:
                 return h["tokens"][:k]
         return None
 
     def head(self, ref: ModelRef, name: str, labels: str | None, k: int) -> dict[str, Any]:
         """One head: class, ranks, top tokens per role, pattern scores and strongest partners."""
-        info = self.model_info(ref)
+        info = self.catalog.model_info(ref)
         layer_pos, head = parse_node(name, "O", info)
         label = f"L{info.layer_indices[layer_pos]}H{head}"
-        label_set = self.label_set(labels, ref)
+        label_set = self.labels.label_set(labels, ref)
         out: dict[str, Any] = {"model": ref.id, "head": label,
                                "layer": info.layer_indices[layer_pos], "index": head,
                                "class": None if label_set is None else label_set.class_of(label),
@@ -98,12 +101,12 @@ class Details(LabelSets):
                 node = axis_labels(info, role)[pos * info.heads_of(role) + idx]
                 tokens[role] = self._head_tokens(ref, info, role, node, k)
         out["tokens"] = tokens
-        patterns = self.patterns_or_none(ref)
+        patterns = self.scores.patterns_or_none(ref)
         out["patterns"] = None if patterns is None else {
             kind: grid[layer_pos][head] for kind, grid in patterns["scores"].items()}
         partners: dict[str, Any] = {}
         for pairing in GRAPH_PAIRINGS:
-            ps = self.pk(ref, pairing, "forward")
+            ps = self.scores.pk(ref, pairing, "forward")
             out_scores = ps.scores[layer_pos, head]  # as source (O side): [L, Ht]
             tgt_pos, tgt_idx = parse_node(label, pairing[1], info)
             in_scores = ps.scores[:, :, tgt_pos, tgt_idx]  # as target: [L, Hs]

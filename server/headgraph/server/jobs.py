@@ -20,15 +20,14 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from headgraph.core.errors import HeadgraphError
+from headgraph.server.catalog import ModelCatalog
 from headgraph.server.errors import ApiError, one_line
-from headgraph.server.store import DiskLock
-
-if TYPE_CHECKING:
-    from headgraph.server.registry import ModelRef
-    from headgraph.server.service import Service
+from headgraph.server.registry import ModelRef
+from headgraph.server.scores import ScoresService
+from headgraph.server.store import DiskLock, Store
 
 log = logging.getLogger("headgraph.jobs")
 
@@ -60,33 +59,33 @@ class JobState:
         return asdict(self)
 
 
-def compute_plan(service: Service, ref: ModelRef, pairings: list[str]
+def compute_plan(scores: ScoresService, catalog: ModelCatalog, ref: ModelRef, pairings: list[str]
                  ) -> list[tuple[str, Callable[[], Any]]]:
     """Ordered (stage name, thunk) list of what a full compute of one model caches."""
-    info = service.info(ref)
+    info = catalog.info(ref)
     plan: list[tuple[str, Callable[[], Any]]] = [
-        ("pk", lambda: service.pk_together(ref, pairings, "forward"))]
+        ("pk", lambda: scores.pk_together(ref, pairings, "forward"))]
     for p in pairings:
-        plan.append((f"pk {p}", lambda p=p: service.pk(ref, p, "forward")))
-        plan.append((f"z {p}", lambda p=p: service.zscores(ref, p, "forward")))
-    for mode in service.cs_modes_for(pairings):
-        plan.append((f"cs {mode}", lambda m=mode: service.cs(ref, m, "forward")))
-    plan.append(("reference", lambda: service.reference(ref)))
+        plan.append((f"pk {p}", lambda p=p: scores.pk(ref, p, "forward")))
+        plan.append((f"z {p}", lambda p=p: scores.zscores(ref, p, "forward")))
+    for mode in scores.cs_modes_for(pairings):
+        plan.append((f"cs {mode}", lambda m=mode: scores.cs(ref, m, "forward")))
+    plan.append(("reference", lambda: scores.reference(ref)))
     for p in pairings:
-        plan.append((f"null {p}", lambda p=p: service.null(ref, p)))
+        plan.append((f"null {p}", lambda p=p: scores.null(ref, p)))
     if info.get("d_vocab"):
         for role in ("O", "V", "Q", "K"):
-            plan.append((f"tokens {role}", lambda r=role: service.tokens(ref, r)))
-    plan.append(("patterns", lambda: service.patterns_or_none(ref)))
+            plan.append((f"tokens {role}", lambda r=role: scores.tokens(ref, r)))
+    plan.append(("patterns", lambda: scores.patterns_or_none(ref)))
     return plan
 
 
-def run_compute(service: Service, ref: ModelRef, pairings: list[str],
+def run_compute(scores: ScoresService, catalog: ModelCatalog, ref: ModelRef, pairings: list[str],
                 progress: Progress) -> list[str]:
     """Load the model and compute the plan, reporting (stage, fraction, message) after each step."""
     progress("load", 0.0, f"loading {ref.id}")
-    service.identity(ref)  # loads the model (in a compute process for the API) when unknown
-    plan = compute_plan(service, ref, pairings)
+    catalog.identity(ref)  # loads the model (in a compute process for the API) when unknown
+    plan = compute_plan(scores, catalog, ref, pairings)
     total = len(plan) + 1
     progress("load", 1 / total, f"loaded {ref.id}")
     done: list[str] = []
@@ -101,9 +100,11 @@ def run_compute(service: Service, ref: ModelRef, pairings: list[str],
 class JobManager:
     """Submit, run and report compute jobs (one per process; records shared via the store)."""
 
-    def __init__(self, service: Service, workers: int = 1) -> None:
-        self.service = service
-        self.meta = service.store.meta
+    def __init__(self, scores: ScoresService, catalog: ModelCatalog, store: Store,
+                 workers: int = 1) -> None:
+        self.scores = scores
+        self.catalog = catalog
+        self.meta = store.meta
         self.workers = max(1, workers)
         self._pool: ThreadPoolExecutor | None = None
         self._guard = threading.Lock()
@@ -178,7 +179,7 @@ class JobManager:
                          fraction=round(min(max(fraction, 0.0), 1.0), 4), message=message)
 
         try:
-            done = run_compute(self.service, ref, pairings, progress)
+            done = run_compute(self.scores, self.catalog, ref, pairings, progress)
         except Exception as err:
             msg = one_line(err) or type(err).__name__
             expected = isinstance(err, (HeadgraphError, ApiError, ValueError))

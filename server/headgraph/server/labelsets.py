@@ -10,7 +10,6 @@ do fall back to) are left out: they are defaults, not functions.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import replace
 from typing import Any
 
@@ -19,7 +18,8 @@ import torch
 
 from headgraph.server.errors import Invalid, NotFound
 from headgraph.server.registry import ModelRef
-from headgraph.server.results import Results
+from headgraph.server.scores import ScoresService
+from headgraph.server.store import Store
 
 PATTERN_LABELS = "patterns"
 PATTERN_LABEL_THRESHOLDS: dict[str, float] = {"previous_token": 0.4, "induction": 0.4,
@@ -31,19 +31,13 @@ PATTERN_LABEL_DESCRIPTION = (
         f"{k} > {v:g}" for k, v in PATTERN_LABEL_THRESHOLDS.items()) + "; others unlabelled")
 
 
-def hash_classes(classes: dict[str, str]) -> str:
-    return hashlib.sha256(repr(sorted(classes.items())).encode()).hexdigest()[:12]
-
-
-def label_key(label_set: Any) -> str:
-    """Cache-key part naming a label set and its exact classes ("" for none)."""
-    return "" if label_set is None else f"{label_set.name}:{hash_classes(label_set.classes)}"
-
-
-class LabelSets(Results):
+class LabelService:
     """Finding, listing and saving label sets; the per-model set is built from patterns."""
 
-    _builtin_labels: dict[str, Any] | None = None  # per instance once parsed
+    def __init__(self, store: Store, scores: ScoresService) -> None:
+        self.store = store
+        self.scores = scores
+        self._builtin_labels: dict[str, Any] | None = None  # parsed once
 
     def builtin_label_sets(self) -> dict[str, Any]:
         """core's shipped label sets, parsed once per process."""
@@ -102,7 +96,7 @@ class LabelSets(Results):
         """
         from headgraph.core.labels import label_set_from_scores
 
-        patterns = self.patterns(ref)
+        patterns = self.scores.patterns(ref)
         grids = {kind: torch.tensor(np.asarray(patterns["scores"][kind], dtype=np.float64))
                  for kind in PATTERN_LABEL_THRESHOLDS}  # JSON null (NaN) -> nan
         ls = label_set_from_scores(grids, patterns["layer_indices"], PATTERN_LABEL_THRESHOLDS,

@@ -1,62 +1,43 @@
-"""Request parameter names and checks shared by the service, routers and CLI.
+"""Query parameters and error answers the routers share, derived from core's vocabulary.
 
-Role pairings (source role then target role), the Literal query types that OpenAPI lists,
-and the validators that turn a bad pairing, order, role or CS mode into an Invalid (400)
-listing the allowed values.
+The names, Literal types and checks themselves live in headgraph.core.vocabulary (one
+vocabulary for core, server and frontend); the Literal types listed here are core's, so
+OpenAPI documents exactly the allowed values and FastAPI rejects others with 422.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any
 
-from headgraph.core.types import CS_MODES, LAYER_ORDERS, ROLES
-from headgraph.server.errors import Invalid
+from fastapi import Query
 
-PAIRINGS: tuple[str, ...] = tuple(a + b for a in ROLES for b in ROLES)
-# Query-parameter types: OpenAPI lists the allowed values, FastAPI rejects others with 422.
-PairingName = Literal["QQ", "QK", "QV", "QO", "KQ", "KK", "KV", "KO",
-                      "VQ", "VK", "VV", "VO", "OQ", "OK", "OV", "OO"]
-RoleName = Literal["Q", "K", "V", "O"]
-ModeName = Literal["Q", "K", "V"]
+from headgraph.core.vocabulary import (DEFAULT_K, GRAPH_PAIRINGS, K_MAX, CSMode, GridMetric,
+                                       LayerOrder, Pairing, RankMetric, Role)
+from headgraph.server.schemas import ErrorBody
+
+__all__ = ["DEFAULT_K", "ERRORS", "K_MAX", "PAIRINGS_PATTERN", "CSMode", "GridMetric",
+           "LayerOrder", "Pairing", "RankMetric", "Role", "head_query", "labels_query",
+           "optional_k_query", "pairings_query"]
+
+# Comma-separated pairings (case-insensitive): core.vocabulary.parse_pairings checks each.
 PAIRINGS_PATTERN = r"^[QKVOqkvo]{2}(,[QKVOqkvo]{2})*$"
-GRAPH_PAIRINGS: tuple[str, ...] = ("OQ", "OK", "OV")
+ERRORS: dict[int | str, dict[str, Any]] = {404: {"model": ErrorBody}, 403: {"model": ErrorBody},
+                                           422: {"model": ErrorBody}}
 
 
-def check_pairing(pairing: str) -> str:
-    if pairing not in PAIRINGS:
-        raise Invalid(f"unknown pairing {pairing!r}; allowed: {list(PAIRINGS)} (source role "
-                      "then target role)", allowed=list(PAIRINGS))
-    return pairing
+def pairings_query() -> Any:
+    return Query(",".join(GRAPH_PAIRINGS), max_length=200, pattern=PAIRINGS_PATTERN,
+                 description="comma-separated pairings, e.g. OQ,OK,OV")
 
 
-def parse_pairings(text: str) -> list[str]:
-    """"OQ,OK,OV" -> ["OQ", "OK", "OV"] (validated, de-duplicated, order kept)."""
-    items = [p.strip().upper() for p in (text or "").split(",") if p.strip()]
-    if not items:
-        raise Invalid(f"no pairings given; allowed: {list(PAIRINGS)}", allowed=list(PAIRINGS))
-    return [check_pairing(p) for p in dict.fromkeys(items)]
+def optional_k_query(description: str = f"top-k edges per pairing (default {DEFAULT_K})") -> Any:
+    return Query(None, ge=1, le=K_MAX, description=description)
 
 
-def check_order(order: str) -> str:
-    if order not in LAYER_ORDERS:
-        raise Invalid(f"unknown order {order!r}; allowed: {list(LAYER_ORDERS)}",
-                      allowed=list(LAYER_ORDERS))
-    return order
+def head_query(default: str) -> Any:
+    return Query(default, min_length=1, max_length=32,
+                 description="head name like L1H3 (original block number)")
 
 
-def check_role(role: str) -> str:
-    if role not in ROLES:
-        raise Invalid(f"unknown role {role!r}; allowed: {list(ROLES)}", allowed=list(ROLES))
-    return role
-
-
-def check_mode(mode: str) -> str:
-    if mode not in CS_MODES:
-        raise Invalid(f"unknown CS mode {mode!r}; allowed: {list(CS_MODES)}",
-                      allowed=list(CS_MODES))
-    return mode
-
-
-def cs_mode_of(pairing: str) -> str | None:
-    """The Composition Score mode comparable to a pairing: O->Q/K/V gives Q/K/V, else None."""
-    return pairing[1] if pairing[0] == "O" and pairing[1] in CS_MODES else None
+def labels_query(description: str = "label set name") -> Any:
+    return Query(None, max_length=128, description=description)

@@ -40,6 +40,11 @@ _MISSING = object()  # sentinel for "no entry" (immutable; never mutated)
 TOTAL_COUNTER = "count:__total__"
 
 
+def _read(cache: diskcache.Cache, key: str, default: Any) -> Any:
+    """``cache.get`` as one value (diskcache's inferred return type is a union of tuples)."""
+    return cache.get(key, default=default, retry=True)
+
+
 def make_key(fingerprint: str, name: str, params: Mapping[str, Any] | None = None) -> str:
     """Cache key ``v{COMPUTE_VERSION}/{fingerprint}/{name}?{sorted params}``."""
     query = urlencode(sorted((k, str(v)) for k, v in (params or {}).items()))
@@ -147,11 +152,11 @@ class Store:
     # -- plain access -------------------------------------------------------------------
     def get(self, key: str, default: Any = None) -> Any:
         """Cached value or ``default``."""
-        value = self.results.get(key, default=_MISSING, retry=True)
+        value = _read(self.results, key, _MISSING)
         return default if value is _MISSING else value
 
     def has(self, key: str) -> bool:
-        return self.results.get(key, default=_MISSING, retry=True) is not _MISSING
+        return _read(self.results, key, _MISSING) is not _MISSING
 
     def put(self, key: str, value: Any) -> None:
         """Write one finished value (one ``set``; raises if diskcache refuses it)."""
@@ -161,15 +166,15 @@ class Store:
     # -- single flight ------------------------------------------------------------------
     def get_or_compute(self, key: str, compute: Callable[[], T]) -> T:
         """Return the cached value of ``key`` or compute it exactly once across processes."""
-        value = self.results.get(key, default=_MISSING, retry=True)
+        value = _read(self.results, key, _MISSING)
         if value is not _MISSING:
             return value
         with self._local.hold(key):
-            value = self.results.get(key, default=_MISSING, retry=True)
+            value = _read(self.results, key, _MISSING)
             if value is not _MISSING:
                 return value
             with DiskLock(self.meta, "lock:" + key, self.lock_expire_s):
-                value = self.results.get(key, default=_MISSING, retry=True)
+                value = _read(self.results, key, _MISSING)
                 if value is not _MISSING:
                     return value
                 started = time.perf_counter()
@@ -182,14 +187,14 @@ class Store:
 
     def compute_count(self, key: str | None = None) -> int:
         """Real computations of ``key`` so far (all keys when None), over all processes."""
-        return int(self.meta.get(TOTAL_COUNTER if key is None else "count:" + key, 0, retry=True))
+        return int(_read(self.meta, TOTAL_COUNTER if key is None else "count:" + key, 0))
 
     def compute_counts(self) -> dict[str, int]:
         """Per-key computation counters."""
         out: dict[str, int] = {}
         for k in self.meta.iterkeys():
             if isinstance(k, str) and k.startswith("count:") and k != TOTAL_COUNTER:
-                out[k[len("count:"):]] = int(self.meta.get(k, 0, retry=True))
+                out[k[len("count:"):]] = int(_read(self.meta, k, 0))
         return out
 
     # -- bookkeeping --------------------------------------------------------------------
@@ -197,7 +202,7 @@ class Store:
         """Fingerprint -> sorted computation names (with parameters) present in the cache."""
         out: dict[str, set[str]] = {}
         for k in self.results.iterkeys():
-            parsed = parse_key(k)
+            parsed = parse_key(k) if isinstance(k, str) else None
             if parsed is not None:
                 fp, name, query = parsed
                 out.setdefault(fp, set()).add(name + (f"?{query}" if query else ""))
@@ -207,9 +212,9 @@ class Store:
         """Entry counts, bytes on disk, size bound and the total compute counter."""
         return {
             "directory": str(self.directory),
-            "entries": len(self.results),
+            "entries": len(self.results),  # pyright: ignore[reportArgumentType]  (diskcache: no stubs)
             "bytes": int(self.results.volume()),
-            "size_limit": int(self.results.size_limit),
+            "size_limit": int(self.results.size_limit),  # pyright: ignore[reportAttributeAccessIssue]
             "computations": self.compute_count(),
         }
 

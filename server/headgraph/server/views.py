@@ -1,7 +1,7 @@
-"""Derived views of cached scores: metric grids, top-k pair tables and the PK-vs-CS scatter.
+"""The views service: metric grids, top-k pair tables and the PK-vs-CS scatter.
 
-Grids and tables are reshaped from the cached PK / CS / z results (``Results``); the scatter
-is cached in its own right.
+Grids and tables are reshaped from the cached PK / CS / z results (ScoresService); the
+scatter is a registered computation of its own ("scatter").
 """
 
 from __future__ import annotations
@@ -12,33 +12,41 @@ import numpy as np
 import torch
 
 from headgraph.core.types import PairScores
+from headgraph.core.vocabulary import GRID_METRICS, RANK_METRICS, check_pairing
+from headgraph.server.catalog import ModelCatalog
 from headgraph.server.convert import axis_labels, jsonable
 from headgraph.server.errors import Invalid
-from headgraph.server.params import check_pairing, cs_mode_of
 from headgraph.server.registry import ModelRef
-from headgraph.server.results import Results
+from headgraph.server.resultcache import ResultCache
+from headgraph.server.scores import ScoresService
+
+NO_CS = "no Composition Score for pairing {!r}: CS exists for OQ, OK and OV only"
 
 
-class Views(Results):
+class ViewService:
     """Per-pairing grids, rankings and PK/CS comparisons for the API, downloads and CLI."""
+
+    def __init__(self, catalog: ModelCatalog, scores: ScoresService, cache: ResultCache) -> None:
+        self.catalog = catalog
+        self.scores = scores
+        self.cache = cache
 
     def metric_grid(self, ref: ModelRef, pairing: str, metric: str, order: str = "forward"
                     ) -> tuple[PairScores, np.ndarray]:
         """(PK scores, the grid of raw | normalized | z | cs) for one pairing."""
-        ps = self.pk(ref, pairing, order)
+        if metric not in (*GRID_METRICS, "pk", "cs"):
+            raise Invalid(f"unknown metric {metric!r}; allowed: {[*GRID_METRICS, 'cs']}")
+        ps = self.scores.pk(ref, pairing, order)
         if metric in ("raw", "pk"):
             return ps, ps.scores.numpy()
         if metric == "normalized":
             return ps, ps.normalized.numpy()
         if metric == "z":
-            return ps, self.zscores(ref, pairing, order)
-        if metric == "cs":
-            cs = self.cs_for(ref, pairing, order)
-            if cs is None:
-                raise Invalid(f"no Composition Score for pairing {pairing!r}: CS exists for "
-                              "OQ, OK and OV only")
-            return ps, np.where(cs.valid.numpy(), cs.scores.numpy(), np.nan)
-        raise Invalid(f"unknown metric {metric!r}")
+            return ps, self.scores.zscores(ref, pairing, order)
+        cs = self.scores.cs_for(ref, pairing, order)
+        if cs is None:
+            raise Invalid(NO_CS.format(pairing))
+        return ps, np.where(cs.valid.numpy(), cs.scores.numpy(), np.nan)
 
     def top(self, ref: ModelRef, pairing: str, k: int, metric: str, order: str = "forward"
             ) -> list[dict[str, Any]]:
@@ -50,16 +58,16 @@ class Views(Results):
         """
         from headgraph.core.ranking import expand_heads, top_pairs
 
-        if metric not in ("pk", "normalized", "z", "cs"):
-            raise Invalid(f"unknown metric {metric!r}; allowed: ['pk', 'normalized', 'z', 'cs']")
-        ps = self.pk(ref, pairing, order)
-        cs = self.cs_for(ref, pairing, order)
-        z = torch.from_numpy(self.zscores(ref, pairing, order))
-        info = self.model_info(ref)
+        if metric not in RANK_METRICS:
+            raise Invalid(f"unknown metric {metric!r}; allowed: {list(RANK_METRICS)}",
+                          allowed=list(RANK_METRICS))
+        ps = self.scores.pk(ref, pairing, order)
+        cs = self.scores.cs_for(ref, pairing, order)
+        z = torch.from_numpy(self.scores.zscores(ref, pairing, order))
+        info = self.catalog.model_info(ref)
         if metric == "cs":
             if cs is None:
-                raise Invalid(f"no Composition Score for pairing {pairing!r}: CS exists for "
-                              "OQ, OK and OV only")
+                raise Invalid(NO_CS.format(pairing))
             hs, ht = cs.scores.shape[1], cs.scores.shape[3]
             extra = {"pk": expand_heads(ps.scores, hs, ht),
                      "pk_normalized": expand_heads(ps.normalized, hs, ht),
@@ -88,34 +96,6 @@ class Views(Results):
 
 
     def scatter(self, ref: ModelRef, pairing: str, top_percent: float) -> dict[str, Any]:
-        """PK vs CS of every valid pair with quadrants and Spearman (core.ranking.compare_metrics).
-
-        Points are on the CS grid (query heads on both axes; grouped K/V PK repeated per query
-        head). quadrant: 0 neither top x%, 1 PK only, 2 CS only, 3 both.
-        """
-        from headgraph.core.ranking import compare_metrics
-
+        """PK vs CS of every valid pair with quadrants and Spearman (registered "scatter")."""
         check_pairing(pairing)
-        mode = cs_mode_of(pairing)
-        if mode is None:
-            raise Invalid(f"no Composition Score for pairing {pairing!r}; scatter needs OQ, OK or OV")
-        ps = self.pk(ref, pairing)
-        cs = self.cs(ref, mode)
-
-        def compute() -> dict[str, Any]:
-            cmp = compare_metrics(ps, cs, top_percent=top_percent)
-            info = self.model_info(ref)
-            src, tgt = axis_labels(info, "O"), axis_labels(info, "Q")
-            n_src, n_tgt = len(src), len(tgt)
-            valid = cmp.valid.reshape(n_src, n_tgt)
-            rows, cols = torch.nonzero(valid, as_tuple=True)
-            points = {"source": [src[i] for i in rows.tolist()],
-                      "target": [tgt[j] for j in cols.tolist()],
-                      "pk": cmp.pk_values.reshape(n_src, n_tgt)[rows, cols].tolist(),
-                      "cs": cs.scores.reshape(n_src, n_tgt)[rows, cols].tolist(),
-                      "quadrant": cmp.quadrant.reshape(n_src, n_tgt)[rows, cols].tolist()}
-            return {"pairing": pairing, "mode": mode, "top_percent": top_percent,
-                    "points": jsonable(points), "comparison": jsonable(cmp.to_dict())}
-
-        return self.cached(ref, "scatter", {"pairing": pairing, "top_percent": top_percent},
-                           compute, ("scatter", (ref, pairing, top_percent)))
+        return self.cache.get(ref, "scatter", pairing=pairing, top_percent=top_percent)

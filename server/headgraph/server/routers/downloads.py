@@ -12,15 +12,19 @@ import numpy as np
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import Response
 
+from headgraph.server.catalog import ModelCatalog
 from headgraph.server.convert import axis_labels, jsonable
-from headgraph.server.deps import get_service, model_ref
+from headgraph.server.deps import get_catalog, get_graphs, get_scores, get_views, model_ref
 from headgraph.server.errors import Invalid
+from headgraph.server.graphs import GraphService
+from headgraph.server.params import (DEFAULT_K, CSMode, LayerOrder, Pairing, labels_query, optional_k_query,
+                                     pairings_query)
 from headgraph.server.registry import ModelRef
-from headgraph.server.routers.graph import THRESHOLD_LIMIT, graph_params
+from headgraph.server.routers.graph import Granularity, ThresholdOn, graph_params, threshold_query
 from headgraph.server.routers.scores import grid_response
 from headgraph.server.schemas import ErrorBody
-from headgraph.server.service import (GRAPH_PAIRINGS, PAIRINGS_PATTERN, ModeName, PairingName,
-                                      Service)
+from headgraph.server.scores import ScoresService
+from headgraph.server.views import ViewService
 
 router = APIRouter(prefix="/api", tags=["downloads"])
 FORMATS: dict[str, tuple[str, ...]] = {
@@ -43,9 +47,9 @@ def _attachment(body: bytes | str, fmt: str, stem: str) -> Response:
                     headers={"Content-Disposition": f'attachment; filename="{stem}.{fmt}"'})
 
 
-def _grid_csv(service: Service, ref: ModelRef, grid: np.ndarray, valid: np.ndarray,
+def _grid_csv(catalog: ModelCatalog, ref: ModelRef, grid: np.ndarray, valid: np.ndarray,
               source_role: str, target_role: str, column: str) -> str:
-    info = service.model_info(ref)
+    info = catalog.model_info(ref)
     src, tgt = axis_labels(info, source_role), axis_labels(info, target_role)
     flat, ok = grid.reshape(len(src), len(tgt)), valid.reshape(len(src), len(tgt))
     out = io.StringIO()
@@ -70,17 +74,20 @@ def download(
     what: Literal["pk", "cs", "top", "graph"] = "pk",
     format: Literal["csv", "json", "npy", "graphml", "gexf"] = "csv",
     ref: ModelRef = Depends(model_ref),
-    pairing: PairingName = Query("OK", description="pairing (what=pk, top)"),
-    mode: ModeName = Query("K", description="CS mode (what=cs)"),
-    order: Literal["forward", "all", "same-layer"] = "forward",
+    pairing: Pairing = Query("OK", description="pairing (what=pk, top)"),
+    mode: CSMode = Query("K", description="CS mode (what=cs)"),
+    order: LayerOrder = "forward",
     metric: Literal["raw", "normalized", "z", "pk", "cs"] = "raw",
-    k: int | None = Query(None, ge=1, le=1000),
-    threshold: float | None = Query(None, ge=-THRESHOLD_LIMIT, le=THRESHOLD_LIMIT),
-    threshold_on: Literal["pk", "normalized", "z", "fdr"] = "pk",
-    pairings: str = Query(",".join(GRAPH_PAIRINGS), max_length=200, pattern=PAIRINGS_PATTERN),
-    granularity: Literal["head", "role"] = "head",
-    labels: str | None = Query(None, max_length=128),
-    service: Service = Depends(get_service),
+    k: int | None = optional_k_query("pairs (what=top, default 20) or edges per pairing (what=graph)"),
+    threshold: float | None = threshold_query(),
+    threshold_on: ThresholdOn = "pk",
+    pairings: str = pairings_query(),
+    granularity: Granularity = "head",
+    labels: str | None = labels_query(),
+    catalog: ModelCatalog = Depends(get_catalog),
+    scores: ScoresService = Depends(get_scores),
+    views: ViewService = Depends(get_views),
+    graphs: GraphService = Depends(get_graphs),
 ) -> Response:
     if format not in FORMATS[what]:
         raise Invalid(f"format {format!r} is not offered for {what!r}; allowed: {list(FORMATS[what])}",
@@ -90,28 +97,28 @@ def download(
         if metric not in ("raw", "normalized", "z", "pk"):
             raise Invalid("metric for pk downloads must be raw, normalized or z")
         metric = "raw" if metric == "pk" else metric
-        ps, grid = service.metric_grid(ref, pairing, metric, order)
+        ps, grid = views.metric_grid(ref, pairing, metric, order)
         stem = f"{stem}_pk_{pairing}_{metric}_{order}"
         if format == "npy":
             return _attachment(_npy(grid), format, stem)
         if format == "json":
-            return _attachment(json.dumps(grid_response(service, ref, ps, grid, metric)), format, stem)
-        return _attachment(_grid_csv(service, ref, grid, ps.valid.numpy(), ps.source_role,
+            return _attachment(json.dumps(grid_response(catalog, ref, ps, grid, metric)), format, stem)
+        return _attachment(_grid_csv(catalog, ref, grid, ps.valid.numpy(), ps.source_role,
                                      ps.target_role, metric), format, stem)
     if what == "cs":
-        ps = service.cs(ref, mode, order)
+        ps = scores.cs(ref, mode, order)
         grid = ps.scores.numpy()
         stem = f"{stem}_cs_{mode}_{order}"
         if format == "npy":
             return _attachment(_npy(grid), format, stem)
         if format == "json":
-            return _attachment(json.dumps(grid_response(service, ref, ps, grid, "cs")), format, stem)
-        return _attachment(_grid_csv(service, ref, grid, ps.valid.numpy(), ps.source_role,
+            return _attachment(json.dumps(grid_response(catalog, ref, ps, grid, "cs")), format, stem)
+        return _attachment(_grid_csv(catalog, ref, grid, ps.valid.numpy(), ps.source_role,
                                      ps.target_role, "cs"), format, stem)
     if what == "top":
         rank_metric = {"raw": "pk"}.get(metric, metric)
-        kk = 20 if k is None else k
-        pairs = service.top(ref, pairing, kk, rank_metric, order)
+        kk = DEFAULT_K if k is None else k
+        pairs = views.top(ref, pairing, kk, rank_metric, order)
         stem = f"{stem}_top{kk}_{pairing}_{rank_metric}"
         if format == "json":
             body = {"model": ref.id, "pairing": pairing, "metric": rank_metric, "pairs": pairs}
@@ -127,9 +134,9 @@ def download(
     names, k_, thr = graph_params(pairings, k, threshold)
     stem = f"{stem}_graph_{'-'.join(names)}"
     if format == "json":
-        body = service.graph(ref, pairings=names, granularity=granularity, k=k_, threshold=thr,
+        body = graphs.graph(ref, pairings=names, granularity=granularity, k=k_, threshold=thr,
                              threshold_on=threshold_on, labels=labels)
         return _attachment(json.dumps(jsonable({"model": ref.id, **body})), format, stem)
-    text = service.graph_export(ref, format, pairings=names, granularity=granularity, k=k_,
+    text = graphs.graph_export(ref, format, pairings=names, granularity=granularity, k=k_,
                                 threshold=thr, threshold_on=threshold_on, labels=labels)
     return _attachment(text, format, stem)

@@ -7,44 +7,47 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Query
 
-from headgraph.server.deps import cached_first, get_service, model_ref
+from headgraph.core.vocabulary import DEFAULT_K, parse_pairings
+from headgraph.server.deps import cached_first, get_graphs, model_ref
 from headgraph.server.errors import Invalid
+from headgraph.server.graphs import GraphService
+from headgraph.server.params import ERRORS, labels_query, optional_k_query, pairings_query
 from headgraph.server.registry import ModelRef
-from headgraph.server.schemas import ErrorBody, GraphOut
-from headgraph.server.service import GRAPH_PAIRINGS, PAIRINGS_PATTERN, Service, parse_pairings
+from headgraph.server.schemas import GraphOut
 
 router = APIRouter(prefix="/api", tags=["graph"])
-ERRORS = {404: {"model": ErrorBody}, 403: {"model": ErrorBody}, 422: {"model": ErrorBody}}
 THRESHOLD_LIMIT = 1e6
+Granularity = Literal["head", "role"]
+ThresholdOn = Literal["pk", "normalized", "z", "fdr"]
 
 
 def graph_params(pairings: str, k: int | None, threshold: float | None
                  ) -> tuple[list[str], int | None, float | None]:
     """Validated (pairings, k, threshold): a threshold, when given, replaces top-k (k ignored);
-    otherwise top-k with k defaulting to 20."""
-    names = parse_pairings(pairings)
+    otherwise top-k with k defaulting to DEFAULT_K."""
+    names: list[str] = list(parse_pairings(pairings))
     if threshold is not None:
         if not math.isfinite(threshold):
             raise Invalid("threshold must be a finite number")
         return names, None, threshold
-    return names, 20 if k is None else k, None
+    return names, DEFAULT_K if k is None else k, None
+
+
+def threshold_query() -> Any:
+    return Query(None, ge=-THRESHOLD_LIMIT, le=THRESHOLD_LIMIT,
+                 description="keep pairs with metric >= threshold (replaces top-k; for fdr: BH q level)")
 
 
 @router.get("/graph", response_model=GraphOut, responses=ERRORS,
             summary="Head graph (node-link JSON) with hubs and in/out-of-class counts")
-async def graph(ref: ModelRef = Depends(model_ref),
-          pairings: str = Query(",".join(GRAPH_PAIRINGS), max_length=200, pattern=PAIRINGS_PATTERN,
-                                description="comma-separated pairings, e.g. OQ,OK,OV"),
-          granularity: Literal["head", "role"] = "head",
-          k: int | None = Query(None, ge=1, le=1000, description="top-k edges per pairing (default 20)"),
-          threshold: float | None = Query(None, ge=-THRESHOLD_LIMIT, le=THRESHOLD_LIMIT,
-                                          description="keep pairs with metric >= threshold (replaces top-k; for fdr: BH q level)"),
-          threshold_on: Literal["pk", "normalized", "z", "fdr"] = "pk",
-          labels: str | None = Query(None, max_length=128, description="label set name for class overlay"),
-          service: Service = Depends(get_service)) -> Any:
+async def graph(ref: ModelRef = Depends(model_ref), pairings: str = pairings_query(),
+                granularity: Granularity = "head", k: int | None = optional_k_query(),
+                threshold: float | None = threshold_query(), threshold_on: ThresholdOn = "pk",
+                labels: str | None = labels_query("label set name for class overlay"),
+                graphs: GraphService = Depends(get_graphs)) -> Any:
     names, k_, thr = graph_params(pairings, k, threshold)
     if threshold_on == "fdr" and thr is None:
         raise Invalid("threshold_on=fdr selects significant pairs: give threshold (e.g. 0.05)")
-    out = await cached_first(service.graph, ref, pairings=names, granularity=granularity, k=k_,
+    out = await cached_first(graphs.graph, ref, pairings=names, granularity=granularity, k=k_,
                              threshold=thr, threshold_on=threshold_on, labels=labels)
     return {"model": ref.id, **out}

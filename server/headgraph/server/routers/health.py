@@ -7,26 +7,26 @@ import os
 from fastapi import APIRouter, Depends
 from fastapi.concurrency import run_in_threadpool
 
-from headgraph.server import __version__
 from headgraph.core.types import COMPUTE_VERSION
-from headgraph.server.deps import get_service
+from headgraph.server import __version__
+from headgraph.server.catalog import ModelCatalog
+from headgraph.server.deps import get_catalog, get_store
 from headgraph.server.schemas import CacheStats, Health
-from headgraph.server.service import Service
+from headgraph.server.store import Store
 
 router = APIRouter(prefix="/api", tags=["health"])
 
 
 @router.get("/health", response_model=Health, summary="Liveness (answers while computations run)")
-async def health(service: Service = Depends(get_service)) -> Health:
+async def health(catalog: ModelCatalog = Depends(get_catalog)) -> Health:
     return Health(version=__version__, compute_version=COMPUTE_VERSION, pid=os.getpid(),
-                  device=service.device)
+                  device=catalog.device)
 
 
 @router.get("/cache/stats", response_model=CacheStats,
             summary="Store size and how many real computations ran (all worker processes)")
-async def cache_stats(service: Service = Depends(get_service)) -> CacheStats:
+async def cache_stats(store: Store = Depends(get_store)) -> CacheStats:
     def read() -> CacheStats:
-        stats = service.store.stats()
-        return CacheStats(**stats, counts=service.store.compute_counts())
+        return CacheStats(**store.stats(), counts=store.compute_counts())
 
     return await run_in_threadpool(read)

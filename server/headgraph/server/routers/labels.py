@@ -10,11 +10,13 @@ from typing import Any
 from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 
-from headgraph.server.deps import TOKEN_PROTECTED, cached_first, get_service, require_token
+from headgraph.server.catalog import ModelCatalog
+from headgraph.server.deps import (TOKEN_PROTECTED, cached_first, get_catalog, get_labels,
+                                   require_token)
 from headgraph.server.errors import Invalid
+from headgraph.server.labelsets import (PATTERN_LABEL_CLASSES, PATTERN_LABEL_DESCRIPTION,
+                                        PATTERN_LABEL_THRESHOLDS, PATTERN_LABELS, LabelService)
 from headgraph.server.schemas import ErrorBody, LabelSetList, LabelSetOut
-from headgraph.server.service import (PATTERN_LABEL_CLASSES, PATTERN_LABEL_DESCRIPTION,
-                                      PATTERN_LABEL_THRESHOLDS, PATTERN_LABELS, Service)
 
 router = APIRouter(prefix="/api/labels", tags=["labels"])
 MAX_UPLOAD = 1 << 20
@@ -48,9 +50,9 @@ def pattern_summary() -> dict[str, Any]:
 
 
 @router.get("", response_model=LabelSetList, summary="Available label sets")
-def list_label_sets(service: Service = Depends(get_service)) -> Any:
-    builtin = set(service.builtin_label_sets())
-    sets = service.label_sets()
+def list_label_sets(labels: LabelService = Depends(get_labels)) -> Any:
+    builtin = set(labels.builtin_label_sets())
+    sets = labels.label_sets()
     listed = [summary(ls, name in builtin) for name, ls in sets.items()] + [pattern_summary()]
     return {"label_sets": sorted(listed, key=lambda s: s["name"])}
 
@@ -63,14 +65,15 @@ async def get_label_set(name: str = Path(..., min_length=1, max_length=128),
                         model: str | None = Query(None, min_length=1, max_length=512,
                                                   description="model of a per-model set "
                                                   f"({PATTERN_LABELS!r}); ignored for the others"),
-                        service: Service = Depends(get_service)) -> Any:
+                        labels: LabelService = Depends(get_labels),
+                        catalog: ModelCatalog = Depends(get_catalog)) -> Any:
     if name != PATTERN_LABELS:
-        ls = service.label_set(name)
-        return {**ls.to_dict(), "builtin": name in service.builtin_label_sets()}
+        ls = labels.label_set(name)
+        return {**ls.to_dict(), "builtin": name in labels.builtin_label_sets()}
     if model is None:
         raise Invalid(f"label set {PATTERN_LABELS!r} is computed per model: give model=")
-    ref = service.resolve(model)
-    ls = await cached_first(service.pattern_label_set, ref)
+    ref = catalog.resolve(model)
+    ls = await cached_first(labels.pattern_label_set, ref)
     return {**ls.to_dict(), "builtin": True, "per_model": True,
             "thresholds": dict(PATTERN_LABEL_THRESHOLDS)}
 
@@ -101,7 +104,8 @@ async def upload_label_set(
     name: str | None = Query(None, pattern=NAME_PATTERN, description="set name (default: from the JSON or the file name)"),
     model: str | None = Query(None, min_length=1, max_length=512, description="check every head exists in this model"),
     format: str | None = Query(None, pattern="^(csv|json)$", description="csv or json (default: from file name / content type)"),
-    service: Service = Depends(get_service),
+    labels: LabelService = Depends(get_labels),
+    catalog: ModelCatalog = Depends(get_catalog),
 ) -> Any:
     from headgraph.core.labels import parse_label_set
 
@@ -135,12 +139,12 @@ async def upload_label_set(
     def parse_and_save() -> Any:
         info = None
         if model:
-            ref = service.resolve(model)
-            info = service.model_info(ref)
+            ref = catalog.resolve(model)
+            info = catalog.model_info(ref)
         ls = parse_label_set(text, fmt, name=name or default_name, info=info)
         if not re.match(NAME_PATTERN, ls.name):
             raise Invalid(f"label set name {ls.name!r} must match {NAME_PATTERN}")
-        service.save_label_set(ls)
+        labels.save_label_set(ls)
         return {**ls.to_dict(), "builtin": False}
 
     return await run_in_threadpool(parse_and_save)

@@ -2,27 +2,30 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse
 
-from headgraph.server.deps import (TOKEN_PROTECTED, get_jobs, get_service, model_ref,
+from headgraph.core.vocabulary import parse_pairings
+from headgraph.server.catalog import ModelCatalog
+from headgraph.server.deps import (TOKEN_PROTECTED, get_catalog, get_jobs, get_store, model_ref,
                                    require_token)
 from headgraph.server.jobs import JobManager
+from headgraph.server.params import ERRORS, pairings_query
 from headgraph.server.registry import ModelRef
-from headgraph.server.schemas import ErrorBody, JobSubmitted, ModelInfoOut, ModelList, ModelSummary
-from headgraph.server.service import GRAPH_PAIRINGS, PAIRINGS_PATTERN, Service, parse_pairings
+from headgraph.server.schemas import ErrorBody, Job, JobSubmitted, ModelInfoOut, ModelList, ModelSummary
+from headgraph.server.store import Store
 
 router = APIRouter(prefix="/api/models", tags=["models"])
-ERRORS = {404: {"model": ErrorBody}, 403: {"model": ErrorBody}, 422: {"model": ErrorBody}}
 
 
 @router.get("", response_model=ModelList, summary="Models offered, their status and cached results")
-async def list_models(service: Service = Depends(get_service)) -> ModelList:
+async def list_models(catalog: ModelCatalog = Depends(get_catalog),
+                      store: Store = Depends(get_store)) -> ModelList:
     # On the event loop: only file-existence checks and one pass over the cache's keys.
-    cached = service.store.cached_names()
+    cached = store.cached_names()
     out = []
-    for entry in service.registry.entries():
-        ident = service.identity(entry.ref, load=False)
+    for entry in catalog.registry.entries():
+        ident = catalog.known_identity(entry.ref)
         out.append(ModelSummary(
             id=entry.ref.id, kind=entry.ref.kind, status=entry.status, message=entry.message,
             info=None if ident is None else ident.info.to_dict(),
@@ -33,12 +36,11 @@ async def list_models(service: Service = Depends(get_service)) -> ModelList:
 
 @router.get("/info", response_model=ModelInfoOut, responses=ERRORS,
             summary="Shape and provenance of one model (loads it when not yet known)")
-def model_info(ref: ModelRef = Depends(model_ref),
-               service: Service = Depends(get_service)) -> ModelInfoOut:
-    ident = service.identity(ref)
-    assert ident is not None
+def model_info(ref: ModelRef = Depends(model_ref), catalog: ModelCatalog = Depends(get_catalog),
+               store: Store = Depends(get_store)) -> ModelInfoOut:
+    ident = catalog.identity(ref)
     return ModelInfoOut(model=ref.id, fingerprint=ident.fingerprint, info=ident.info.to_dict(),
-                        cached=service.cached_names(ref) or [])
+                        cached=store.cached_names().get(ident.fingerprint, []))
 
 
 @router.post("/compute", status_code=202, response_model=JobSubmitted,
@@ -46,9 +48,8 @@ def model_info(ref: ModelRef = Depends(model_ref),
              openapi_extra=TOKEN_PROTECTED,
              summary="Start (or join) a job computing everything the dashboard reads for a model")
 def compute(ref: ModelRef = Depends(model_ref),
-            pairings: str = Query(",".join(GRAPH_PAIRINGS), max_length=200, pattern=PAIRINGS_PATTERN,
-                                  description="comma-separated pairings, e.g. OQ,OK,OV"),
+            pairings: str = pairings_query(),
             jobs: JobManager = Depends(get_jobs)) -> JSONResponse:
-    job, created = jobs.submit(ref, parse_pairings(pairings))
-    body = JobSubmitted(job=job.to_dict(), created=created, status_url=f"/api/jobs/{job.id}")
+    job, created = jobs.submit(ref, list(parse_pairings(pairings)))
+    body = JobSubmitted(job=Job(**job.to_dict()), created=created, status_url=f"/api/jobs/{job.id}")
     return JSONResponse(body.model_dump(), status_code=202)

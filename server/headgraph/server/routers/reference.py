@@ -6,24 +6,25 @@ from typing import Any
 
 from fastapi import APIRouter, Depends
 
-from headgraph.server.deps import cached_first, get_service, model_ref
+from headgraph.core.vocabulary import GRAPH_PAIRINGS
+from headgraph.server.deps import cached_first, get_scores, model_ref
+from headgraph.server.params import ERRORS
 from headgraph.server.registry import ModelRef
-from headgraph.server.schemas import ErrorBody, ReferenceOut
-from headgraph.server.service import GRAPH_PAIRINGS, Service
+from headgraph.server.schemas import ReferenceOut
+from headgraph.server.scores import ScoresService
 
 router = APIRouter(prefix="/api", tags=["reference"])
-ERRORS = {404: {"model": ErrorBody}, 403: {"model": ErrorBody}, 422: {"model": ErrorBody}}
 
 
 @router.get("/reference", response_model=ReferenceOut, responses=ERRORS,
             summary="KL grid and histograms of PK per pairing, Haar moments, anisotropic nulls")
 async def reference(ref: ModelRef = Depends(model_ref),
-                    service: Service = Depends(get_service)) -> Any:
+                    scores: ScoresService = Depends(get_scores)) -> Any:
     def run() -> dict[str, Any]:
-        out = dict(service.reference(ref))
+        out = dict(scores.reference(ref))
         nulls = {}
         for pairing in GRAPH_PAIRINGS:
-            null = service.null(ref, pairing)
+            null = scores.null(ref, pairing)
             nulls[pairing] = {"alpha": null["alpha"], "samples": null["samples"],
                               "significant": int(null["significant"].sum()),
                               "significant_haar": int(null["significant_haar"].sum()),

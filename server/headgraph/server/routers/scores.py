@@ -7,30 +7,35 @@ process) and cached; POST /api/models/compute precomputes with progress instead.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 from fastapi import APIRouter, Depends, Query
 
 from headgraph.core.types import PairScores
+from headgraph.server.catalog import ModelCatalog
 from headgraph.server.convert import axis_labels, jsonable
-from headgraph.server.deps import cached_first, get_service, model_ref
+from headgraph.server.deps import (cached_first, get_catalog, get_details, get_scores, get_views,
+                                   model_ref)
+from headgraph.server.details import DetailService
+from headgraph.server.params import (DEFAULT_K, ERRORS, K_MAX, CSMode, GridMetric, LayerOrder,
+                                     Pairing, RankMetric, head_query, labels_query)
 from headgraph.server.registry import ModelRef
-from headgraph.server.schemas import (ErrorBody, HeadOut, PairOut, ScatterOut, ScoreGrid,
-                                      TopPairs)
-from headgraph.server.service import ModeName, PairingName, Service
+from headgraph.server.schemas import HeadOut, PairOut, ScatterOut, ScoreGrid, TopPairs
+from headgraph.server.scores import ScoresService
+from headgraph.server.views import ViewService
 
 router = APIRouter(prefix="/api", tags=["scores"])
-ERRORS = {404: {"model": ErrorBody}, 403: {"model": ErrorBody}, 422: {"model": ErrorBody}}
-Order = Literal["forward", "all", "same-layer"]
-PAIRING_Q = Query("OK", description="source role then target role, e.g. OK (QKVO x QKVO)")
-HEAD_Q = dict(min_length=1, max_length=32, description="head name like L1H3 (original block number)")
 
 
-def grid_response(service: Service, ref: ModelRef, ps: PairScores, grid: np.ndarray,
+def pairing_query() -> Any:
+    return Query("OK", description="source role then target role, e.g. OK (QKVO x QKVO)")
+
+
+def grid_response(catalog: ModelCatalog, ref: ModelRef, ps: PairScores, grid: np.ndarray,
                   metric: str) -> dict[str, Any]:
     """ScoreGrid JSON of one PairScores and the chosen metric's grid."""
-    info = service.model_info(ref)
+    info = catalog.model_info(ref)
     valid = ps.valid.numpy()
     shown = grid[valid] if valid.any() else np.zeros(0)
     shown = shown[np.isfinite(shown)]
@@ -49,12 +54,13 @@ def grid_response(service: Service, ref: ModelRef, ps: PairScores, grid: np.ndar
 
 @router.get("/pk", response_model=ScoreGrid, responses=ERRORS,
             summary="Projection Kernel grid of one pairing (raw, normalized or z-score)")
-async def pk(ref: ModelRef = Depends(model_ref), pairing: PairingName = PAIRING_Q, order: Order = "forward",
-       metric: Literal["raw", "normalized", "z"] = "raw",
-       service: Service = Depends(get_service)) -> Any:
+async def pk(ref: ModelRef = Depends(model_ref), pairing: Pairing = pairing_query(),
+             order: LayerOrder = "forward", metric: GridMetric = "raw",
+             views: ViewService = Depends(get_views),
+             catalog: ModelCatalog = Depends(get_catalog)) -> Any:
     def run() -> dict[str, Any]:
-        ps, grid = service.metric_grid(ref, pairing, metric, order)
-        return grid_response(service, ref, ps, grid, metric)
+        ps, grid = views.metric_grid(ref, pairing, metric, order)
+        return grid_response(catalog, ref, ps, grid, metric)
 
     return await cached_first(run)
 
@@ -62,47 +68,47 @@ async def pk(ref: ModelRef = Depends(model_ref), pairing: PairingName = PAIRING_
 @router.get("/cs", response_model=ScoreGrid, responses=ERRORS,
             summary="Composition Score grid (Elhage et al. 2021) of one mode Q, K or V")
 async def cs(ref: ModelRef = Depends(model_ref),
-       mode: ModeName = Query("K", description="Composition Score mode: Q, K or V"),
-       order: Order = "forward", service: Service = Depends(get_service)) -> Any:
+             mode: CSMode = Query("K", description="Composition Score mode: Q, K or V"),
+             order: LayerOrder = "forward", scores: ScoresService = Depends(get_scores),
+             catalog: ModelCatalog = Depends(get_catalog)) -> Any:
     def run() -> dict[str, Any]:
-        ps = service.cs(ref, mode, order)
-        return grid_response(service, ref, ps, ps.scores.numpy(), "cs")
+        ps = scores.cs(ref, mode, order)
+        return grid_response(catalog, ref, ps, ps.scores.numpy(), "cs")
 
     return await cached_first(run)
 
 
 @router.get("/top", response_model=TopPairs, responses=ERRORS,
             summary="The k highest-scoring valid pairs of one pairing")
-async def top(ref: ModelRef = Depends(model_ref), pairing: PairingName = PAIRING_Q,
-        k: int = Query(20, ge=1, le=1000),
-        metric: Literal["pk", "normalized", "cs", "z"] = "pk", order: Order = "forward",
-        service: Service = Depends(get_service)) -> Any:
-    pairs = await cached_first(service.top, ref, pairing, k, metric, order)
+async def top(ref: ModelRef = Depends(model_ref), pairing: Pairing = pairing_query(),
+              k: int = Query(DEFAULT_K, ge=1, le=K_MAX), metric: RankMetric = "pk",
+              order: LayerOrder = "forward", views: ViewService = Depends(get_views)) -> Any:
+    pairs = await cached_first(views.top, ref, pairing, k, metric, order)
     return {"model": ref.id, "pairing": pairing, "metric": metric, "k": k, "pairs": pairs}
 
 
 @router.get("/pair", response_model=PairOut, responses=ERRORS,
             summary="One head pair: PK, principal angles, CS, z, p-values, classes, tokens")
-async def pair(ref: ModelRef = Depends(model_ref), pairing: PairingName = PAIRING_Q,
-         source: str = Query("L0H0", **HEAD_Q), target: str = Query("L1H0", **HEAD_Q),
-         labels: str | None = Query(None, max_length=128, description="label set name"),
-         k: int = Query(5, ge=1, le=50, description="top tokens per head"),
-         service: Service = Depends(get_service)) -> Any:
-    return await cached_first(service.pair, ref, pairing, source, target, labels, k)
+async def pair(ref: ModelRef = Depends(model_ref), pairing: Pairing = pairing_query(),
+               source: str = head_query("L0H0"), target: str = head_query("L1H0"),
+               labels: str | None = labels_query(),
+               k: int = Query(5, ge=1, le=50, description="top tokens per head"),
+               details: DetailService = Depends(get_details)) -> Any:
+    return await cached_first(details.pair, ref, pairing, source, target, labels, k)
 
 
 @router.get("/head", response_model=HeadOut, responses=ERRORS,
             summary="One head: class, top tokens per role, pattern scores, strongest partners")
-async def head(ref: ModelRef = Depends(model_ref), head: str = Query("L0H0", **HEAD_Q),
-         labels: str | None = Query(None, max_length=128, description="label set name"),
-         k: int = Query(5, ge=1, le=50), service: Service = Depends(get_service)) -> Any:
-    return await cached_first(service.head, ref, head, labels, k)
+async def head(ref: ModelRef = Depends(model_ref), head: str = head_query("L0H0"),
+               labels: str | None = labels_query(), k: int = Query(5, ge=1, le=50),
+               details: DetailService = Depends(get_details)) -> Any:
+    return await cached_first(details.head, ref, head, labels, k)
 
 
 @router.get("/scatter", response_model=ScatterOut, responses=ERRORS,
             summary="PK vs CS of every valid pair: quadrants and Spearman correlations")
-async def scatter(ref: ModelRef = Depends(model_ref), pairing: PairingName = PAIRING_Q,
-            top_percent: float = Query(5.0, gt=0.0, le=100.0),
-            service: Service = Depends(get_service)) -> Any:
-    out = await cached_first(service.scatter, ref, pairing, top_percent)
+async def scatter(ref: ModelRef = Depends(model_ref), pairing: Pairing = pairing_query(),
+                  top_percent: float = Query(5.0, gt=0.0, le=100.0),
+                  views: ViewService = Depends(get_views)) -> Any:
+    out = await cached_first(views.scatter, ref, pairing, top_percent)
     return {"model": ref.id, **out}

@@ -6,27 +6,28 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Query
 
-from headgraph.server.deps import cached_first, get_service, model_ref
+from headgraph.server.deps import cached_first, get_scores, model_ref
+from headgraph.server.params import ERRORS, Role
 from headgraph.server.registry import ModelRef
-from headgraph.server.schemas import ErrorBody, PatternsOut, TokensOut
-from headgraph.server.service import TOKENS_CACHED_K, RoleName, Service
+from headgraph.server.schemas import PatternsOut, TokensOut
+from headgraph.server.score_computations import TOKENS_CACHED_K
+from headgraph.server.scores import ScoresService
 
 router = APIRouter(prefix="/api", tags=["tokens"])
-ERRORS = {404: {"model": ErrorBody}, 403: {"model": ErrorBody}, 422: {"model": ErrorBody}}
 
 
 @router.get("/tokens", response_model=TokensOut, responses=ERRORS,
             summary="Top tokens of each head's role subspace (optionally one layer / head)")
 async def tokens(ref: ModelRef = Depends(model_ref),
-           role: RoleName = Query("O", description="Q, K, V or O"),
+           role: Role = Query("O", description="Q, K, V or O"),
            k: int = Query(10, ge=1, le=TOKENS_CACHED_K),
            layer: int | None = Query(None, ge=0, le=100000, description="original block number"),
            head: int | None = Query(None, ge=0, le=100000, description="head index on the role axis"),
-           service: Service = Depends(get_service)) -> Any:
-    return await cached_first(service.tokens_view, ref, role, k, layer, head)
+           scores: ScoresService = Depends(get_scores)) -> Any:
+    return await cached_first(scores.tokens_view, ref, role, k, layer, head)
 
 
 @router.get("/patterns", response_model=PatternsOut, responses=ERRORS,
             summary="Attention-pattern scores per head (identity, previous, first, duplicate, induction)")
-async def patterns(ref: ModelRef = Depends(model_ref), service: Service = Depends(get_service)) -> Any:
-    return {"model": ref.id, **await cached_first(service.patterns, ref)}
+async def patterns(ref: ModelRef = Depends(model_ref), scores: ScoresService = Depends(get_scores)) -> Any:
+    return {"model": ref.id, **await cached_first(scores.patterns, ref)}

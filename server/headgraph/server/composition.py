@@ -1,0 +1,99 @@
+"""The composition root: the one place that builds the server's services and wires them.
+
+``build_services(settings)`` is what the app (server/app.py), the CLI (server/cli.py) and
+every compute process (through ``compute_worker``, the factory handed to the ComputePool)
+use. Nothing else constructs a service; routers get theirs through server/deps.py.
+
+    Store ─┬─ ModelCatalog (registry, model LRU, identities) ─┐
+           └─ ResultCache (Computations registry, single flight, ComputePool) ─┬─ ScoresService
+                                         LabelService (store, scores) ─────────┤
+               ViewService, GraphService, DetailService, JobManager ───────────┘
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from headgraph.server.catalog import ModelCatalog
+from headgraph.server.computation import Computations
+from headgraph.server.compute import ComputePool
+from headgraph.server.details import DetailService
+from headgraph.server.graph_computations import graph_computations
+from headgraph.server.graphs import GraphService
+from headgraph.server.jobs import JobManager
+from headgraph.server.labelsets import LabelService
+from headgraph.server.registry import ModelRef
+from headgraph.server.resultcache import ResultCache
+from headgraph.server.score_computations import score_computations
+from headgraph.server.scores import ScoresService
+from headgraph.server.settings import Settings
+from headgraph.server.store import Store
+from headgraph.server.views import ViewService
+
+
+def build_computations() -> Computations:
+    """Every named computation the cache can hold (the same in every process)."""
+    return Computations([*score_computations(), *graph_computations()])
+
+
+@dataclass
+class Services:
+    """Everything one process serves with; also what a compute process runs tasks on."""
+
+    settings: Settings
+    store: Store
+    computations: Computations
+    pool: ComputePool | None
+    catalog: ModelCatalog
+    cache: ResultCache
+    scores: ScoresService
+    labels: LabelService
+    views: ViewService
+    graphs: GraphService
+    details: DetailService
+    jobs: JobManager
+
+    def close(self) -> None:
+        self.jobs.shutdown()
+        if self.pool is not None:
+            self.pool.shutdown()
+        self.store.close()
+
+    # -- compute-process side (server.compute.ComputeWorker) ------------------------------
+    def identify(self, ref: ModelRef) -> Any:
+        return self.catalog.identity(ref)
+
+    def compute(self, name: str, ref: ModelRef, params: dict[str, Any]) -> None:
+        self.cache.get(ref, name, **params)
+
+    def compute_many(self, name: str, ref: ModelRef, params: list[dict[str, Any]]) -> None:
+        self.cache.warm(ref, name, params)
+
+
+def build_services(settings: Settings, *, inline: bool = False, store: Store | None = None
+                   ) -> Services:
+    """All services of one process.
+
+    inline=False (the API): cold results are computed in spawned compute processes
+    (``settings.compute_processes`` > 0), each building its own inline services with
+    ``compute_worker``; inline=True (compute processes, CLI): computed in this process.
+    """
+    store = store or Store(settings.cache_dir, size_limit=settings.cache_size_bytes,
+                           lock_expire_s=settings.lock_expire_s)
+    pool = None if inline or settings.compute_processes == 0 else ComputePool(settings, compute_worker)
+    computations = build_computations()
+    catalog = ModelCatalog(settings, store, pool)
+    cache = ResultCache(store, catalog, computations, pool)
+    scores = ScoresService(catalog, cache)
+    labels = LabelService(store, scores)
+    return Services(
+        settings=settings, store=store, computations=computations, pool=pool, catalog=catalog,
+        cache=cache, scores=scores, labels=labels, views=ViewService(catalog, scores, cache),
+        graphs=GraphService(cache, labels), details=DetailService(catalog, scores, labels, cache),
+        jobs=JobManager(scores, catalog, store, settings.workers))
+
+
+def compute_worker(settings: Settings) -> Services:
+    """What a compute process runs tasks on: its own inline services (the pool's factory)."""
+    return build_services(settings, inline=True)
