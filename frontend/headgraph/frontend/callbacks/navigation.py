@@ -52,7 +52,7 @@ def write_url(*args: Any) -> Any:
     n = len(WRITER_INPUTS)
     values = dict(zip((cid for cid, _ in WRITER_INPUTS), args[:n]))
     search, label_sets = args[n], args[n + 1]
-    changed = [pid.split(".")[0] for pid in ctx.triggered_prop_ids]
+    changed = [pid.rpartition(".")[0] for pid in ctx.triggered_prop_ids]
     changes = [(cid, values[cid]) for cid in changed if cid in values]
     if not changes:
         return no_update
