@@ -227,11 +227,13 @@ def test_piece_plan_weighted_blocks_give_the_frobenius_product(d, block, height)
     total = 0.0
     for p in plan:
         assert p.c0 >= p.r0  # on or below the diagonal
-        pa, pb = a[p.c0:p.c1, p.r0:p.r1], b[p.c0:p.c1, p.r0:p.r1]
-        for r0, r1, w in p.chunks:  # row ranges of the piece, with weights
-            assert r1 - r0 <= p.r1 - p.r0  # at most as tall as the piece is wide
-            total += w * float((pa[r0:r1] * pb[r0:r1]).sum())
-            covered[p.c0 + r0:p.c0 + r1, p.r0:p.r1] += w
+        assert p.r1 - p.r0 <= block and p.c1 - p.c0 <= max(height, block) + block
+        pa, pb = a[p.c0:p.c1, p.r0:p.r1].reshape(-1), b[p.c0:p.c1, p.r0:p.r1].reshape(-1)
+        weight = torch.zeros(p.features, dtype=torch.float64)
+        for f0, f1, w in p.spans:  # feature ranges of the piece (its rows, flattened), weighted
+            total += w * float((pa[f0:f1] * pb[f0:f1]).sum())
+            weight[f0:f1] += w
+        covered[p.c0:p.c1, p.r0:p.r1] += weight.view(p.c1 - p.c0, p.r1 - p.r0)
     # every entry (a, b) of the symmetric product is counted exactly once: covered + covered^T == 2
     assert torch.all(covered + covered.T == 2)
     assert abs(total - float((a * b).sum())) < 1e-9 * float((a * b).abs().sum())

@@ -7,6 +7,7 @@ block's ``attn.W_Q/W_K/W_V`` ([heads, d_model, d_head], K/V with native KV heads
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -45,8 +46,8 @@ def heads_from_bridge(
     Returns HeadWeights with W_Q [L,H,d,dh], W_K/W_V [L,Hkv,d,dh], W_O [L,H,dh,d] on
     ``device`` (default: where the bridge lives), layer_indices = original block numbers.
     """
-    blocks_with = getattr(bridge, "blocks_with", None)
-    if not callable(blocks_with):
+    blocks_with: Callable[[str], Iterable[tuple[int, Any]]] | None = getattr(bridge, "blocks_with", None)
+    if blocks_with is None or not callable(blocks_with):
         raise UnsupportedModel(f"{name}: model must be a TransformerBridge exposing blocks_with('attn')")
     blocks = list(blocks_with("attn"))
     if not blocks:

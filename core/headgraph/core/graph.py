@@ -148,11 +148,12 @@ def _pairing_grids(ps: PairScores, value: torch.Tensor | None, n_q: int | None,
         grids["value"] = value.to(ps.scores.device)
     group = []
     for role, dim in ((ps.source_role, 1), (ps.target_role, 3)):
-        n = ps.scores.shape[dim]
-        grouped = role in ("K", "V") and n_q is not None and n < n_q
-        if grouped and n_q % n:
-            raise InvalidInput(f"{n_q} query heads cannot share {n} KV heads evenly")
-        group.append(n_q // n if grouped else 1)
+        n, size = ps.scores.shape[dim], 1
+        if role in ("K", "V") and n_q is not None and n < n_q:  # grouped KV heads
+            if n_q % n:
+                raise InvalidInput(f"{n_q} query heads cannot share {n} KV heads evenly")
+            size = n_q // n
+        group.append(size)
     if kv_nodes == "query":
         grids = {name: _expand(t, (1, 3), tuple(group)) for name, t in grids.items()}
         group = [1, 1]
@@ -164,10 +165,15 @@ def _selected(ps: PairScores, grids: dict[str, torch.Tensor], on: str, k: int | 
     """Flat indices of the cells that become edges, best first."""
     score = grids["score"]
     ok = grids["valid"] & torch.isfinite(score)
-    metric = {"pk": score, "normalized": grids["normalized"]}.get(on, grids.get("value"))
+    picked = {"pk": score, "normalized": grids["normalized"]}.get(on, grids.get("value"))
+    if picked is None:
+        raise InvalidInput(f"threshold_on={on!r} needs values for {ps.pairing}")
+    metric = picked
     if on == "fdr" and metric.dtype == torch.bool:
         ok, metric = ok & metric, score  # significant cells, ranked by score
     elif on == "fdr":
+        if threshold is None:
+            raise InvalidInput("FDR q-values need a threshold (or give a bool mask)")
         ok = ok & torch.isfinite(metric) & (metric <= float(threshold))
         metric = -metric  # ranked by q, smallest first
     else:
@@ -318,7 +324,8 @@ def build_graph(
             weighted_degree=r.weighted_degree, pagerank=r.pagerank, betweenness=r.betweenness,
             hub_rank=r.rank, is_hub=r.is_hub)
     kinds = {ps.kind for ps in results.values()}
-    fdr_mask = threshold_on == "fdr" and all(v.dtype == torch.bool for v in values.values())
+    fdr_mask = (threshold_on == "fdr" and values is not None
+                and all(v.dtype == torch.bool for v in values.values()))
     rule = _rule(kinds.pop() if len(kinds) == 1 else "pk", None if k is None else int(k),
                  threshold, threshold_on, fdr_mask)
     g.graph.update(granularity=granularity, rule=rule, pairings=",".join(results),

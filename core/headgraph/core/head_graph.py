@@ -75,19 +75,22 @@ def read_export(payload: str | bytes | dict[str, Any], fmt: str) -> nx.MultiDiGr
     dropped (GraphML's node/edge defaults, GEXF's node "label" and edge "id"), so the result
     equals the graph that was exported (GEXF keeps no graph-level attributes).
     """
+    if fmt not in EXPORT_FORMATS:
+        raise InvalidInput(f"unknown export format {fmt!r}; expected one of {EXPORT_FORMATS}",
+                           allowed=list(EXPORT_FORMATS))
     if fmt == "node-link":
         data = json.loads(payload) if isinstance(payload, (str, bytes)) else payload
         return nx.node_link_graph(data, directed=True, multigraph=True, edges="edges")
+    if isinstance(payload, dict):
+        raise InvalidInput(f"a {fmt} export is text or bytes, not a dict")
     raw = payload.encode() if isinstance(payload, str) else payload
     if fmt == "graphml":
         src = nx.read_graphml(io.BytesIO(raw), edge_key_type=str, force_multigraph=True)
         for key in ("node_default", "edge_default"):
             src.graph.pop(key, None)
-    elif fmt == "gexf":
+    else:
         src = nx.read_gexf(io.BytesIO(raw))
         src.graph.clear()
-    else:
-        raise InvalidInput(f"unknown export format {fmt!r}; expected one of {EXPORT_FORMATS}")
     g = nx.MultiDiGraph()
     g.graph.update(src.graph)
     for n, d in src.nodes(data=True):

@@ -80,7 +80,7 @@ def hub_table(graph: Any, *, top: int = 10) -> HubTable:
     Betweenness is exact unless nodes * edges > BETWEENNESS_EXACT_WORK (then sampled pivots,
     seed 0; ``betweenness_exact`` says which).
     """
-    g = graph if isinstance(graph, nx.Graph) else graph.graph
+    g: nx.DiGraph = graph if isinstance(graph, nx.DiGraph) else graph.graph
     nodes = list(g.nodes)
     if not nodes:
         return HubTable(rows=(), top=(), rule=HUB_RULE, threshold=math.nan)

@@ -8,16 +8,13 @@ chosen by flop count:
   sum over its lower triangle with off-diagonal entries counted twice. Each 128-column band of
   the triangle, from its square diagonal block (counted once, whole) down, is one piece (cut
   shorter only when the step's memory budget asks for it). A piece is built for many heads by
-  one batched product U[:, c] U[:, r]^T into a reused buffer, stored in square chunks (the
-  diagonal square first), chunk after chunk so each is a dense matrix of one shape, and
-  consumed at once, so no projector stack is ever stored: memory stays bounded at any model
-  size. Roles used as a source are built for
-  all their layers; roles used only as targets are built a few layers at a time (about
-  _GROUP_ROWS heads) and multiplied right away, one product per source covering every target
-  role and layer of the group (pairs the order drops are zeroed at the end). float32 partial
-  sums are flushed to float64 every _FLUSH_FEATURES features. Products go through core.gemm:
-  the pieces through its compiled batched kernel (all heads in one call, stored in place) where
-  available, the Gram products through oneDNN (AVX-512 kernels where MKL would run AVX2 ones).
+  one batched product U[:, c] U[:, r]^T into a reused buffer (one row of features per head)
+  and consumed at once, so no projector stack is ever stored: memory stays bounded at any
+  model size. Roles used as a source are built for all their layers; roles used only as
+  targets are built a few layers at a time (about _GROUP_ROWS heads) and multiplied right
+  away, one product per source covering every target role and layer of the group (pairs the
+  order drops are zeroed at the end). float32 partial sums are flushed to float64 every
+  _FLUSH_FEATURES features. All products are plain torch (core.gemm), on any device.
 * overlap (~r_s r_t d per pair): ||U_s^T U_t||_F^2 from the [r_s, r_t] overlap matrices.
 
 Only the head pairs ``order`` keeps are computed (see core.layer_order): no lower-triangle work
@@ -27,23 +24,20 @@ for "forward".
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from collections.abc import Hashable, Sequence
 
 import torch
 
 from headgraph.core.errors import InvalidInput
-from headgraph.core.gemm import addmm_nt_, bmm_nt, native_available
+from headgraph.core.gemm import addmm_nt_, bmm_nt
 from headgraph.core.layer_order import (Rect, check_order, group_cover, group_rects, layer_blocks,
                                         layer_mask, rect_area)
 
-# Projector pieces: bands _BLOCK wide, cut about _HEIGHT tall from the diagonal down.
-# Measured best on the GPT-2 shape, one thread (larger pieces: fewer, larger products;
-# smaller: in cache). With the compiled kernel (one call per piece for all heads, no per-head
-# cost) shorter pieces win: less memory touched, more of it in cache.
+# Projector pieces: bands _BLOCK wide, cut at most _HEIGHT tall from the diagonal down (fewer,
+# larger products; measured on the GPT-2 shape, one thread).
 _BLOCK = 128
 _HEIGHT = 768
-_HEIGHT_NATIVE = 384
 # Target-only roles are built for groups of layers holding about this many heads together.
 _GROUP_ROWS = 96
 # A source reading every target-only role multiplies a group's features in one product over
@@ -56,12 +50,13 @@ _WORK_BYTES = 128 * 1024 * 1024
 # Largest temporary of one tile product in the overlap path (the overlap matrices).
 _TILE_BYTES = 128 * 1024 * 1024
 
-Product = tuple[Hashable, Hashable]
+Product = tuple[str, str]  # (source name, target name)
 
 
 @dataclass(frozen=True)
 class Piece:
-    """Projector block P[c0:c1, r0:r1] (c0 >= r0), used as ``chunks`` of rows.
+    """Projector block P[c0:c1, r0:r1] (c0 >= r0), held per head as one row of features
+    (the block's rows one after another: feature f is P[c0 + f // width, r0 + f % width]).
 
     A piece starting on the diagonal (c0 == r0) holds the square diagonal block P[r0:r1, r0:r1]
     first (counted once: a whole symmetric square) and the rows below it after (counted twice,
@@ -78,70 +73,49 @@ class Piece:
         return (self.r1 - self.r0) * (self.c1 - self.c0)
 
     @property
-    def chunks(self) -> tuple[tuple[int, int, float], ...]:
-        """(first row, stop, weight) in piece rows, each as tall as the piece is wide (the last
-        may be shorter): <A, B>_F over the entries the piece stands for is
-        sum weight * <A_piece[a:b], B_piece[a:b]> over the chunks. Equal chunks give the
-        products one shape (oneDNN compiles a kernel per new shape)."""
-        rows, width = self.c1 - self.c0, self.r1 - self.r0
-        return tuple((a, min(rows, a + width), 1.0 if a == 0 and self.c0 == self.r0 else 2.0)
-                     for a in range(0, rows, width))
+    def spans(self) -> tuple[tuple[int, int, float], ...]:
+        """(first feature, stop, weight): <A, B>_F over the entries the piece stands for is
+        sum weight * <A_piece[a:b], B_piece[a:b]> over the spans (at most two)."""
+        square = (self.r1 - self.r0) ** 2 if self.c0 == self.r0 else 0
+        spans = [(0, square, 1.0), (square, self.features, 2.0)]
+        return tuple(s for s in spans if s[1] > s[0])
 
 
 def piece_plan(d: int, block: int = _BLOCK, height: int | None = None) -> list[Piece]:
-    """Pieces of a d x d symmetric matrix on or below the diagonal whose weighted chunk
+    """Pieces of a d x d symmetric matrix on or below the diagonal whose weighted span
     products sum to <A, B>_F. Columns come in bands of ``block``; each band's rows, from its
     diagonal block down, are cut into about equal pieces about ``height`` (>= block) tall, in
-    whole chunks of ``block`` rows; the first piece holds the diagonal block."""
+    whole multiples of ``block`` rows; the first piece holds the diagonal block."""
     block = max(1, min(block, d))
-    height = max(block, block if height is None else height)
+    height = max(block, _HEIGHT if height is None else height)
     plan = []
     for r0 in range(0, d, block):
         r1 = min(d, r0 + block)
         rows = d - r0
         per_piece = -(-rows // -(-rows // height))  # rows / ceil(rows / height), rounded up
-        step = -(-per_piece // block) * block  # whole chunks of ``block`` rows
+        step = -(-per_piece // block) * block  # whole blocks: the first holds the diagonal square
         cuts = list(range(r0, d, step)) + [d]
         plan += [Piece(r0, r1, a, b) for a, b in zip(cuts, cuts[1:])]
     return plan
 
 
-Segs = list[torch.Tensor]  # a piece's features for some rows: one [rows, features] per chunk
+def _feature_rows(buf: torch.Tensor, rows: int, piece: Piece) -> torch.Tensor:
+    """A [rows, piece.features] view of the front of a flat buffer (one row per head)."""
+    return buf[:rows * piece.features].view(rows, piece.features)
 
 
-def _segs(buf: torch.Tensor, rows: int, piece: Piece) -> Segs:
-    """Views of buf holding a piece's features for ``rows`` rows, chunk after chunk, so every
-    chunk is a contiguous matrix (a dense operand for the products)."""
-    width = piece.r1 - piece.r0
-    return [buf[rows * a * width:rows * b * width].view(rows, (b - a) * width)
-            for a, b, _ in piece.chunks]
+def _addmm_piece(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor, piece: Piece) -> None:
+    """acc [M, N] += weighted <a, b> over the piece's features (a: [M, F], b: [N, F])."""
+    for f0, f1, w in piece.spans:
+        addmm_nt_(acc, a[:, f0:f1], b[:, f0:f1], w)
 
 
-def _take(segs: Segs, a: int, b: int) -> Segs:
-    """Rows [a, b) of every chunk."""
-    return [x[a:b] for x in segs]
-
-
-def _addmm_piece(acc: torch.Tensor, a: Segs, b: Segs, piece: Piece) -> None:
-    """acc [M, N] += weighted <a, b> over the piece's features (a: M rows, b: N rows)."""
-    for x, y, (_, _, w) in zip(a, b, piece.chunks):
-        addmm_nt_(acc, x, y, w)
-
-
-def _build(u: torch.Tensor, piece: Piece, out: Segs) -> None:
-    """Features of one piece for every head of u [N, d, r] into out (N rows per chunk): one
-    batched product U[c0:c1] U[r0:r1]^T, written to every full chunk at once (a strided view)
-    and to a shorter last chunk apart."""
-    n, width = u.shape[0], piece.r1 - piece.r0
-    full = [o for o, (a, b, _) in zip(out, piece.chunks) if b - a == width]
-    parts = []
-    if full:  # equally spaced chunk regions of rows, seen as one [head, chunk, row, col] view
-        gap = full[1].storage_offset() - full[0].storage_offset() if len(full) > 1 else 0
-        parts.append(full[0].as_strided((n, len(full), width, width),
-                                        (full[0].stride(0), gap, width, 1),
-                                        full[0].storage_offset()))
-    parts += [o.view(n, -1, width) for o, (a, b, _) in zip(out, piece.chunks) if b - a != width]
-    bmm_nt(u[:, piece.c0:piece.c1], u[:, piece.r0:piece.r1], out=parts)
+def _build(u: torch.Tensor, piece: Piece, out: torch.Tensor) -> None:
+    """Features of one piece for every head of u [N, d, r] into out [N, features]: one batched
+    product U[c0:c1] U[r0:r1]^T."""
+    n = u.shape[0]
+    bmm_nt(u[:, piece.c0:piece.c1], u[:, piece.r0:piece.r1],
+           out=out.view(n, piece.c1 - piece.c0, piece.r1 - piece.r0))
 
 
 @dataclass(frozen=True)
@@ -163,8 +137,8 @@ class _Groups:
     """Target-only roles, built together a few layers at a time, layer-major: the rows of
     layer l are [role 1 heads, role 2 heads, ...], ``per_layer`` rows in all."""
 
-    names: list[Hashable]
-    offsets: dict[Hashable, int]  # first row of each role within a layer
+    names: list[str]
+    offsets: dict[str, int]  # first row of each role within a layer
     per_layer: int
     bounds: list[tuple[int, int]]
 
@@ -174,7 +148,7 @@ class _Groups:
         return max((g1 - g0 for g0, g1 in self.bounds), default=0) * self.per_layer
 
 
-def _plan_groups(ops: dict[Hashable, _Operand], names: list[Hashable]) -> _Groups:
+def _plan_groups(ops: dict[str, _Operand], names: list[str]) -> _Groups:
     offsets, per_layer = {}, 0
     for t in names:
         offsets[t] = per_layer
@@ -186,7 +160,7 @@ def _plan_groups(ops: dict[Hashable, _Operand], names: list[Hashable]) -> _Group
     return _Groups(names, offsets, per_layer, [(g, min(hi, g + size)) for g in range(lo, hi, size)])
 
 
-def _gram_pass(ops: dict[Hashable, _Operand], products: list[Product], order: str,
+def _gram_pass(ops: dict[str, _Operand], products: list[Product], order: str,
                out: dict[Product, torch.Tensor], work_bytes: int) -> None:
     """Accumulate <P_s, P_t> into out[(s, t)] [L * Hs, L * Ht] (float64) for every kept pair.
 
@@ -203,9 +177,7 @@ def _gram_pass(ops: dict[Hashable, _Operand], products: list[Product], order: st
     full_rows = {k: (ops[k].hi - ops[k].lo) * ops[k].heads for k in sources}
     per_feature = (sum(full_rows.values()) + groups.rows) * first.element_size()
     block = max(8, min(_BLOCK, math.isqrt(max(1, work_bytes // per_feature))))
-    native = device.type == "cpu" and dtype == torch.float32 and native_available()
-    tall = _HEIGHT_NATIVE if native else _HEIGHT
-    height = max(block, min(tall, work_bytes // (per_feature * block)))
+    height = max(block, min(_HEIGHT, work_bytes // (per_feature * block)))
     plan = piece_plan(d, block, height)
     size = max(p.features for p in plan)
     fbuf = {k: torch.empty(n * size, dtype=dtype, device=device) for k, n in full_rows.items()}
@@ -219,7 +191,7 @@ def _gram_pass(ops: dict[Hashable, _Operand], products: list[Product], order: st
     for i, piece in enumerate(plan):
         feats = {}
         for s in sources:
-            feats[s] = _segs(fbuf[s], full_rows[s], piece)
+            feats[s] = _feature_rows(fbuf[s], full_rows[s], piece)
             _build(ops[s].rows(ops[s].lo, ops[s].hi), piece, feats[s])
         for s, t in products:  # targets that are sources too: read their full features
             if t not in feats:
@@ -229,8 +201,8 @@ def _gram_pass(ops: dict[Hashable, _Operand], products: list[Product], order: st
                 sa, sb, ta, tb = max(sa, ls), min(sb, ops[s].hi), max(ta, lt), min(tb, ops[t].hi)
                 if sa < sb and ta < tb:
                     _addmm_piece(acc[(s, t)][sa * hs:sb * hs, ta * ht:tb * ht],
-                                 _take(feats[s], (sa - ls) * hs, (sb - ls) * hs),
-                                 _take(feats[t], (ta - lt) * ht, (tb - lt) * ht), piece)
+                                 feats[s][(sa - ls) * hs:(sb - ls) * hs],
+                                 feats[t][(ta - lt) * ht:(tb - lt) * ht], piece)
         for bounds in groups.bounds:
             _group_products(ops, order, piece, bounds, groups, feats, gbuf, wide, acc)
         pending += piece.features
@@ -252,19 +224,19 @@ def _gram_pass(ops: dict[Hashable, _Operand], products: list[Product], order: st
             out[st].view(n_layers, hs, n_layers, ht).mul_(keep[:, None, :, None])
 
 
-def _group_products(ops: dict[Hashable, _Operand], order: str, piece: Piece,
-                    bounds: tuple[int, int], groups: _Groups, feats: dict[Hashable, Segs],
-                    gbuf: torch.Tensor, wide: dict[Hashable, torch.Tensor],
+def _group_products(ops: dict[str, _Operand], order: str, piece: Piece,
+                    bounds: tuple[int, int], groups: _Groups, feats: dict[str, torch.Tensor],
+                    gbuf: torch.Tensor, wide: dict[str, torch.Tensor],
                     acc: dict[Product, torch.Tensor]) -> None:
     """Build the target-only roles' features for layers [g0, g1) and add every source's
     products with them."""
     g0, g1 = bounds
     per = groups.per_layer
-    flat = _segs(gbuf, (g1 - g0) * per, piece)
+    flat = _feature_rows(gbuf, (g1 - g0) * per, piece)
 
-    def rows(layer: int, t: Hashable) -> Segs:  # role t's rows of one layer
+    def rows(layer: int, t: str) -> torch.Tensor:  # role t's rows of one layer
         start = (layer - g0) * per + groups.offsets[t]
-        return _take(flat, start, start + ops[t].heads)
+        return flat[start:start + ops[t].heads]
 
     for layer in range(g0, g1):
         for t in groups.names:
@@ -276,10 +248,10 @@ def _group_products(ops: dict[Hashable, _Operand], order: str, piece: Piece,
         if s in wide and cover and rect_area([cover]) <= _COVER_SLACK * rect_area(rects):
             rects = [cover]  # one large product; the dropped pairs are zeroed at the end
         for sa, sb, ta, tb in rects:
-            a = _take(fs, (sa - ls) * hs, (sb - ls) * hs)
+            a = fs[(sa - ls) * hs:(sb - ls) * hs]
             if s in wide:
                 _addmm_piece(wide[s][sa * hs:sb * hs, ta * per:tb * per], a,
-                             _take(flat, (ta - g0) * per, (tb - g0) * per), piece)
+                             flat[(ta - g0) * per:(tb - g0) * per], piece)
                 continue
             for t in groups.names:  # a source reading only some of the roles
                 if (s, t) not in acc:
@@ -313,7 +285,7 @@ def _block_area(blocks: list[Rect], hs: int, ht: int) -> int:
 
 
 def sq_overlaps(
-    bases: dict[Hashable, torch.Tensor],
+    bases: Mapping[str, torch.Tensor],
     products: Sequence[Product],
     *,
     order: str = "forward",
@@ -334,6 +306,9 @@ def sq_overlaps(
     if method not in ("auto", "gram", "overlap"):
         raise InvalidInput(f"method must be one of ['auto', 'gram', 'overlap'], got {method!r}")
     products = list(dict.fromkeys(products))
+    unknown = sorted({x for st in products for x in st} - set(bases))
+    if not bases or unknown:
+        raise InvalidInput(f"products name bases that were not given: {unknown or 'no bases'}")
     dtype = next(iter(bases.values())).dtype
     for v in bases.values():
         dtype = torch.promote_types(dtype, v.dtype)
@@ -351,7 +326,7 @@ def sq_overlaps(
         return {st: v.view(L, shapes[st[0]][1], L, shapes[st[1]][1]) for st, v in out.items()}
     s_lo, s_hi = min(b[0] for b in blocks), max(b[1] for b in blocks)
     t_lo, t_hi = min(b[2] for b in blocks), max(b[3] for b in blocks)
-    ops: dict[Hashable, _Operand] = {}
+    ops: dict[str, _Operand] = {}
     for k in dict.fromkeys(x for st in products for x in st):
         is_s = any(s == k for s, _ in products)
         is_t = any(t == k for _, t in products)

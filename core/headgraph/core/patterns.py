@@ -9,6 +9,7 @@ score (it can only attend to itself), as are padding positions.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -126,8 +127,9 @@ class BridgePatternSource:
 
 def _tokenize(source: PatternSource, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
     """(ids, mask) from ``source.tokenize`` or, for a bare PatternSource, per-prompt lengths."""
-    tokenize = getattr(source, "tokenize", None)
-    if callable(tokenize):
+    tokenize: Callable[[list[str]], tuple[torch.Tensor, torch.Tensor]] | None = getattr(
+        source, "tokenize", None)
+    if tokenize is not None:
         return tokenize(prompts)
     ids = source.to_tokens(prompts)
     lengths = torch.tensor([source.to_tokens([p]).shape[-1] for p in prompts], device=ids.device)
@@ -136,7 +138,7 @@ def _tokenize(source: PatternSource, prompts: list[str]) -> tuple[torch.Tensor, 
 
 
 def _patterns(source: PatternSource, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    fn = source.attention_patterns
+    fn: Callable[..., torch.Tensor] = source.attention_patterns  # may take attention_mask=
     if "attention_mask" in inspect.signature(fn).parameters:
         pats = fn(ids, attention_mask=mask)
     else:
@@ -184,9 +186,11 @@ def induction_tokens(source: PatternSource, *, length: int, batch: int, seed: in
     Tokens of r are distinct (drawn without replacement from ``source.token_pool()`` or
     range(d_vocab)) so every second-copy position has exactly one earlier occurrence.
     """
-    pool_fn = getattr(source, "token_pool", None)
-    pool = pool_fn() if callable(pool_fn) else torch.arange(int(source.d_vocab))
-    pool = pool.to("cpu")
+    pool_fn: Callable[[], torch.Tensor] | None = getattr(source, "token_pool", None)
+    d_vocab = getattr(source, "d_vocab", None)
+    if pool_fn is None and d_vocab is None:
+        raise UnsupportedModel("the pattern source has neither token_pool() nor d_vocab")
+    pool = (pool_fn() if pool_fn is not None else torch.arange(int(d_vocab or 0))).to("cpu")
     if len(pool) < length:
         raise InvalidInput(f"vocabulary of {len(pool)} tokens is too small for length {length}")
     gen = torch.Generator().manual_seed(seed)

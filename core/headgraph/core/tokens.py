@@ -87,8 +87,10 @@ def subspace_token_scores(U: torch.Tensor, W_U: torch.Tensor, k: int,
     k = min(int(k), V)
     Ut = U.transpose(1, 2).reshape(N * r, d)
     tile = max(1, tile_elements // max(N * r, 1))
-    mean = sum(W[:, v0: v0 + tile].to(torch.float64).sum(dim=1) for v0 in range(0, V, tile)) / V
-    mean = mean.to(dtype)[:, None]  # centre over the vocabulary
+    total = torch.zeros(d, dtype=torch.float64, device=U.device)
+    for v0 in range(0, V, tile):
+        total += W[:, v0: v0 + tile].to(torch.float64).sum(dim=1)
+    mean = (total / V).to(dtype)[:, None]  # centre over the vocabulary
     best_s = torch.empty(N, 0, dtype=dtype, device=U.device)
     best_i = torch.empty(N, 0, dtype=torch.long, device=U.device)
     for v0 in range(0, V, tile):
