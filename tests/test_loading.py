@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib.resources
 import json
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -276,10 +275,26 @@ def test_remote_code_is_never_run(tmp_path):
 
 # -- hub, offline -------------------------------------------------------------------------------
 
-def test_hub_name_offline_is_model_unavailable_fast(monkeypatch, tmp_path):
+def test_hub_name_offline_is_model_unavailable_without_a_download(monkeypatch, tmp_path):
+    # Neither case tries a download (no boot, so no retry loop): offline is decided from the
+    # environment alone, an unreachable hub from exactly one bounded connection probe.
+    import headgraph.core.hf_hub as hf_hub
+    import headgraph.core.loading as loading
+
+    def no_boot(*args, **kwargs):
+        raise AssertionError("a download was attempted")
+
+    probes = []
+    real_probe = hf_hub.hub_reachable
+
+    def probe(timeout: float = 2.0) -> bool:
+        probes.append(timeout)
+        return real_probe(timeout)
+
+    monkeypatch.setattr(loading, "_boot", no_boot)
+    monkeypatch.setattr(hf_hub, "hub_reachable", probe)
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # an empty cache
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    start = time.time()
     with pytest.raises(ModelUnavailable) as err:
         load_model("headgraph-test/tiny-model")
     msg = str(err.value)
@@ -289,9 +304,10 @@ def test_hub_name_offline_is_model_unavailable_fast(monkeypatch, tmp_path):
     monkeypatch.delenv("HF_HUB_OFFLINE")
     monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)  # tests/conftest.py sets it
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    assert probes == []  # offline: no network probe at all
     with pytest.raises(ModelUnavailable, match="cannot be reached"):
         load_model("headgraph-test/tiny-model")
-    assert time.time() - start < 10
+    assert probes == [2.0]  # one probe with its bounded timeout, then the error
     with pytest.raises(HeadgraphError, match="not 'demo'"):
         load_model("not a model name!")
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from headgraph.core.byte_tokenizer import has_tokenizer
-from headgraph.core.errors import HeadgraphError, ModelUnavailable
+from headgraph.core.errors import InvalidInput, ModelUnavailable
 
 # A cached snapshot counts as complete only with one of these (and a tokenizer).
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
@@ -81,10 +81,10 @@ def how_to_get(name: str) -> str:
 
 
 def check_hub_name(name: str) -> None:
-    """HeadgraphError unless ``name`` looks like a hub repo id (``owner/model`` or ``model``)."""
+    """InvalidInput unless ``name`` looks like a hub repo id (``owner/model`` or ``model``)."""
     if not re.fullmatch(r"[A-Za-z0-9][\w.\-]*(/[\w.\-]+)?", name):
-        raise HeadgraphError(f"{name!r} is not 'demo', 'random:<preset>', an existing folder "
-                             "or a Hugging Face model name")
+        raise InvalidInput(f"{name!r} is not 'demo', 'random:<preset>', an existing folder "
+                           "or a Hugging Face model name")
 
 
 def hub_unavailable(name: str) -> ModelUnavailable | None:
