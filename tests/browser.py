@@ -100,6 +100,14 @@ def click_point(page: Any, graph_id: str, x: float, y: float, *, expect: Any = N
                 raise
 
 
+def controls_settled(page: Any, timeout_ms: int = 30_000) -> None:
+    """Wait until the controls show the page's current URL (they are rebuilt from it on every
+    change, so typing into a control that is about to be replaced would be lost)."""
+    page.wait_for_function(
+        """() => { const el = document.getElementById('controls-dynamic');
+                   return el && el.dataset.rendered === window.location.search; }""", timeout=timeout_ms)
+
+
 def query_of(url: str) -> dict[str, str]:
     from urllib.parse import parse_qs, urlparse
 

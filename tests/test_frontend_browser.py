@@ -16,8 +16,8 @@ import httpx
 import pytest
 from playwright.sync_api import Page, sync_playwright
 
-from browser import (Server, click_point, figure, launch_browser, query_of, start_server, wait_figure,
-                     wait_until)
+from browser import (Server, click_point, controls_settled, figure, launch_browser, query_of, start_server,
+                     wait_figure, wait_until)
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -200,16 +200,23 @@ def test_graph_node_and_edge_clicks_open_panels_and_update_url(server: Server, p
 def test_copied_link_reproduces_view_in_new_context(server: Server, browser: Any, page: Page) -> None:
     page.goto(server.url + "/")
     stat(page, "edges")
+    controls_settled(page)
     page.click("#tab-heatmap")
+    wait_until(lambda: query_of(page.url).get("view") == "heatmap", 15, message="heatmap tab", page=page)
+    controls_settled(page)
     page.check("#metric-radio input[value='z']")
+    wait_until(lambda: query_of(page.url).get("metric") == "z", 15, message="metric in URL", page=page)
+    controls_settled(page)
     page.locator("#pairing-select").click()
     page.get_by_role("option", name="OQ", exact=True).click()
     wait_until(lambda: query_of(page.url).get("pairing") == "OQ" and query_of(page.url).get("metric") == "z",
                15, message="URL state", page=page)
     fig = wait_figure(page, "heatmap", lambda f: "OQ" in f["layout"]["title"]["text"]
                       and "z-score" in f["layout"]["title"]["text"])
+    share = page.locator("#share-url")
+    wait_until(lambda: query_of(share.input_value()).get("pairing") == "OQ", 15, message="share link", page=page)
     page.locator("#copy-link").click()
-    link = page.locator("#share-url").input_value()
+    link = share.input_value()
     assert query_of(link)["view"] == "heatmap" and query_of(link)["pairing"] == "OQ"
     # A fresh context (no cookies, no storage) opens the copied link.
     ctx = browser.new_context(viewport={"width": 1500, "height": 1000})
@@ -338,6 +345,7 @@ def test_offline_hub_model_is_disabled_with_message(server: Server, page: Page) 
     msg = page.locator("#model-message")
     wait_until(lambda: models["gpt2"]["message"] in msg.inner_text(), 30, message="offline message", page=page)
     assert page.locator("#compute-btn").is_disabled()
+    controls_settled(page)
     page.locator("#model-select").click()
     option = page.get_by_role("option", name="gpt2 — not available offline")
     option.wait_for(timeout=10_000)
@@ -352,27 +360,35 @@ def test_threshold_slider_k_input_and_force_layout(server: Server, page: Page) -
     expected = api(server, "/api/graph", model="demo", pairings="OK", threshold=5.5)
     assert int(stat(page, "edges")) == sum(expected["edge_counts"].values())
     assert float(stat(page, "threshold")) == 5.5
+    controls_settled(page)
     assert page.locator("#threshold-box").is_visible() and not page.locator("#k-input").is_visible()
     # Keyboard on the slider handle moves the threshold; the graph follows the API for it.
+    grid = api(server, "/api/pk", model="demo", pairing="OK")
     handle = page.locator("#threshold-slider [role=slider]").first
+    # The slider's range comes with the graph (the OK scores' span); then it is rebuilt from the URL.
+    wait_until(lambda: handle.count() and float(handle.get_attribute("aria-valuemax") or "nan") == grid["max"],
+               30, message="slider range", page=page)
+    controls_settled(page)
     handle.focus()
     handle.press("End")  # to the slider's maximum = the largest OK score
     wait_until(lambda: float(query_of(page.url).get("threshold", "5.5")) > 5.5, 15, message="threshold moved",
                page=page)
     thr = float(query_of(page.url)["threshold"])
-    grid = api(server, "/api/pk", model="demo", pairing="OK")
     assert thr == grid["max"]
     moved = api(server, "/api/graph", model="demo", pairings="OK", threshold=thr)
     wait_until(lambda: stat(page, "threshold") == f"{thr:.4g}", 20, message="graph re-rendered", page=page)
     assert int(stat(page, "edges")) == sum(moved["edge_counts"].values()) < sum(expected["edge_counts"].values())
     # Back to top-k with k typed in, then the force layout.
     page.check("#rule-radio input[value='topk']")
+    wait_until(lambda: query_of(page.url).get("rule") == "topk", 15, message="top-k rule", page=page)
+    controls_settled(page)
     page.locator("#k-input").fill("3")
     page.locator("#k-input").press("Enter")
     wait_until(lambda: query_of(page.url).get("k") == "3" and query_of(page.url).get("rule") == "topk", 15,
                message="k in URL", page=page)
     wait_until(lambda: stat(page, "edges") == "3", 20, message="3 edges", page=page)
     grid = wait_figure(page, "graph", lambda f: len(trace_points(f, "edge")) == 3)
+    controls_settled(page)
     page.check("#layout-radio input[value='force']")
     force = wait_figure(page, "graph", lambda f: len(trace_points(f, "edge")) == 3
                         and not any(t.get("name") == "no edge" for t in f["data"]))

@@ -209,7 +209,9 @@ def test_view_callbacks_render_the_api_data(in_app: None, api: ApiClient, comput
 
 
 def test_controls_are_built_from_the_url(in_app: None) -> None:
-    _, tabs, groups = render_controls("?model=demo&view=heatmap&pairing=OV&metric=z", None, None, None)
+    search = "?model=demo&view=heatmap&pairing=OV&metric=z"
+    _, tabs, groups, rendered = render_controls(search, None, None, None)
+    assert rendered == "(loading)" and render_controls(search, [], [], None)[3] == search
     by_id = {g.id: g for g in groups}
     assert by_id["ctl-pairing"].children[1].value == "OV"
     assert by_id["ctl-metric"].children[1].value == "z"

@@ -21,11 +21,6 @@ DOWNLOADABLE: tuple[str, ...] = ("graph", "heatmap", "head-grid", "scatter", "kl
                                  "null-fig", "token-grid", "patterns", "cosines")
 
 
-def _group(name: str, label: str, *children: object) -> html.Div:
-    return html.Div([html.Label(label, className="ctl-label"), *children],
-                    id=f"ctl-{name}", className="ctl-group")
-
-
 def download_bar(fig_id: str) -> html.Div:
     """PNG / SVG / CSV buttons under a figure and their dcc.Download."""
     return html.Div([

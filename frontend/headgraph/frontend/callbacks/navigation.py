@@ -70,16 +70,21 @@ def slider_for(state: ViewState, slider_range: dict[str, Any] | None) -> dict[st
 
 
 @callback(Output("model-select-box", "children"), Output("view-tabs", "children"),
-          Output("controls-dynamic", "children"),
+          Output("controls-dynamic", "children"), Output("controls-dynamic", "data-rendered"),
           Input("url", "search"), Input("models-store", "data"), Input("labels-store", "data"),
           Input("slider-range", "data"))
 def render_controls(search: str | None, models: list[dict[str, Any]] | None,
                     label_sets: list[dict[str, Any]] | None,
-                    slider_range: dict[str, Any] | None) -> tuple[Any, Any, Any]:
-    """URL -> the model dropdown, the view tabs (links) and every control, valued from the URL."""
+                    slider_range: dict[str, Any] | None) -> tuple[Any, Any, Any, str]:
+    """URL -> the model dropdown, the view tabs (links) and every control, valued from the URL.
+
+    ``data-rendered`` names the query the controls show once the model and label-set lists
+    are in too (tests wait for it before typing into a control).
+    """
     state = state_of(search, label_sets)
+    rendered = (search or "") if models is not None and label_sets is not None else "(loading)"
     return (model_dropdown(state, models), tab_links(state),
-            control_groups(state, vocab(), label_sets, slider_for(state, slider_range)))
+            control_groups(state, vocab(), label_sets, slider_for(state, slider_range)), rendered)
 
 
 def visibility(state: ViewState) -> list[Any]:
