@@ -94,9 +94,8 @@ def test_a_killed_compute_process_fails_the_call_and_is_replaced(services):
     key = services.cache.key(ref, "reference", samples=20000)
     t = threading.Thread(target=slow)
     t.start()
-    deadline = time.monotonic() + 30
     while "lock:" + key not in services.store.meta:  # the child is inside the computation
-        assert time.monotonic() < deadline and not outcome, outcome
+        assert not outcome, outcome  # (it must not have finished before we saw it start)
         time.sleep(0.005)
     os.kill(children[0].pid, signal.SIGKILL)
     t.join(60)

@@ -12,8 +12,8 @@ take the API down.
 The child builds its services with the ``worker_factory`` the composition root hands the
 pool (this module imports neither the services nor the composition root). Errors cross the
 process boundary as plain data and are rebuilt as the same kinds of exceptions (core
-HeadgraphError subclasses, API errors); anything unexpected becomes ComputeFailed, whose
-traceback is logged by the child.
+HeadgraphError subclasses, API errors: 4xx); anything else, a bare ValueError included,
+becomes ComputeFailed (a 500), whose traceback is logged by the child.
 """
 
 from __future__ import annotations
@@ -125,9 +125,7 @@ def run_task(settings: Settings, factory: WorkerFactory, task: Task) -> tuple[st
     except ApiError as err:
         return "error", {"kind": "api", "cls": type(err).__name__, "status": err.status,
                          "message": err.message, "allowed": err.allowed}
-    except ValueError as err:
-        return "error", {"kind": "value", "cls": type(err).__name__, "message": str(err)}
-    except Exception as err:
+    except Exception as err:  # a bug (ValueError included): logged here with its traceback
         log.error("task %r failed: %s: %s", task, type(err).__name__, one_line(err), exc_info=err)
         return "error", {"kind": "internal", "cls": type(err).__name__, "message": one_line(err)}
 
@@ -144,8 +142,6 @@ def rebuild_error(info: dict[str, Any]) -> Exception:
         return cls(message)
     if kind == "api":
         return ApiError(message, status=int(info.get("status", 400)), allowed=info.get("allowed"))
-    if kind == "value":
-        return ValueError(message)
     return ComputeFailed(f"{info.get('cls', 'error')} in a computation: {message}")
 
 

@@ -1,8 +1,10 @@
 """API errors and the exception handlers that turn every failure into a JSON answer.
 
-Clients never see a stack trace: core's HeadgraphError family and ValueError become 4xx
-with their one-line message; anything else becomes a generic 500 whose traceback is
-logged server-side only.
+Clients never see a stack trace: the server's ApiError family and core's HeadgraphError
+family (InvalidInput, ModelUnavailable, PathNotAllowed, UnsupportedModel) are what a caller
+caused and become 4xx with their one-line message (and the allowed values, when there is a
+list); anything else, a bare ValueError included, is a bug and becomes a generic 500 whose
+traceback is logged server-side only.
 """
 
 from __future__ import annotations
@@ -62,7 +64,8 @@ def error_body(status: int, message: str, **extra: Any) -> dict[str, Any]:
 
 
 def status_for(err: HeadgraphError) -> int:
-    """HTTP status of a core error: offline model 404, refused path 403, other 422."""
+    """HTTP status of a core error: offline model 404, refused path 403, other (InvalidInput,
+    UnsupportedModel, ...) 422."""
     if isinstance(err, ModelUnavailable):
         return 404
     if isinstance(err, PathNotAllowed):
@@ -84,14 +87,9 @@ def install_handlers(app: FastAPI) -> None:
         status = status_for(err)
         log.warning("%s %s -> %d %s: %s", request.method, request.url.path, status,
                     type(err).__name__, one_line(err))
-        return JSONResponse(error_body(status, one_line(err, 1000), type=type(err).__name__),
+        return JSONResponse(error_body(status, one_line(err, 1000), type=type(err).__name__,
+                                       allowed=getattr(err, "allowed", None)),
                             status_code=status)
-
-    @app.exception_handler(ValueError)
-    async def _value_error(request: Request, err: ValueError) -> JSONResponse:
-        log.warning("%s %s -> 422 %s: %s", request.method, request.url.path,
-                    type(err).__name__, one_line(err))
-        return JSONResponse(error_body(422, one_line(err, 1000)), status_code=422)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, err: RequestValidationError) -> JSONResponse:
@@ -111,6 +109,7 @@ def install_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, err: Exception) -> JSONResponse:
+        # ValueError, TypeError, ComputeFailed...: never the caller's message or traceback.
         log.error("%s %s -> 500 %s: %s", request.method, request.url.path, type(err).__name__,
                   one_line(err), exc_info=err)
         return JSONResponse(error_body(500, "internal error; see the server log"), status_code=500)

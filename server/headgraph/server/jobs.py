@@ -182,7 +182,7 @@ class JobManager:
             done = run_compute(self.scores, self.catalog, ref, pairings, progress)
         except Exception as err:
             msg = one_line(err) or type(err).__name__
-            expected = isinstance(err, (HeadgraphError, ApiError, ValueError))
+            expected = isinstance(err, (HeadgraphError, ApiError))
             log.error("job %s (%s) failed: %s: %s", job_id, ref.id, type(err).__name__, msg,
                       exc_info=None if expected else err)  # tracebacks only for the unexpected
             self._update(job_id, state="failed", error=msg, message=msg)
