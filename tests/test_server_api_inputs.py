@@ -213,3 +213,43 @@ def test_bad_inputs_are_4xx_with_messages(api, tmp_path):
     msg = err(api.get("/api/no/such/endpoint"), 404)
     assert "no API endpoint" in msg
     assert api.post("/api/pk").status_code in (404, 405)
+
+
+def test_error_mapping_caller_faults_are_4xx_bugs_are_a_generic_500(caplog):
+    """errors.install_handlers on an app of its own: core's HeadgraphError family is the
+    caller's fault (4xx, its message, the allowed values); a bare ValueError is a bug (500,
+    generic message, traceback only in the log, never a path in the body)."""
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    from headgraph.core.errors import InvalidInput, PathNotAllowed
+    from headgraph.core.vocabulary import check_pairing
+    from headgraph.server.errors import install_handlers
+
+    app = FastAPI()
+    install_handlers(app)
+
+    @app.get("/invalid")
+    def invalid() -> None:
+        check_pairing("XY")
+
+    @app.get("/path")
+    def path() -> None:
+        raise PathNotAllowed("/models/x is outside the model root")
+
+    @app.get("/bug")
+    def bug() -> None:
+        raise ValueError("/home/someone/secret.py: shape mismatch")
+
+    with TestClient(app, raise_server_exceptions=False) as client:
+        body = client.get("/invalid").json()["error"]
+        assert body["status"] == 422 and "XY" in body["message"]
+        assert body["type"] == InvalidInput.__name__ and "OK" in body["allowed"]
+        assert client.get("/path").status_code == 403
+        with caplog.at_level("ERROR", logger="headgraph.errors"):
+            resp = client.get("/bug")
+        assert resp.status_code == 500
+        assert resp.json() == {"error": {"status": 500, "message": "internal error; see the server log"}}
+        assert "secret" not in resp.text and "Traceback" not in resp.text
+        logged = [r for r in caplog.records if r.levelname == "ERROR"]
+        assert logged and logged[-1].exc_info is not None  # the traceback is in the log
