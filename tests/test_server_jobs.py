@@ -32,20 +32,23 @@ def server(cache_dir):
 
 
 class HealthProbe:
-    """Polls /api/health every 20 ms in a thread and records each answer's latency."""
+    """Polls /api/health every 20 ms in a thread and records when each answer began and ended."""
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self.latencies: list[float] = []
+        self.spans: list[tuple[float, float]] = []
+        self.failures: list[int] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        with httpx.Client(timeout=10) as c:
+        with httpx.Client(timeout=60) as c:
             while not self._stop.is_set():
                 t0 = time.perf_counter()
-                assert c.get(self.url + "/api/health").status_code == 200
-                self.latencies.append(time.perf_counter() - t0)
+                status = c.get(self.url + "/api/health").status_code
+                self.spans.append((t0, time.perf_counter()))
+                if status != 200:
+                    self.failures.append(status)
                 time.sleep(0.02)
 
     def __enter__(self) -> HealthProbe:
@@ -54,21 +57,20 @@ class HealthProbe:
 
     def __exit__(self, *exc) -> None:
         self._stop.set()
-        self._thread.join(15)
+        self._thread.join(60)
 
 
-def assert_responsive(latencies: list[float]) -> None:
-    """/api/health kept answering while computations ran.
+def assert_answered_during(probe: HealthProbe, start: float, end: float) -> None:
+    """/api/health kept answering while the computation ran: several probes both began and
+    were answered between ``start`` and ``end`` (the computation's span).
 
-    A blocked event loop would show up as one probe lasting as long as the computation
-    (seconds); this shared 2-CPU test machine adds one-off scheduler stalls of the probing
-    client itself, so the bound is on the 95th percentile (200 ms) plus a hard cap (1 s).
+    An event loop blocked by the computation would hold every probe sent meanwhile until
+    the computation ended, so none would complete inside the span. This orders events on
+    one clock; it bounds no latency.
     """
-    assert len(latencies) >= 5
-    ordered = sorted(latencies)
-    p95 = ordered[int(0.95 * (len(ordered) - 1))]
-    assert p95 < 0.2, ordered[-10:]
-    assert ordered[-1] < 1.0, ordered[-10:]
+    assert not probe.failures, probe.failures
+    inside = [s for s in probe.spans if start <= s[0] and s[1] <= end]
+    assert len(inside) >= 3, (len(probe.spans), end - start)
 
 
 def stats(url: str) -> dict:
@@ -82,14 +84,19 @@ def test_cold_key_hit_by_16_clients_is_computed_once(server):
     answers: list[httpx.Response] = []
     lock = threading.Lock()
 
+    answered: list[float] = []
+
     def client():
         with httpx.Client(timeout=300) as c:
             barrier.wait()
             r = c.get(server.url + "/api/reference", params={"model": "demo"})
             with lock:
+                answered.append(time.perf_counter())
                 answers.append(r)
 
     with HealthProbe(server.url) as probe:
+        time.sleep(0.2)
+        started = time.perf_counter()
         threads = [threading.Thread(target=client) for _ in range(16)]
         for t in threads:
             t.start()
@@ -103,7 +110,7 @@ def test_cold_key_hit_by_16_clients_is_computed_once(server):
     null_keys = [k for k in counts if "/null?" in k]
     assert len(ref_keys) == 1 and len(null_keys) == 3
     assert all(v == 1 for v in counts.values()), counts  # nothing computed twice
-    assert_responsive(probe.latencies)
+    assert_answered_during(probe, started, min(answered))
 
 
 def test_compute_needs_the_token(server):
@@ -136,6 +143,8 @@ def _finished(url: str, job_id: str) -> dict:
 def test_compute_job_progress_idempotency_and_cached_listing(server):
     url = server.url + "/api/models/compute"
     with HealthProbe(server.url) as probe:
+        time.sleep(0.2)
+        started = time.perf_counter()
         first = httpx.post(url, params={"model": "demo", "pairings": ALL_PAIRINGS}, headers=AUTH, timeout=30)
         assert first.status_code == 202, first.text
         job = first.json()["job"]
@@ -152,11 +161,12 @@ def test_compute_job_progress_idempotency_and_cached_listing(server):
             if state["state"] in ("done", "failed"):
                 break
             time.sleep(0.05)
+        finished = time.perf_counter()
     assert state["state"] == "done", state
     assert state["fraction"] == 1.0 and fractions == sorted(fractions)
     assert len(stages) >= 2
     assert {"pk QK", "pk OO", "cs Q", "cs K", "cs V", "reference", "patterns"} <= set(state["computed"])
-    assert_responsive(probe.latencies)
+    assert_answered_during(probe, started, finished)
 
     models = {m["id"]: m for m in httpx.get(server.url + "/api/models", timeout=30).json()["models"]}
     cached = models["demo"]["cached"]
