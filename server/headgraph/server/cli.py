@@ -19,7 +19,7 @@ from pathlib import Path
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from headgraph.core.vocabulary import DEFAULT_K, K_MAX, LAYER_ORDERS, RANK_METRICS
+from headgraph.core.vocabulary import DEFAULT_K, GRAPH_PAIRINGS, K_MAX, LAYER_ORDERS, RANK_METRICS
 from headgraph.server.settings import Settings
 
 if TYPE_CHECKING:
@@ -261,7 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("compute", help="precompute and cache everything for one model")
     c.add_argument("model", help="registry name (demo, gpt2, ...) or a local checkpoint folder")
-    c.add_argument("--pairings", default="OQ,OK,OV")
+    c.add_argument("--pairings", default=",".join(GRAPH_PAIRINGS))
     c.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     cache_opt(c)
     c.set_defaults(func=cmd_compute)
@@ -291,7 +291,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="examples: headgraph hubs gpt2 | headgraph hubs ./my-checkpoint --json | "
                "headgraph hubs demo --pairings OK --top 10")
     h.add_argument("model", help="registry name (demo, gpt2, ...) or a local checkpoint folder")
-    h.add_argument("--pairings", default="OQ,OK,OV", help="comma-separated pairings (paper: OQ,OK,OV)")
+    h.add_argument("--pairings", default=",".join(GRAPH_PAIRINGS), help="comma-separated pairings (paper: OQ,OK,OV)")
     h.add_argument("--top", type=int, default=DEFAULT_K,
                    help=f"edges kept per pairing, the K of top-K (paper: 20; 1..{K_MAX})")
     h.add_argument("--rows", type=int, default=None, help="print only the first N ranked nodes")

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from headgraph.core.types import ModelInfo, PairScores
+from headgraph.core.vocabulary import head_label
 from headgraph.server.errors import NotFound
 
 _NODE_RE = re.compile(r"^\s*L(\d+)(H|KV)(\d+)\s*$", re.IGNORECASE)
@@ -96,8 +97,7 @@ def axis_labels(info: ModelInfo, role: str) -> list[str]:
     """Names of one role axis, flattened [layer, head]: "L3H5", or "L3KV1" for GQA K/V."""
     grouped = role_is_grouped(info, role)
     n = info.heads_of(role)
-    return [f"L{layer}KV{h}" if grouped else f"L{layer}H{h}"
-            for layer in info.layer_indices for h in range(n)]
+    return [head_label(layer, h, kv=grouped) for layer in info.layer_indices for h in range(n)]
 
 
 def parse_node(name: str, role: str, info: ModelInfo) -> tuple[int, int]:
