@@ -8,6 +8,7 @@ and never the frontend, and the frontend needs neither (it talks HTTP); all thre
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -29,9 +30,13 @@ def canonical(name: str) -> str:
 
 @pytest.fixture(scope="module")
 def wheels(tmp_path_factory) -> dict[str, Path]:
-    out = tmp_path_factory.mktemp("wheels")
+    # Built from copies: setuptools writes build/ and *.egg-info next to the sources it builds.
+    src, out = tmp_path_factory.mktemp("src"), tmp_path_factory.mktemp("wheels")
+    junk = shutil.ignore_patterns("build", "*.egg-info", "__pycache__")
+    for part in PARTS:
+        shutil.copytree(ROOT / part, src / part, ignore=junk)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out),
-                    *(str(ROOT / part) for part in PARTS)], check=True, timeout=300)
+                    *(str(src / part) for part in PARTS)], check=True, timeout=300)
     return {part: next(out.glob(f"{stem}-*.whl")) for part, stem in PARTS.items()}
 
 
