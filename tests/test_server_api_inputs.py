@@ -190,8 +190,9 @@ def test_bad_inputs_are_4xx_with_messages(api, tmp_path):
     assert "OK" in msg and "pairing" in msg
     msg = err(api.get("/api/pair", params={"source": "L9H0", "target": "L1H0"}), 404)
     assert "layer 9" in msg
-    msg = err(api.get("/api/pair", params={"source": "head3", "target": "L1H0"}), 404)
-    assert "bad head name" in msg
+    msg = err(api.get("/api/pair", params={"source": "head3", "target": "L1H0"}), 422)
+    assert "not a head name" in msg
+    assert ok(api.get("/api/pair", params={"source": " l0h0 ", "target": "L1H0"}))["source"] == "L0H0"
     msg = err(api.get("/api/pair", params={"source": "L0H8", "target": "L1H0"}), 404)
     assert "out of range" in msg
     assert "k" in err(api.get("/api/top", params={"k": 0}), 422)

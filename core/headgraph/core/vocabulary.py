@@ -36,6 +36,7 @@ DEFAULT_K = 20  # the paper's top-20 edges per pairing
 
 HEAD_PATTERN = r"^L(\d+)(H|KV)(\d+)$"
 _HEAD_RE = re.compile(HEAD_PATTERN)
+_HEAD_INPUT_RE = re.compile(r"^\s*L(\d+)(H|KV)(\d+)\s*$", re.IGNORECASE)  # what parse accepts
 
 
 def _check(kind: str, value: str, allowed: tuple[str, ...]) -> str:
@@ -89,12 +90,15 @@ class HeadRef:
 
     @classmethod
     def parse(cls, text: str) -> HeadRef:
-        """``"L9H6"`` -> HeadRef(9, 6); ``"L6KV1"`` -> HeadRef(6, 1, kv=True); else InvalidInput."""
-        m = _HEAD_RE.match(str(text).strip())
+        """``"L9H6"`` -> HeadRef(9, 6); ``"L6KV1"`` -> HeadRef(6, 1, kv=True); else InvalidInput.
+
+        Case and surrounding blanks are forgiven (``" l9h6 "``); ``label`` is always canonical.
+        """
+        m = _HEAD_INPUT_RE.match(str(text))
         if not m:
             raise InvalidInput(f"{str(text)[:40]!r} is not a head name (expected like 'L9H6', "
                                "or 'L6KV1' for a grouped key/value head)")
-        return cls(int(m.group(1)), int(m.group(3)), m.group(2) == "KV")
+        return cls(int(m.group(1)), int(m.group(3)), m.group(2).upper() == "KV")
 
     @classmethod
     def is_label(cls, text: Any) -> bool:

@@ -8,17 +8,15 @@
 from __future__ import annotations
 
 import math
-import re
 from typing import Any
 
 import numpy as np
 import torch
 
 from headgraph.core.types import ModelInfo, PairScores
-from headgraph.core.vocabulary import head_label
+from headgraph.core.vocabulary import HeadRef, head_label
 from headgraph.server.errors import NotFound
 
-_NODE_RE = re.compile(r"^\s*L(\d+)(H|KV)(\d+)\s*$", re.IGNORECASE)
 
 
 def to_numpy(t: torch.Tensor) -> np.ndarray:
@@ -101,21 +99,21 @@ def axis_labels(info: ModelInfo, role: str) -> list[str]:
 
 
 def parse_node(name: str, role: str, info: ModelInfo) -> tuple[int, int]:
-    """(layer position, head index on the role's axis) of a head name; NotFound otherwise.
+    """(layer position, head index on the role's axis) of a head name.
+
+    A malformed name is InvalidInput (core's HeadRef.parse); a well-formed name the model
+    does not have is NotFound.
 
     Accepts "L{block}H{head}" (a query head; mapped to its KV group for GQA K/V roles) and
     "L{block}KV{group}". The block must be one of the model's attention layers.
     """
-    m = _NODE_RE.match(str(name))
-    if not m:
-        raise NotFound(f"bad head name {name!r}: expected 'L<layer>H<head>' such as "
-                       f"'L{info.layer_indices[-1]}H0'")
-    layer, kind, idx = int(m.group(1)), m.group(2).upper(), int(m.group(3))
+    ref = HeadRef.parse(name)  # InvalidInput (422) for a malformed name
+    layer, idx = ref.layer, ref.head
     if layer not in info.layer_indices:
         raise NotFound(f"unknown head {name!r}: layer {layer} is not one of the attention "
                        f"layers {list(info.layer_indices)}")
     pos = info.layer_indices.index(layer)
-    if kind == "KV":
+    if ref.kv:
         if not role_is_grouped(info, role):
             raise NotFound(f"unknown head {name!r}: role {role} has no KV groups in this model")
         if idx >= info.n_kv_heads:
