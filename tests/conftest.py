@@ -107,3 +107,16 @@ def heads_from_tensors(W_Q: torch.Tensor, W_K: torch.Tensor, W_V: torch.Tensor, 
 def make_heads() -> Any:
     """Factory: ``make_heads(W_Q, W_K, W_V, W_O, layer_indices=None) -> HeadWeights``."""
     return heads_from_tensors
+
+
+@pytest.fixture(scope="module")
+def browser() -> Any:
+    """Debian's chromium through playwright, one per test module (tests/browser.py's flags)."""
+    from playwright.sync_api import sync_playwright
+
+    from browser import launch_browser
+
+    with sync_playwright() as p:
+        b = launch_browser(p)
+        yield b
+        b.close()

@@ -14,9 +14,9 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from playwright.sync_api import Page, sync_playwright
+from playwright.sync_api import Page
 
-from browser import (Server, click_point, controls_settled, figure, launch_browser, query_of, start_server,
+from browser import (Server, click_point, controls_settled, figure, query_of, start_server,
                      wait_figure, wait_until)
 
 pytestmark = pytest.mark.timeout(300)
@@ -28,14 +28,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     srv = start_server(cache)
     yield srv
     srv.stop()
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    with sync_playwright() as p:
-        b = launch_browser(p)
-        yield b
-        b.close()
 
 
 @pytest.fixture()

@@ -17,9 +17,9 @@ from typing import Any
 
 import httpx
 import pytest
-from playwright.sync_api import Page, sync_playwright
+from playwright.sync_api import Page
 
-from browser import Server, figure, launch_browser, start_server
+from browser import Server, figure, start_server
 
 TRIES = int(os.environ.get("SHARED_LINK_TRIES", "30"))
 BATCH = 3  # fresh contexts opened side by side (each checked on its own)
@@ -39,14 +39,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         yield srv
     finally:
         srv.stop()
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    with sync_playwright() as p:
-        b = launch_browser(p)
-        yield b
-        b.close()
 
 
 def api(server: Server, path: str, **params: Any) -> Any:
