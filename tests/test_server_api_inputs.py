@@ -9,9 +9,12 @@ import csv
 import io
 import json
 
+import httpx
 import networkx as nx
 import numpy as np
 import pytest
+
+from headgraph.server.launch import ServerProcess
 
 from api_support import (  # noqa: F401  (fixtures are found by name in the test module)
     DH, D, H, L, api, err, haar, model_root, ok, ref, server, top_cells,
@@ -254,3 +257,28 @@ def test_error_mapping_caller_faults_are_4xx_bugs_are_a_generic_500(caplog):
         assert "secret" not in resp.text and "Traceback" not in resp.text
         logged = [r for r in caplog.records if r.levelname == "ERROR"]
         assert logged and logged[-1].exc_info is not None  # the traceback is in the log
+
+
+def test_a_listed_random_model_is_available_offline_and_served(tmp_path):
+    """``random:`` specs in HEADGRAPH_MODELS build weights here: listed as available even with
+    the hub offline (not as a hub id to download), and served like any other model."""
+    import headgraph.core as hg
+
+    env = {"HEADGRAPH_MODELS": "demo,random:gpt2-tiny,gpt2", "HF_HUB_OFFLINE": "1",
+           "TRANSFORMERS_OFFLINE": "1", "HEADGRAPH_DEVICE": "cpu"}
+    with ServerProcess(tmp_path / "cache", workers=1, env=env) as srv, \
+            httpx.Client(base_url=srv.url, timeout=300) as client:
+        listed = {m["id"]: m for m in ok(client.get("/api/models"))["models"]}
+        assert listed["random:gpt2-tiny"]["status"] == "available"
+        assert listed["random:gpt2-tiny"]["kind"] == "random"
+        assert listed["gpt2"]["status"] == "not available offline"  # a hub id stays one
+        grid = ok(client.get("/api/pk", params={"model": "random:gpt2-tiny", "pairing": "OK"}))
+        errors = srv.server_errors()
+    assert not errors, errors
+    local = hg.projection_kernel(hg.load_heads("random:gpt2-tiny"), "OK")
+    assert np.asarray(grid["grid"]).shape == tuple(local.scores.shape) == (2, 4, 2, 4)
+    got = np.asarray([[v if v is not None else np.nan for v in row]
+                      for row in np.asarray(grid["grid"], dtype=object).reshape(8, 8)], dtype=float)
+    want = local.scores.reshape(8, 8).double().numpy()
+    valid = local.valid.reshape(8, 8).numpy()
+    assert np.allclose(got[valid], want[valid], atol=1e-5)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from headgraph.core.errors import PathNotAllowed
 from headgraph.core.hf_hub import cached_snapshot, hub_offline_flag
+from headgraph.core.random_models import RANDOM_PREFIX
 from headgraph.server.errors import NotFound
 from headgraph.server.settings import Settings
 
@@ -38,7 +39,7 @@ class ModelRef:
 
     id: str
     spec: str
-    kind: str  # "builtin" | "hub" | "local"
+    kind: str  # "builtin" | "random" | "hub" | "local"
     path: Path | None = None
 
 
@@ -69,6 +70,12 @@ def _tree_stamp(folder: Path, *, recursive: bool) -> str:
     return h.hexdigest()[:16]
 
 
+def listed_ref(name: str) -> ModelRef:
+    """A model named in HEADGRAPH_MODELS: ``random:<preset|config>[@seed]`` builds random
+    weights here (core.random_models), any other name is a Hugging Face hub id."""
+    return ModelRef(name, name, "random" if name.startswith(RANDOM_PREFIX) else "hub")
+
+
 class Registry:
     """Resolve model ids and list the models a deployment offers."""
 
@@ -91,7 +98,9 @@ class Registry:
         for name in self.settings.models:
             if name in BUILTIN_MODELS:
                 continue
-            out.append(self._hub_entry(name))
+            ref = listed_ref(name)
+            out.append(ModelEntry(ref, "available", "random weights built from a config (no download)")
+                       if ref.kind == "random" else self._hub_entry(name))
         for folder in self.local_folders():
             ref = ModelRef(LOCAL_PREFIX + folder.name, str(folder), "local", folder)
             out.append(ModelEntry(ref, "available", f"local checkpoint {folder}"))
@@ -117,7 +126,7 @@ class Registry:
         if model in BUILTIN_MODELS:
             return ModelRef(model, model, "builtin")
         if model in self.settings.models:
-            return ModelRef(model, model, "hub")
+            return listed_ref(model)
         if model.startswith(LOCAL_PREFIX):
             name = model[len(LOCAL_PREFIX):]
             for folder in self.local_folders():
@@ -151,7 +160,8 @@ class Registry:
         """Cheap identity of the weights ``ref`` loads (None: unknown until loaded).
 
         Built-in: the core package files (demo weights and code); hub: the cached snapshot
-        commit; local: names, sizes and mtimes of the folder's files.
+        commit; local: names, sizes and mtimes of the folder's files; random: None (its
+        weights are fingerprinted once built).
         """
         if ref.kind == "builtin":
             if self._builtin_stamp is None:

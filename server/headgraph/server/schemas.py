@@ -48,7 +48,7 @@ class CacheStats(BaseModel):
 
 class ModelSummary(BaseModel):
     id: str = Field(description="value to pass as ?model=")
-    kind: str = Field(description="builtin | hub | local")
+    kind: str = Field(description="builtin | random | hub | local")
     status: str = Field(description="available | not cached | not available offline")
     message: str
     info: dict[str, Any] | None = Field(None, description="ModelInfo once the model was loaded")
