@@ -123,6 +123,8 @@ def test_pair_detail(api, ref):
     mean, std = haar(DH, DH)
     assert d["z"] == pytest.approx((pk - mean) / std, abs=1e-3)
     assert 0.0 <= d["p_haar"] <= 1.0 and 0.0 <= d["p_anisotropic"] <= 1.0
+    assert d["null_samples"] > 0 and d["p_floor"] == pytest.approx(1 / (d["null_samples"] + 1))
+    assert min(d["p_haar"], d["p_anisotropic"]) >= d["p_floor"] * (1 - 1e-9)  # (k + 1) / (n + 1)
     assert len(d["source_tokens"]) == 5 and len(d["target_tokens"]) == 5
     assert d["source"] == "L0H3" and d["target"] == "L1H5" and d["forward"] is True
     back = ok(api.get("/api/pair", params={"pairing": "OK", "source": "L1H5", "target": "L0H3"}))

@@ -77,13 +77,15 @@ def heatmap_case(server: Server) -> tuple[str, Callable[[Page], bool]]:
 
 def pair_case(server: Server) -> tuple[str, Callable[[Page], bool]]:
     pair = api(server, "/api/pair", model="demo", pairing="OK", source="L0H0", target="L1H3")
+    at_floor = pair["p_haar"] <= pair["p_floor"] * (1 + 1e-9)  # no null sample as large
 
     def shown(page: Page) -> bool:
         pk = attr(page, "#pair-panel-title", "data-pk")
         return (pk is not None and float(pk) == pair["pk"]
                 and attr(page, "#pair-panel-title", "data-pair") == "L0H0,L1H3"
                 and attr(page, "#pair-panel-title", "data-pairing") == "OK"
-                and page.locator("#pair-panel").is_visible())
+                and page.locator("#pair-panel").is_visible()
+                and page.locator("#pair-p-haar").inner_text().startswith("≤ ") == at_floor)
 
     return "/?model=demo&view=heatmap&pair=L0H0,L1H3&pairing=OK", shown
 

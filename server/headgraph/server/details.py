@@ -65,6 +65,9 @@ class DetailService:
             detail["p_anisotropic"] = jsonable(float(null["p"][sl, sh, tl, th]))
             detail["significant"] = bool(null["significant"][sl, sh, tl, th])
             detail["fdr_alpha"] = null["alpha"]
+            # Monte-Carlo p-values are (k + 1) / (n + 1): none is below this floor.
+            detail["null_samples"] = int(null["samples"])
+            detail["p_floor"] = 1.0 / (int(null["samples"]) + 1)
         names = {"source": axis_labels(info, s_role)[sl * info.heads_of(s_role) + sh],
                  "target": axis_labels(info, t_role)[tl * info.heads_of(t_role) + th]}
         detail.update(names)

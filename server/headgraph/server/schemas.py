@@ -155,6 +155,10 @@ class PairOut(BaseModel):
     z: float | None = None
     p_haar: float | None = None
     p_anisotropic: float | None = None
+    null_samples: int | None = Field(None, description="null samples behind the p-values")
+    p_floor: float | None = Field(None, description="the smallest Monte-Carlo p-value, "
+                                  "1 / (null_samples + 1): a p-value there means no null sample "
+                                  "reached the observed PK")
     source_class: str | None = None
     target_class: str | None = None
     source_tokens: list[dict[str, Any]] | None = None

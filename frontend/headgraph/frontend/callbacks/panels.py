@@ -27,6 +27,13 @@ def _num(v: Any, digits: int = 4) -> str:
     return str(v)
 
 
+def p_text(p: float | None, floor: float | None) -> str:
+    """A Monte-Carlo p-value; at its floor 1/(n+1) (no null sample as large) "≤ floor"."""
+    if p is not None and floor is not None and p <= floor * (1 + 1e-9):
+        return f"≤ {floor:.2g}"
+    return _num(p, 3)
+
+
 def token_list(tokens: list[dict[str, Any]] | None) -> html.Span:
     if not tokens:
         return html.Span("–", className="tokens")
@@ -93,8 +100,8 @@ def pair_body(d: dict[str, Any], state: ViewState) -> list[Any]:
     rows = [
         ("PK", _num(d["pk"]), "pair-pk"), ("normalized", _num(d["normalized"]), "pair-normalized"),
         ("CS", _num(d.get("cs")), "pair-cs"), ("z (Haar)", _num(d.get("z"), 3), "pair-z"),
-        ("p (Haar)", _num(d.get("p_haar"), 3), "pair-p-haar"),
-        ("p (anisotropic)", _num(d.get("p_anisotropic"), 3), "pair-p-aniso"),
+        ("p (Haar)", p_text(d.get("p_haar"), d.get("p_floor")), "pair-p-haar"),
+        ("p (anisotropic)", p_text(d.get("p_anisotropic"), d.get("p_floor")), "pair-p-aniso"),
         ("FDR significant", "–" if sig is None else ("yes" if sig else "no"), "pair-sig"),
         ("ranks", " / ".join(str(r) for r in d.get("ranks", [])), "pair-ranks"),
     ]
