@@ -10,7 +10,7 @@ import pytest
 
 from headgraph.server.launch import ServerProcess
 
-TOKEN = "s3cret-token"
+TOKEN = "s3cret-token-for-the-jobs-tests"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 ALL_PAIRINGS = ",".join(a + b for a in "QKVO" for b in "QKVO")
 

@@ -19,6 +19,7 @@ from fastapi.responses import JSONResponse
 from starlette.routing import Match
 
 from headgraph.server import __version__
+from headgraph.server.access import ColdLimiter
 from headgraph.server.composition import build_services
 from headgraph.server.deps import TOKEN_MARK
 from headgraph.server.errors import error_body, install_handlers
@@ -142,6 +143,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.services = services
+    app.state.cold_limiter = ColdLimiter(settings.cold_per_client)
     install_handlers(app)
     app.add_middleware(AccessLogMiddleware)
     for router in API_ROUTERS:

@@ -5,13 +5,13 @@ The services are the ones the composition root built for this app (``app.state.s
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from fastapi import Depends, Header, Query, Request
 from fastapi.concurrency import run_in_threadpool
 
+from headgraph.server.access import bearer, token_matches
 from headgraph.server.cache_only import CACHE_ONLY, ColdMiss
 from headgraph.server.catalog import ModelCatalog
 from headgraph.server.composition import Services
@@ -94,11 +94,7 @@ async def require_token(
 
     The header is documented in OpenAPI (bearer security) only when a token is configured.
     """
-    token = settings.api_token
-    if not token:
-        return
-    scheme, _, given = (authorization or "").partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), token.encode()):
+    if not token_matches(bearer(authorization), settings.api_token):
         raise Unauthorized("this endpoint needs 'Authorization: Bearer <token>' "
                            "(HEADGRAPH_API_TOKEN is set on the server)")
 

@@ -48,7 +48,34 @@ class Invalid(ApiError):
 
 
 class Unauthorized(ApiError):
+    """A token-protected action (compute, upload, a cold result in lab mode) without the token."""
+
     status = 401
+
+
+class Conflict(ApiError):
+    """The write would replace something that exists (a label set of that name) (409)."""
+
+    status = 409
+
+
+class PayloadTooLarge(ApiError):
+    """A request body over its documented cap (413), refused before it is buffered."""
+
+    status = 413
+
+
+class TooManyRequests(ApiError):
+    """This client already has its cap of cold computations running (429, Retry-After)."""
+
+    status = 429
+
+
+class CacheUnavailable(ApiError):
+    """The cache cannot store results (read-only folder, disk full): 503 with the reason.
+    Warm reads keep working; only new results are refused."""
+
+    status = 503
 
 
 def one_line(text: object, limit: int = 500) -> str:
@@ -79,6 +106,8 @@ def install_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, err: ApiError) -> JSONResponse:
         headers = {"WWW-Authenticate": "Bearer"} if err.status == 401 else None
+        if err.status in (429, 503):
+            headers = {"Retry-After": "5"}
         return JSONResponse(error_body(err.status, err.message, allowed=err.allowed),
                             status_code=err.status, headers=headers)
 

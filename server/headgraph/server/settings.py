@@ -15,6 +15,17 @@ from collections.abc import Mapping
 DEFAULT_MODELS: tuple[str, ...] = ("demo", "gpt2", "bigscience/bloom-560m", "Qwen/Qwen2-0.5B-Instruct")
 DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
 N = TypeVar("N", int, float)
+MIN_TOKEN_LENGTH = 16
+
+
+def check_token(token: str) -> None:
+    """Refuse a token that would silently weaken auth: blank, padded or short."""
+    if not token.strip() or token != token.strip():
+        raise ValueError("the API token must not be blank or padded with whitespace")
+    if len(token) < MIN_TOKEN_LENGTH:
+        raise ValueError(f"the API token must have at least {MIN_TOKEN_LENGTH} characters "
+                         f"(got {len(token)}); e.g. python -c 'import secrets; "
+                         "print(secrets.token_urlsafe(24))'")
 
 
 def _number(env: Mapping[str, str], name: str, default: N, lo: N, hi: N, kind: type[N]) -> N:
@@ -53,6 +64,8 @@ class Settings:
     compute_nice: how many nice levels compute processes run below the API (0: same).
     compute_processes: spawned compute processes per API process, where models are loaded
         and cold results computed (0: compute in the API process's own threads).
+    cold_per_client: cold computations one client (an address, or the token holders) may
+        have running at once in one API process (429 beyond).
     """
 
     cache_dir: Path = field(default_factory=lambda: Path("~/.cache/headgraph").expanduser())
@@ -68,6 +81,7 @@ class Settings:
     torch_threads: int | None = None
     compute_nice: int = 10
     compute_processes: int = 1
+    cold_per_client: int = 2
 
     def __post_init__(self) -> None:
         if self.device not in DEVICES:
@@ -76,6 +90,8 @@ class Settings:
             raise ValueError("workers must be >= 1")
         if self.cache_size_gb <= 0:
             raise ValueError("cache_size_gb must be > 0")
+        if self.api_token is not None:
+            check_token(self.api_token)
         object.__setattr__(self, "cache_dir", Path(self.cache_dir).expanduser())
         if self.model_root is not None:
             object.__setattr__(self, "model_root", Path(self.model_root).expanduser().resolve())
@@ -90,7 +106,11 @@ class Settings:
         env = os.environ if env is None else env
         models_raw = env.get("HEADGRAPH_MODELS", "").strip()
         root_raw = env.get("HEADGRAPH_MODEL_ROOT", "").strip()
-        token = env.get("HEADGRAPH_API_TOKEN", "").strip() or None
+        raw_token = env.get("HEADGRAPH_API_TOKEN", "")
+        token = raw_token.strip() if raw_token else None
+        if raw_token and not token:
+            raise ValueError("HEADGRAPH_API_TOKEN is set but blank: give a real token "
+                             f"({MIN_TOKEN_LENGTH}+ characters) or unset it")
         base = cls(
             cache_dir=Path(env.get("HEADGRAPH_CACHE_DIR", "").strip() or "~/.cache/headgraph"),
             models=tuple(models_raw.split(",")) if models_raw else DEFAULT_MODELS,
@@ -102,6 +122,7 @@ class Settings:
             torch_threads=_number(env, "HEADGRAPH_TORCH_THREADS", 0, 0, 1024, int) or None,
             compute_nice=_number(env, "HEADGRAPH_COMPUTE_NICE", 10, 0, 19, int),
             compute_processes=_number(env, "HEADGRAPH_COMPUTE_PROCESSES", 1, 0, 64, int),
+            cold_per_client=_number(env, "HEADGRAPH_COLD_PER_CLIENT", 2, 1, 64, int),
         )
         return replace(base, **overrides) if overrides else base
 
