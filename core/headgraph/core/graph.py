@@ -281,6 +281,7 @@ def build_graph(
     labels: LabelSet | None = None,
     info: ModelInfo | None = None,
     kv_nodes: str = "group",
+    max_edges: int | None = None,
 ) -> HeadGraph:
     """Select edges from each pairing's scores and build the head graph.
 
@@ -295,16 +296,25 @@ def build_graph(
     cs: Composition Scores keyed by mode ("Q"/"K"/"V") or pairing; an O->X edge gets the CS of
     the same head pair from mode X. labels/info: class overlay and model shape (for GQA).
     kv_nodes: how grouped-query K/V heads become nodes (module docstring).
+    max_edges: at most this many edges per pairing (the best ones); a pairing whose rule
+    passed more is listed in ``capped`` with how many passed, so a low threshold cannot
+    build an unbounded graph.
     """
     layers = _check_args(results, granularity, k, threshold, threshold_on, values, kv_nodes)
     n_q = _n_query_heads(results, info)
     nodes: dict[str, dict[str, Any]] = {}
     edges: list[tuple[str, str, str, dict[str, Any]]] = []
     counts: dict[str, int] = {}
+    capped: dict[str, int] = {}
+    if max_edges is not None and int(max_edges) < 1:
+        raise InvalidInput(f"max_edges must be >= 1 (got {max_edges})")
     for pairing, ps in results.items():
         value = values[pairing] if values is not None and threshold_on in ("z", "fdr") else None
         grids, (g_src, g_tgt) = _pairing_grids(ps, value, n_q, kv_nodes)
         idx = _selected(ps, grids, threshold_on, None if k is None else int(k), threshold)
+        if max_edges is not None and idx.numel() > int(max_edges):
+            capped[pairing] = int(idx.numel())
+            idx = idx[: int(max_edges)]
         counts[pairing] = int(idx.numel())
         if idx.numel() == 0:
             continue
@@ -339,7 +349,7 @@ def build_graph(
         graph=g, hubs=hubs, pairings=tuple(results), granularity=granularity, rule=rule,
         class_counts=None if labels is None else class_counts(g, labels),
         recovery=None if labels is None else class_recovery(g, labels),
-        labels=None if labels is None else labels.name, edge_counts=counts)
+        labels=None if labels is None else labels.name, edge_counts=counts, capped=capped)
 
 
 def check_paper_hub(heads: HeadWeights, *, k: int = 20,

@@ -39,6 +39,7 @@ class HeadGraph:
     recovery: dict[str, float] | None = None
     labels: str | None = None
     edge_counts: dict[str, int] = field(default_factory=dict)
+    capped: dict[str, int] = field(default_factory=dict)  # pairing -> edges that passed the rule
 
     def to_node_link(self) -> dict[str, Any]:
         """Node-link JSON (``nx.node_link_data(graph, edges="edges")``); read back with
@@ -60,6 +61,7 @@ class HeadGraph:
         """JSON summary for APIs: rule, counts, hubs and the node-link graph."""
         return {"granularity": self.granularity, "pairings": list(self.pairings),
                 "rule": self.rule, "edge_counts": dict(self.edge_counts),
+                "capped": dict(self.capped),
                 "class_counts": self.class_counts, "recovery": self.recovery,
                 "labels": self.labels, "hubs": self.hubs.to_dict(),
                 "graph": self.to_node_link()}

@@ -8,6 +8,7 @@ the server), never a bare ValueError.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
@@ -33,6 +34,30 @@ RankMetric = Literal["pk", "normalized", "cs", "z"]
 RANK_METRICS: tuple[RankMetric, ...] = get_args(RankMetric)
 K_MAX = 1000  # the most edges per pairing (graph) or pairs (rankings) one request may ask for
 DEFAULT_K = 20  # the paper's top-20 edges per pairing
+MAX_EDGES = 2000  # a thresholded graph keeps at most this many (best) edges per pairing
+THRESHOLD_DIGITS = 3  # thresholds are rounded to this many significant digits (a finite key grid)
+THRESHOLD_FLOOR = 1e-6  # thresholds nearer zero than this are zero
+PERCENT_STEP = 0.1  # top-percent parameters are multiples of this
+
+
+def quantize_threshold(value: float) -> float:
+    """``value`` rounded to THRESHOLD_DIGITS significant digits, 0 below THRESHOLD_FLOOR (what
+    a graph applies), so the floats clients send map onto a finite grid of distinct results."""
+    value = float(value)
+    if not math.isfinite(value):
+        raise InvalidInput(f"threshold must be a finite number (got {value})")
+    if abs(value) < THRESHOLD_FLOOR:
+        return 0.0
+    return float(f"{value:.{THRESHOLD_DIGITS}g}")
+
+
+def quantize_percent(value: float) -> float:
+    """A percentage in (0, 100] rounded to a multiple of PERCENT_STEP (at least one step)."""
+    value = float(value)
+    if not (math.isfinite(value) and 0 < value <= 100):
+        raise InvalidInput(f"a percentage must be in (0, 100] (got {value})")
+    steps = max(1, round(value / PERCENT_STEP))
+    return round(steps * PERCENT_STEP, 6)
 
 HEAD_PATTERN = r"^L(\d+)(H|KV)(\d+)$"
 _HEAD_RE = re.compile(HEAD_PATTERN)
@@ -122,4 +147,6 @@ def vocabulary() -> dict[str, Any]:
     return {"roles": list(ROLES), "pairings": list(PAIRINGS), "graph_pairings": list(GRAPH_PAIRINGS),
             "orders": list(LAYER_ORDERS), "cs_modes": list(CS_MODES),
             "grid_metrics": list(GRID_METRICS), "rank_metrics": list(RANK_METRICS),
-            "k_max": K_MAX, "default_k": DEFAULT_K, "head_pattern": HEAD_PATTERN}
+            "k_max": K_MAX, "default_k": DEFAULT_K, "max_edges": MAX_EDGES,
+            "threshold_digits": THRESHOLD_DIGITS, "percent_step": PERCENT_STEP,
+            "head_pattern": HEAD_PATTERN}

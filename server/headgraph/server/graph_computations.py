@@ -11,7 +11,8 @@ from typing import Any
 
 import torch
 
-from headgraph.core.vocabulary import CS_MODES, check_pairing, cs_mode_of
+from headgraph.core.vocabulary import (CS_MODES, MAX_EDGES, check_pairing, cs_mode_of,
+                                       quantize_threshold)
 from headgraph.server.computation import Computation, Inputs, any_value, optional, positive_int
 from headgraph.server.convert import jsonable
 from headgraph.server.errors import Invalid
@@ -50,7 +51,7 @@ def head_graph(src: Inputs, *, pairings: tuple[str, ...], granularity: str, k: i
                   for p in pairings}
     return build_graph(results, granularity=granularity, k=k, threshold=threshold,
                        threshold_on=threshold_on, values=values, cs=cs or None,
-                       labels=label_set, info=src.info)
+                       labels=label_set, info=src.info, max_edges=MAX_EDGES)
 
 
 def graph(src: Inputs, **params: Any) -> dict[str, Any]:
@@ -76,7 +77,7 @@ def _format(value: Any) -> str:
 
 
 GRAPH_CHECKS = {"pairings": _pairings, "granularity": str, "k": optional(positive_int),
-                "threshold": optional(float), "threshold_on": str, "label_set": any_value}
+                "threshold": optional(quantize_threshold), "threshold_on": str, "label_set": any_value}
 
 
 def _graph_key(p: dict[str, Any]) -> dict[str, Any]:

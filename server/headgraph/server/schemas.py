@@ -186,6 +186,9 @@ class GraphOut(BaseModel):
     pairings: list[str]
     rule: str
     edge_counts: dict[str, int]
+    capped: dict[str, int] = Field(default_factory=dict, description=(
+        "pairings whose rule passed more than max_edges edges (GET /api/vocabulary): how many "
+        "passed; only the best max_edges of each are in the graph"))
     hubs: dict[str, Any]
     class_counts: dict[str, int] | None = None
     recovery: dict[str, float] | None = None

@@ -11,7 +11,8 @@ from typing import Any
 
 import torch
 
-from headgraph.core.vocabulary import check_mode, check_order, check_pairing, check_role, cs_mode_of
+from headgraph.core.vocabulary import (check_mode, check_order, check_pairing, check_role, cs_mode_of,
+                                       quantize_percent)
 from headgraph.server.computation import Computation, Inputs, positive_int
 from headgraph.server.convert import (axis_labels, jsonable, pair_scores_from_payload,
                                       pair_scores_payload, to_numpy)
@@ -165,7 +166,8 @@ def score_computations() -> list[Computation]:
         Computation("reference", reference, {"samples": positive_int}),
         Computation("tokens", tokens, {"role": check_role, "k": positive_int}),
         Computation("patterns", patterns, {}),
-        Computation("scatter", scatter, {"pairing": check_pairing, "top_percent": float}),
+        Computation("scatter", scatter, {"pairing": check_pairing,
+                                          "top_percent": quantize_percent}),
         Computation("pair", pair, {"pairing": check_pairing, "sl": _index, "sh": _index,
                                    "tl": _index, "th": _index},
                     key=lambda p: {"pairing": p["pairing"], "s": f"{p['sl']}.{p['sh']}",

@@ -35,7 +35,9 @@ def graph_params(pairings: str, k: int | None, threshold: float | None
 
 def threshold_query() -> Any:
     return Query(None, ge=-THRESHOLD_LIMIT, le=THRESHOLD_LIMIT,
-                 description="keep pairs with metric >= threshold (replaces top-k; for fdr: BH q level)")
+                 description="keep pairs with metric >= threshold (replaces top-k; for fdr: BH q "
+                             "level); rounded to 3 significant digits (0 below 1e-6), at most "
+                             "max_edges (GET /api/vocabulary) best edges per pairing")
 
 
 @router.get("/graph", response_model=GraphOut, responses=ERRORS,

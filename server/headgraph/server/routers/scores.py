@@ -108,7 +108,9 @@ async def head(ref: ModelRef = Depends(model_ref), head: str = head_query("L0H0"
 @router.get("/scatter", response_model=ScatterOut, responses=ERRORS,
             summary="PK vs CS of every valid pair: quadrants and Spearman correlations")
 async def scatter(ref: ModelRef = Depends(model_ref), pairing: Pairing = pairing_query(),
-                  top_percent: float = Query(5.0, gt=0.0, le=100.0),
+                  top_percent: float = Query(5.0, gt=0.0, le=100.0,
+                                             description="top share of pairs compared, in percent; "
+                                             "rounded to a multiple of 0.1"),
                   views: ViewService = Depends(get_views)) -> Any:
     out = await cached_first(views.scatter, ref, pairing, top_percent)
     return {"model": ref.id, **out}
