@@ -20,16 +20,17 @@ from starlette.routing import Match
 
 from headgraph.server import __version__
 from headgraph.server.access import ColdLimiter
+from headgraph.server.bodylimit import BodyLimit
 from headgraph.server.composition import build_services
 from headgraph.server.deps import TOKEN_MARK
 from headgraph.server.errors import error_body, install_handlers
 from headgraph.server.logs import AccessLogMiddleware, configure_logging
-from headgraph.server.routers import (downloads, graph, health, jobs, labels, models,
+from headgraph.server.routers import (auth, downloads, graph, health, jobs, labels, models,
                                       reference, scores, tokens, vocabulary)
 from headgraph.server.settings import Settings
 
 log = logging.getLogger("headgraph.app")
-API_ROUTERS = (health.router, vocabulary.router, models.router, jobs.router, scores.router, graph.router,
+API_ROUTERS = (health.router, auth.router, vocabulary.router, models.router, jobs.router, scores.router, graph.router,
                reference.router, tokens.router, labels.router, downloads.router)
 FRONTEND_GROUP = "headgraph.frontends"
 API_DESCRIPTION = """\
@@ -42,8 +43,14 @@ arXiv:2601.10266) and Composition Score (Elhage et al. 2021).
   instead starts a background job whose progress `GET /api/jobs/{id}` reports, after which
   every read is served from the cache. `GET /api/models` lists what is cached per model.
 * **Errors** are JSON `{"error": {"status", "message"}}`; unknown names list what is allowed.
-* **Auth**: when the server has `HEADGRAPH_API_TOKEN`, POST endpoints need
-  `Authorization: Bearer <token>`.
+* **Auth**: with no `HEADGRAPH_API_TOKEN` on the server (open mode) every request may compute.
+  With one (lab mode) a request without `Authorization: Bearer <token>` reads only what is
+  cached (a cold result is 401); compute jobs, uploads and overwrites need the token.
+  `GET /api/auth` says which mode and whether a token is accepted.
+* **Limits**: request bodies at most 2 MiB under /api (label sets 1 MiB; 413), sent within
+  20 s (408); at most `HEADGRAPH_COLD_PER_CLIENT` cold computations per client at once (429);
+  thresholds are rounded to 3 significant digits, percentages to 0.1, and a graph keeps at
+  most `max_edges` edges per pairing (`GET /api/vocabulary`).
 """
 API_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
 
@@ -145,6 +152,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.services = services
     app.state.cold_limiter = ColdLimiter(settings.cold_per_client)
     install_handlers(app)
+    app.add_middleware(BodyLimit)  # inside the access log, so refusals are logged too
     app.add_middleware(AccessLogMiddleware)
     for router in API_ROUTERS:
         app.include_router(router)

@@ -16,12 +16,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from headgraph.server.errors import Invalid, NotFound
+from headgraph.server.errors import Conflict, Invalid, NotFound
 from headgraph.server.registry import ModelRef
 from headgraph.server.scores import ScoresService
 from headgraph.server.store import Store
 
 PATTERN_LABELS = "patterns"
+MAX_LABEL_SETS = 100  # uploaded sets kept (each at most routers.labels.MAX_UPLOAD bytes)
 PATTERN_LABEL_THRESHOLDS: dict[str, float] = {"previous_token": 0.4, "induction": 0.4,
                                               "duplicate_token": 0.4}
 PATTERN_LABEL_CLASSES: tuple[str, ...] = ("Previous Token", "Induction", "Duplicate Token")
@@ -103,7 +104,24 @@ class LabelService:
                                    name=PATTERN_LABELS, description=PATTERN_LABEL_DESCRIPTION)
         return replace(ls, model=ref.id)
 
-    def save_label_set(self, label_set: Any) -> None:
+    def uploaded_names(self) -> list[str]:
+        return [k[len("labels:"):] for k in self.store.meta.iterkeys()
+                if isinstance(k, str) and k.startswith("labels:")]
+
+    def save_label_set(self, label_set: Any, *, replace: bool = False) -> None:
+        """Store an uploaded set. A set of that name already stored is never replaced silently:
+        Conflict (409) unless ``replace``; at most MAX_LABEL_SETS uploaded sets are kept."""
         if label_set.name in self.builtin_label_sets() or label_set.name == PATTERN_LABELS:
             raise Invalid(f"label set name {label_set.name!r} is taken by a built-in set")
-        self.store.meta.set("labels:" + label_set.name, label_set.to_dict(), retry=True)
+        key, value = "labels:" + label_set.name, label_set.to_dict()
+        meta = self.store.meta
+        with meta.transact(retry=True):
+            exists = meta.get(key, retry=True) is not None
+            if exists and not replace:
+                raise Conflict(f"a label set named {label_set.name!r} exists; upload under another "
+                               "name, or pass replace=true to replace it")
+            if not exists and len(self.uploaded_names()) >= MAX_LABEL_SETS:
+                raise Conflict(f"the server keeps at most {MAX_LABEL_SETS} uploaded label sets; "
+                               "replace one (replace=true) instead")
+            if not meta.set(key, value, retry=True):
+                raise Conflict(f"label set {label_set.name!r} could not be stored")

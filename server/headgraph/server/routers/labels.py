@@ -96,6 +96,7 @@ def _format_of(fmt: str | None, filename: str | None, content_type: str) -> str:
 @router.post("", status_code=201, response_model=LabelSetOut,
              openapi_extra={**UPLOAD_BODY, **TOKEN_PROTECTED},
              responses={401: {"model": ErrorBody}, 404: {"model": ErrorBody},
+                        409: {"model": ErrorBody}, 413: {"model": ErrorBody},
                         422: {"model": ErrorBody}},
              dependencies=[Depends(require_token)],
              summary="Upload a label set (JSON or CSV); malformed input -> 422 naming the line")
@@ -104,6 +105,7 @@ async def upload_label_set(
     name: str | None = Query(None, pattern=NAME_PATTERN, description="set name (default: from the JSON or the file name)"),
     model: str | None = Query(None, min_length=1, max_length=512, description="check every head exists in this model"),
     format: str | None = Query(None, pattern="^(csv|json)$", description="csv or json (default: from file name / content type)"),
+    replace: bool = Query(False, description="replace a stored set of the same name (otherwise 409)"),
     labels: LabelService = Depends(get_labels),
     catalog: ModelCatalog = Depends(get_catalog),
 ) -> Any:
@@ -144,7 +146,7 @@ async def upload_label_set(
         ls = parse_label_set(text, fmt, name=name or default_name, info=info)
         if not re.match(NAME_PATTERN, ls.name):
             raise Invalid(f"label set name {ls.name!r} must match {NAME_PATTERN}")
-        labels.save_label_set(ls)
+        labels.save_label_set(ls, replace=replace)
         return {**ls.to_dict(), "builtin": False}
 
     return await run_in_threadpool(parse_and_save)
