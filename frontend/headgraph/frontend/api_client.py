@@ -6,6 +6,7 @@ Failures become :class:`ApiError` carrying the API's one-line message (shown in 
 
 from __future__ import annotations
 
+import copy
 import threading
 from typing import Any
 
@@ -52,6 +53,16 @@ class ApiClient:
         self.base_url = base_url.rstrip("/")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = http or httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
+        self._user_headers: dict[str, str] = {}
+
+    def as_user(self, token: str | None) -> ApiClient:
+        """This client sending ``Authorization: Bearer <token>`` (the browser user's own
+        credential) on every request; the same connection pool. No token: ``self``."""
+        if not token:
+            return self
+        other = copy.copy(self)
+        other._user_headers = {"Authorization": f"Bearer {token}"}
+        return other
 
     def close(self) -> None:
         self._http.close()
@@ -62,6 +73,8 @@ class ApiClient:
         """Send a request; raise ApiError with the API's message on any non-2xx or transport error."""
         clean = {k: v for k, v in (params or {}).items() if v is not None and v != ""}
         try:
+            if self._user_headers:
+                kwargs["headers"] = {**kwargs.get("headers", {}), **self._user_headers}
             resp = self._http.request(method, path, params=clean, **kwargs)
         except httpx.HTTPError as err:
             raise ApiError(0, f"API unreachable at {self.base_url}: {err}") from err
@@ -79,6 +92,9 @@ class ApiClient:
     # -- endpoints ----------------------------------------------------------------------
     def health(self) -> dict[str, Any]:
         return self.get("/api/health")
+
+    def auth(self) -> dict[str, Any]:
+        return self.get("/api/auth")
 
     def vocabulary(self) -> dict[str, Any]:
         return self.get("/api/vocabulary")

@@ -4,18 +4,22 @@ The dashboard is a Flask-backed Dash app wrapped in ``a2wsgi.WSGIMiddleware`` an
 "/" after every /api route, so /api keeps answering (unknown /api paths stay JSON 404s) and
 Dash callbacks run in a2wsgi's thread pool, never on the event loop. Callbacks read data only
 through the HTTP API (``ApiClient``) at HEADGRAPH_API_URL, or else at the local address the
-request came in on (the same server). The dashboard holds no API token: endpoints that need
-one answer the dashboard with the API's own message.
+request came in on (the same server). The dashboard holds no API token of its own: a user
+who signs in stores their token in their browser (cookie ``TOKEN_COOKIE``, SameSite=Strict,
+set by the page itself), and each callback forwards it as ``Authorization: Bearer`` to the
+API; without it, endpoints that need one answer with the API's own message.
 """
 
 from __future__ import annotations
 
 import os
+from urllib.parse import unquote
 from typing import Any
 
 from dash import Dash
 
 from headgraph.frontend.api_client import ApiClient, ClientPool
+from headgraph.frontend.auth import TOKEN_COOKIE, install_request_guards
 from headgraph.frontend.callbacks import register_callbacks
 from headgraph.frontend.context import CONFIG_KEY, ApiProvider, FrontendContext
 from headgraph.frontend.layout import build_layout
@@ -41,11 +45,13 @@ def api_provider(api_url: str | None = None) -> ApiProvider:
     fixed = api_url or os.environ.get("HEADGRAPH_API_URL") or None
 
     def get() -> ApiClient:
-        if fixed:
-            return pool.get(fixed)
         import flask
 
-        return pool.get(local_base_url(flask.request.environ))
+        cookie = flask.request.cookies.get(TOKEN_COOKIE) if flask.has_request_context() else None
+        user_token = unquote(cookie) if cookie else None  # the page sets it URI-encoded
+        if fixed:
+            return pool.get(fixed).as_user(user_token)
+        return pool.get(local_base_url(flask.request.environ)).as_user(user_token)
 
     return get
 
@@ -62,6 +68,8 @@ def create_dash(*, api_url: str | None = None, requests_pathname_prefix: str = "
         serve_locally=True,
     )
     app.server.config[CONFIG_KEY] = FrontendContext(api_provider(api_url))
+    app.server.config["HEADGRAPH_DASH_APP"] = app
+    install_request_guards(app.server)
     app.layout = build_layout
     register_callbacks(app)
     return app

@@ -59,8 +59,20 @@ def model_bar() -> html.Div:
             dcc.Clipboard(id="copy-link", target_id="share-url", title="copy link to this view",
                           className="copy-link"),
         ], className="share-box"),
+        sign_in_box(),
         html.Div(id="model-message", className="model-message"),
     ], className="model-bar")
+
+
+def sign_in_box() -> html.Div:
+    """The user's own API token, kept in their browser (callbacks/auth.py)."""
+    return html.Div([
+        dcc.Input(id="token-input", type="password", placeholder="API token", value="",
+                  autoComplete="current-password", className="token-input", n_submit=0),
+        html.Button("Sign in", id="signin-btn", className="btn", n_clicks=0),
+        html.Button("Sign out", id="signout-btn", className="btn", n_clicks=0),
+        html.Span(id="signin-status", className="signin-status"),
+    ], id="signin-box", className="signin-box")
 
 
 def controls() -> html.Div:
@@ -115,6 +127,7 @@ def build_layout() -> html.Div:
         dcc.Store(id="labels-store"),
         dcc.Store(id="uploaded-store"),
         dcc.Store(id="slider-range"),
+        dcc.Store(id="auth-store"),
         dcc.Interval(id="job-poll", interval=700, disabled=True),
         model_bar(),
         html.Nav(tab_links(None), id="view-tabs", className="tabs"),

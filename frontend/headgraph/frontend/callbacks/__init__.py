@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dash import Dash
 
-from headgraph.frontend.callbacks import (downloads, graph, heatmap, labels, model, navigation,  # noqa: F401
+from headgraph.frontend.callbacks import (auth, downloads, graph, heatmap, labels, model, navigation,  # noqa: F401
                                           panels, reference, scatter, tokens)
 from headgraph.frontend.callbacks.registry import register_all
 
@@ -18,3 +18,4 @@ from headgraph.frontend.callbacks.registry import register_all
 def register_callbacks(app: Dash) -> None:
     """Register every callback of the dashboard on ``app``."""
     register_all(app)
+    auth.register_clientside(app)
