@@ -61,7 +61,8 @@ def quantize_percent(value: float) -> float:
 
 HEAD_PATTERN = r"^L(\d+)(H|KV)(\d+)$"
 _HEAD_RE = re.compile(HEAD_PATTERN)
-_HEAD_INPUT_RE = re.compile(r"^\s*L(\d+)(H|KV)(\d+)\s*$", re.IGNORECASE)  # what parse accepts
+HEAD_INPUT_PATTERN = r"^\s*[Ll](\d+)([Hh]|[Kk][Vv])(\d+)\s*$"  # what HeadRef.parse accepts
+_HEAD_INPUT_RE = re.compile(HEAD_INPUT_PATTERN)
 
 
 def _check(kind: str, value: str, allowed: tuple[str, ...]) -> str:

@@ -18,6 +18,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from headgraph.core.errors import HeadgraphError, ModelUnavailable, PathNotAllowed
+from headgraph.core.vocabulary import HEAD_INPUT_PATTERN
 
 log = logging.getLogger("headgraph.errors")
 
@@ -127,7 +128,10 @@ def install_handlers(app: FastAPI) -> None:
             loc = ".".join(str(p) for p in e.get("loc", ()) if p not in ("query", "body", "path"))
             got = e.get("input")
             shown = f" (got {got!r:.80})" if isinstance(got, (str, int, float)) else ""
-            details.append(f"{loc or 'request'}: {e.get('msg', 'invalid')}{shown}")
+            msg = e.get("msg", "invalid")
+            if (e.get("ctx") or {}).get("pattern") == HEAD_INPUT_PATTERN:
+                msg = "not a head name (expected like 'L9H6', or 'L6KV1' for a grouped key/value head)"
+            details.append(f"{loc or 'request'}: {msg}{shown}")
         message = "; ".join(details) or "invalid request"
         return JSONResponse(error_body(422, one_line(message, 1000)), status_code=422)
 

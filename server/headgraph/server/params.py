@@ -11,7 +11,7 @@ from typing import Any
 
 from fastapi import Query
 
-from headgraph.core.vocabulary import (DEFAULT_K, GRAPH_PAIRINGS, K_MAX, CSMode, GridMetric,
+from headgraph.core.vocabulary import (DEFAULT_K, GRAPH_PAIRINGS, HEAD_INPUT_PATTERN, K_MAX, CSMode, GridMetric,
                                        LayerOrder, Pairing, RankMetric, Role)
 from headgraph.server.schemas import ErrorBody
 
@@ -35,8 +35,9 @@ def optional_k_query(description: str = f"top-k edges per pairing (default {DEFA
 
 
 def head_query(default: str) -> Any:
-    return Query(default, min_length=1, max_length=32,
-                 description="head name like L1H3 (original block number)")
+    return Query(default, min_length=1, max_length=32, pattern=HEAD_INPUT_PATTERN,
+                 description="head name like L1H3 (original block number), or L6KV1 for a "
+                             "grouped key/value head")
 
 
 def labels_query(description: str = "label set name") -> Any:

@@ -5,10 +5,11 @@ which every endpoint taking ``labels=`` accepts for any model that can be run he
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
+from pydantic import BaseModel, Field, StringConstraints, ValidationError
 
 from headgraph.server.catalog import ModelCatalog
 from headgraph.server.deps import (TOKEN_PROTECTED, cached_first, get_catalog, get_labels,
@@ -21,17 +22,30 @@ from headgraph.server.schemas import ErrorBody, LabelSetList, LabelSetOut
 router = APIRouter(prefix="/api/labels", tags=["labels"])
 MAX_UPLOAD = 1 << 20
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"
+HEAD_KEY_PATTERN = r"^L(0|[1-9][0-9]{0,3})H(0|[1-9][0-9]{0,3})$"
+CLASS_PATTERN = r"^[^\s\x00-\x1f](?:[^\x00-\x1f]{0,62}[^\s\x00-\x1f])?$"
+HeadKey = Annotated[str, StringConstraints(pattern=HEAD_KEY_PATTERN)]
+ClassName = Annotated[str, StringConstraints(pattern=CLASS_PATTERN)]
+
+
+class LabelSetUpload(BaseModel):
+    """A label set as a JSON body: query head (canonical L9H6) -> class name."""
+
+    name: str | None = Field(None, pattern=NAME_PATTERN, description="set name")
+    description: str | None = Field(None, max_length=1000)
+    model: str | None = Field(None, min_length=1, max_length=512,
+                              description="the model the classes were found in (informational)")
+    classes: dict[HeadKey, ClassName] = Field(min_length=1, description="head -> class",
+                                              json_schema_extra={"additionalProperties": False})
+
+
 UPLOAD_BODY = {
     "requestBody": {
         "required": True,
-        "description": "the label set: a CSV text (header 'head,class'), a JSON object "
-                       "{'classes': {'L9H6': 'Name Mover'}}, or a multipart form with a 'file' part",
-        "content": {
-            "text/csv": {"schema": {"type": "string"}},
-            "application/json": {"schema": {"type": "object"}},
-            "multipart/form-data": {"schema": {"type": "object", "properties": {
-                "file": {"type": "string", "format": "binary"}}, "required": ["file"]}},
-        },
+        "description": "the label set as JSON (this schema); the same endpoint also takes a CSV "
+                       "text (Content-Type text/csv, header 'head,class', heads like L9H6 or 9.6) "
+                       "or a multipart form with a 'file' part (.csv or .json)",
+        "content": {"application/json": {"schema": LabelSetUpload.model_json_schema()}},
     }
 }
 
@@ -132,6 +146,16 @@ async def upload_label_set(
     except UnicodeDecodeError as err:
         raise Invalid(f"label set is not UTF-8 text (byte {err.start})") from None
     fmt = _format_of(format, filename, content_type)
+    if fmt == "json" and filename is None:  # a JSON body: the documented schema, strictly
+        try:
+            LabelSetUpload.model_validate_json(text)
+        except ValidationError as err:
+            first = err.errors()[0] if err.errors() else {}
+            msg = str(first.get("msg", "invalid"))
+            if first.get("type") != "json_invalid" or "recursion" in msg:
+                where = ".".join(str(p) for p in first.get("loc", ())) or "body"
+                raise Invalid(f"label set JSON: {where}: {msg}") from None
+            # not JSON at all: core's parser names the line and column below
     default_name = None
     if filename:
         stem = filename.rsplit("/", 1)[-1].rsplit(".", 1)[0]

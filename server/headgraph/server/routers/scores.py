@@ -18,6 +18,7 @@ from headgraph.server.convert import axis_labels, jsonable
 from headgraph.server.deps import (cached_first, get_catalog, get_details, get_scores, get_views,
                                    model_ref)
 from headgraph.server.details import DetailService
+from headgraph.core.vocabulary import GraphPairing
 from headgraph.server.params import (DEFAULT_K, ERRORS, K_MAX, CSMode, GridMetric, LayerOrder,
                                      Pairing, RankMetric, head_query, labels_query)
 from headgraph.server.registry import ModelRef
@@ -107,7 +108,8 @@ async def head(ref: ModelRef = Depends(model_ref), head: str = head_query("L0H0"
 
 @router.get("/scatter", response_model=ScatterOut, responses=ERRORS,
             summary="PK vs CS of every valid pair: quadrants and Spearman correlations")
-async def scatter(ref: ModelRef = Depends(model_ref), pairing: Pairing = pairing_query(),
+async def scatter(ref: ModelRef = Depends(model_ref),
+                  pairing: GraphPairing = Query("OK", description="an O -> Q/K/V pairing (CS exists)"),
                   top_percent: float = Query(5.0, gt=0.0, le=100.0,
                                              description="top share of pairs compared, in percent; "
                                              "rounded to a multiple of 0.1"),
