@@ -81,26 +81,55 @@ def add_api_fallback(app: FastAPI) -> None:
                       include_in_schema=False)
 
 
+# Operations that read only what the server holds anyway (never compute, never 401/429/503).
+LIGHT_OPERATIONS = {("/api/health", "get"), ("/api/auth", "get"), ("/api/vocabulary", "get"),
+                    ("/api/models", "get"), ("/api/jobs/{job_id}", "get"), ("/api/labels", "get"),
+                    ("/api/cache/stats", "get")}
+COMMON_ERRORS = {408: "the request body did not arrive in time",
+                 413: "the request body is over the limit"}
+COLD_ERRORS = {401: "not cached, and computing needs the token (lab mode)",
+               429: "this client's cold computations are at their cap; retry later",
+               503: "the cache cannot store new results (read-only or full)"}
+
+
+def _document_errors(path: str, method: str, op: dict[str, Any], lab_mode: bool) -> None:
+    """Add the statuses the middleware, auth and cache can answer with to one operation."""
+    errors = dict(COMMON_ERRORS)
+    if (path, method) not in LIGHT_OPERATIONS:
+        errors.update(COLD_ERRORS)
+    if method == "post":
+        errors[401] = "this endpoint needs the token (lab mode)"
+    body = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
+    responses = op.setdefault("responses", {})
+    for status, text in errors.items():
+        responses.setdefault(str(status), {"description": text, "content": body})
+    if lab_mode and "security" not in op and (path, method) not in LIGHT_OPERATIONS:
+        op["security"] = [{}, {"bearer": []}]  # the token is optional: it lets a cold read compute
+
+
 def install_openapi(app: FastAPI, settings: Settings) -> None:
     """OpenAPI where operations marked ``TOKEN_MARK`` get bearer security, only when the server
-    has a token (the mark itself is dropped)."""
+    has a token (the mark itself is dropped); result reads take the token optionally; every
+    operation lists the error statuses limits and auth can give."""
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is not None:
             return app.openapi_schema
         schema = get_openapi(title=app.title, version=app.version, description=app.description,
                              routes=app.routes)
-        marked = False
-        for ops in schema.get("paths", {}).values():
-            for op in ops.values():
-                if isinstance(op, dict) and op.pop(TOKEN_MARK, False):
-                    marked = True
-                    if settings.api_token:
-                        op["security"] = [{"bearer": []}]
-        if marked and settings.api_token:
+        lab_mode = bool(settings.api_token)
+        for path, ops in schema.get("paths", {}).items():
+            for method, op in ops.items():
+                if not isinstance(op, dict):
+                    continue
+                if op.pop(TOKEN_MARK, False) and lab_mode:
+                    op["security"] = [{"bearer": []}]
+                if path.startswith("/api"):
+                    _document_errors(path, method, op, lab_mode)
+        if lab_mode:
             schema.setdefault("components", {}).setdefault("securitySchemes", {})["bearer"] = {
                 "type": "http", "scheme": "bearer",
-                "description": "HEADGRAPH_API_TOKEN (write and compute endpoints)"}
+                "description": "HEADGRAPH_API_TOKEN: needed to compute, upload and overwrite"}
         app.openapi_schema = schema
         return schema
 
