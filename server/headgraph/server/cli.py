@@ -61,17 +61,28 @@ def _fail(message: str, code: int = 2) -> int:
 
 # -- serve ----------------------------------------------------------------------------------
 
+SERVE_CONNECTIONS = 512
+
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     if args.cache_dir:
         os.environ["HEADGRAPH_CACHE_DIR"] = str(Path(args.cache_dir).expanduser())
-    settings = Settings.from_env()
+    try:
+        settings = Settings.from_env()
+    except ValueError as err:  # a bad HEADGRAPH_* value (a blank or short token, ...)
+        return _fail(str(err))
     workers = args.workers or settings.workers
     os.environ["HEADGRAPH_WORKERS"] = str(workers)  # worker processes size their torch threads by it
     settings = Settings.from_env()
+    if not settings.api_token and args.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"headgraph: warning: serving on {args.host} with no HEADGRAPH_API_TOKEN: anyone "
+              "who reaches the port may compute and upload (open mode)", file=sys.stderr)
+    # Idle keep-alive connections close after 5 s; past SERVE_CONNECTIONS open connections
+    # uvicorn answers 503 instead of queueing (a proxy in front should limit per client).
     common = dict(host=args.host, port=args.port, access_log=False, log_level=args.log_level,
-                  timeout_graceful_shutdown=5)
+                  timeout_graceful_shutdown=5, timeout_keep_alive=5,
+                  limit_concurrency=SERVE_CONNECTIONS)
     if workers > 1:
         # Each worker process builds its own app from the environment (shared diskcache).
         uvicorn.run("headgraph.server.app:create_app", factory=True, workers=workers, **common)
