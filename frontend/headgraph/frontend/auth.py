@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 import flask
+from dash.exceptions import CallbackException
 from werkzeug.exceptions import BadRequest
 
 TOKEN_COOKIE = "headgraph_token"
@@ -25,6 +26,11 @@ def _refuse(message: str) -> flask.Response:
     resp = flask.jsonify({"error": {"status": 400, "message": message}})
     resp.status_code = 400
     return resp
+
+
+def _is_prop(item: Any) -> bool:
+    return (isinstance(item, dict) and isinstance(item.get("id"), str)
+            and isinstance(item.get("property"), str))
 
 
 def install_request_guards(server: flask.Flask) -> None:
@@ -43,9 +49,19 @@ def install_request_guards(server: flask.Flask) -> None:
             return _refuse("callback request: the body is not JSON")
         if not isinstance(body, dict) or not isinstance(body.get("output"), str):
             return _refuse("callback request: expected a JSON object with an 'output'")
-        if not isinstance(body.get("inputs", []), list) or not isinstance(body.get("state", []), list):
-            return _refuse("callback request: 'inputs' and 'state' must be lists")
+        for part in ("inputs", "state"):
+            items = body.get(part, [])
+            if not isinstance(items, list) or not all(_is_prop(x) for x in items):
+                return _refuse(f"callback request: '{part}' must be a list of {{id, property}}")
+        outputs = body.get("outputs")
+        if not (_is_prop(outputs) or (isinstance(outputs, list) and all(map(_is_prop, outputs)))):
+            return _refuse("callback request: 'outputs' must be {id, property} or a list of them")
         dash_app = server.config.get("HEADGRAPH_DASH_APP")
         if dash_app is not None and body["output"] not in dash_app.callback_map:
             return _refuse("callback request: unknown output")
         return None
+
+    @server.errorhandler(CallbackException)
+    def _bad_callback(err: CallbackException) -> flask.Response:
+        # Dash's own checks of a request against the callback it names (wrong output spec...)
+        return _refuse(f"callback request does not match its callback: {err}".splitlines()[0])

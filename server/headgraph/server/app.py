@@ -181,7 +181,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.services = services
     app.state.cold_limiter = ColdLimiter(settings.cold_per_client)
     install_handlers(app)
-    app.add_middleware(BodyLimit)  # inside the access log, so refusals are logged too
+    app.add_middleware(BodyLimit, timeout_s=settings.body_timeout_s)  # inside the access log, so refusals are logged too
     app.add_middleware(AccessLogMiddleware)
     for router in API_ROUTERS:
         app.include_router(router)

@@ -66,6 +66,7 @@ class Settings:
         and cold results computed (0: compute in the API process's own threads).
     cold_per_client: cold computations one client (an address, or the token holders) may
         have running at once in one API process (429 beyond).
+    body_timeout_s: seconds a client has to send a whole request body (408 after).
     """
 
     cache_dir: Path = field(default_factory=lambda: Path("~/.cache/headgraph").expanduser())
@@ -82,6 +83,7 @@ class Settings:
     compute_nice: int = 10
     compute_processes: int = 1
     cold_per_client: int = 2
+    body_timeout_s: float = 20.0
 
     def __post_init__(self) -> None:
         if self.device not in DEVICES:
@@ -123,6 +125,7 @@ class Settings:
             compute_nice=_number(env, "HEADGRAPH_COMPUTE_NICE", 10, 0, 19, int),
             compute_processes=_number(env, "HEADGRAPH_COMPUTE_PROCESSES", 1, 0, 64, int),
             cold_per_client=_number(env, "HEADGRAPH_COLD_PER_CLIENT", 2, 1, 64, int),
+            body_timeout_s=_number(env, "HEADGRAPH_BODY_TIMEOUT_S", 20.0, 0.1, 3600.0, float),
         )
         return replace(base, **overrides) if overrides else base
 
