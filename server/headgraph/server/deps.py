@@ -8,10 +8,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import anyio
+import anyio.to_thread
 from fastapi import Depends, Header, Query, Request
 from fastapi.concurrency import run_in_threadpool
 
-from headgraph.server.access import bearer, token_matches
+from headgraph.server.access import bearer, cold_work, token_matches
 from headgraph.server.cache_only import CACHE_ONLY, ColdMiss
 from headgraph.server.catalog import ModelCatalog
 from headgraph.server.composition import Services
@@ -95,19 +97,40 @@ async def require_token(
     The header is documented in OpenAPI (bearer security) only when a token is configured.
     """
     if not token_matches(bearer(authorization), settings.api_token):
-        raise Unauthorized("this endpoint needs 'Authorization: Bearer <token>' "
-                           "(HEADGRAPH_API_TOKEN is set on the server)")
+        raise Unauthorized("this needs the lab's API token: sign in on the dashboard, or send "
+                           "'Authorization: Bearer <token>' (HEADGRAPH_API_TOKEN is set on the server)")
 
 
-async def cached_first(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """Run a service call on the event loop if everything it reads is cached (a diskcache hit
-    costs well under a millisecond); otherwise in a worker thread, where it may load a model
-    and compute (in a compute process). Saves the thread hop for every warm read."""
-    token = CACHE_ONLY.set(True)
+async def cached_first(request: Request, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run a service call in a worker thread, never on the event loop (a warm read still
+    unpickles MBs; the loop must stay free for /api/health and cache hits).
+
+    First with CACHE_ONLY set, so it only reads the cache (its own small thread budget, so warm
+    reads never queue behind cold computations waiting in the default pool); if something it
+    needs is cold (ColdMiss), again computing it, inside ``access.cold_work``: 401 in lab mode
+    without the token, 429 over the client's cap of cold computations at once."""
+
+    def attempt(cache_only: bool) -> T:
+        token = CACHE_ONLY.set(cache_only)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            CACHE_ONLY.reset(token)
+
     try:
-        return fn(*args, **kwargs)
+        return await anyio.to_thread.run_sync(attempt, True, limiter=_warm_limiter(request))
     except ColdMiss:
         pass
-    finally:
-        CACHE_ONLY.reset(token)
-    return await run_in_threadpool(fn, *args, **kwargs)
+    async with cold_work(request):
+        return await run_in_threadpool(attempt, False)
+
+
+WARM_THREADS = 8  # cache-only attempts at once per process (each one is CPU-bound: unpickling)
+
+
+def _warm_limiter(request: Request) -> anyio.CapacityLimiter:
+    """The app's limiter of cache-only attempts (created on first use, inside the event loop)."""
+    limiter = getattr(request.app.state, "warm_limiter", None)
+    if limiter is None:
+        limiter = request.app.state.warm_limiter = anyio.CapacityLimiter(WARM_THREADS)
+    return limiter
