@@ -139,6 +139,25 @@ def test_threshold_mode_is_monotone_and_exact():
     assert json.loads(json.dumps(empty.to_dict()))["graph"]["edges"] == []
 
 
+def test_max_edges_keeps_the_best_edges_and_says_how_many_passed():
+    heads = make_heads(seed=3)
+    res = results_for(heads)
+    full = build_graph(res, k=None, threshold=0.5)
+    capped = build_graph(res, k=None, threshold=0.5, max_edges=5)
+    for p, ps in res.items():
+        passed = int((ps.valid & (ps.scores >= 0.5)).sum())
+        assert passed > 5 and capped.capped[p] == passed and capped.edge_counts[p] == 5
+        best = sorted((d["score"] for _, _, k, d in full.graph.edges(keys=True, data=True) if k == p),
+                      reverse=True)[:5]
+        kept = sorted((d["score"] for _, _, k, d in capped.graph.edges(keys=True, data=True) if k == p),
+                      reverse=True)
+        assert kept == best
+    assert full.capped == {} and build_graph(res, k=None, threshold=0.5, max_edges=10**6).capped == {}
+    assert capped.to_dict()["capped"] == capped.capped
+    with pytest.raises(InvalidInput):
+        build_graph(res, k=None, threshold=0.5, max_edges=0)
+
+
 def test_threshold_on_normalized_z_and_fdr():
     heads = make_heads(seed=4)
     res = results_for(heads, ("OQ", "OV"))
