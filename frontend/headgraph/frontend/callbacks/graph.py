@@ -50,6 +50,11 @@ def summary(data: dict[str, Any], threshold: float | None) -> list[Any]:
         parts += [stat("in-class", cc.get("in_class"), "in-class"),
                   stat("out-of-class", cc.get("out_of_class"), "out-of-class")]
     parts.append(html.Span(data.get("rule", ""), className="rule-text", id="graph-rule"))
+    capped = data.get("capped") or {}
+    if capped:
+        kept = ", ".join(f"{p}: best {counts.get(p, 0)} of {n}" for p, n in capped.items())
+        parts.append(html.Span(f"edges capped ({kept}); raise the threshold to see all",
+                               className="hint warn", id="graph-capped"))
     if data.get("overlay_note"):
         parts.append(html.Span(data["overlay_note"], className="hint", id="graph-overlay-note"))
     parts.append(html.Span("click a node for its head panel, the middle of an edge for the pair",
