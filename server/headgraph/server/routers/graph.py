@@ -5,14 +5,15 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Query, Request
 
 from headgraph.core.vocabulary import DEFAULT_K, parse_pairings
-from headgraph.server.deps import cached_first, get_graphs, model_ref
+from headgraph.server.deps import get_graphs, model_ref
 from headgraph.server.errors import Invalid
 from headgraph.server.graphs import GraphService
 from headgraph.server.params import ERRORS, labels_query, optional_k_query, pairings_query
 from headgraph.server.registry import ModelRef
+from headgraph.server.responses import warm_json
 from headgraph.server.schemas import GraphOut
 
 router = APIRouter(prefix="/api", tags=["graph"])
@@ -42,7 +43,7 @@ def threshold_query() -> Any:
 
 @router.get("/graph", response_model=GraphOut, responses=ERRORS,
             summary="Head graph (node-link JSON) with hubs and in/out-of-class counts")
-async def graph(ref: ModelRef = Depends(model_ref), pairings: str = pairings_query(),
+async def graph(request: Request, ref: ModelRef = Depends(model_ref), pairings: str = pairings_query(),
                 granularity: Granularity = "head", k: int | None = optional_k_query(),
                 threshold: float | None = threshold_query(), threshold_on: ThresholdOn = "pk",
                 labels: str | None = labels_query("label set name for class overlay"),
@@ -50,6 +51,6 @@ async def graph(ref: ModelRef = Depends(model_ref), pairings: str = pairings_que
     names, k_, thr = graph_params(pairings, k, threshold)
     if threshold_on == "fdr" and thr is None:
         raise Invalid("threshold_on=fdr selects significant pairs: give threshold (e.g. 0.05)")
-    out = await cached_first(graphs.graph, ref, pairings=names, granularity=granularity, k=k_,
-                             threshold=thr, threshold_on=threshold_on, labels=labels)
-    return {"model": ref.id, **out}
+    return await warm_json(request, GraphOut, ref, lambda: {"model": ref.id, **graphs.graph(
+        ref, pairings=names, granularity=granularity, k=k_, threshold=thr,
+        threshold_on=threshold_on, labels=labels)}, labels=labels)

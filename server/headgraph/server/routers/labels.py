@@ -12,11 +12,11 @@ from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, Field, StringConstraints, ValidationError
 
 from headgraph.server.catalog import ModelCatalog
-from headgraph.server.deps import (TOKEN_PROTECTED, cached_first, get_catalog, get_labels,
-                                   require_token)
+from headgraph.server.deps import TOKEN_PROTECTED, get_catalog, get_labels, require_token
 from headgraph.server.errors import Invalid
 from headgraph.server.labelsets import (PATTERN_LABEL_CLASSES, PATTERN_LABEL_DESCRIPTION,
                                         PATTERN_LABEL_THRESHOLDS, PATTERN_LABELS, LabelService)
+from headgraph.server.responses import warm_json
 from headgraph.server.schemas import ErrorBody, LabelSetList, LabelSetOut
 
 router = APIRouter(prefix="/api/labels", tags=["labels"])
@@ -75,7 +75,7 @@ def list_label_sets(labels: LabelService = Depends(get_labels)) -> Any:
             responses={404: {"model": ErrorBody}, 403: {"model": ErrorBody},
                        422: {"model": ErrorBody}},
             summary="One label set with its head -> class map (per-model sets need ?model=)")
-async def get_label_set(name: str = Path(..., min_length=1, max_length=128),
+async def get_label_set(request: Request, name: str = Path(..., min_length=1, max_length=128),
                         model: str | None = Query(None, min_length=1, max_length=512,
                                                   description="model of a per-model set "
                                                   f"({PATTERN_LABELS!r}); ignored for the others"),
@@ -87,9 +87,9 @@ async def get_label_set(name: str = Path(..., min_length=1, max_length=128),
     if model is None:
         raise Invalid(f"label set {PATTERN_LABELS!r} is computed per model: give model=")
     ref = catalog.resolve(model)
-    ls = await cached_first(labels.pattern_label_set, ref)
-    return {**ls.to_dict(), "builtin": True, "per_model": True,
-            "thresholds": dict(PATTERN_LABEL_THRESHOLDS)}
+    return await warm_json(request, LabelSetOut, ref, lambda: {
+        **labels.pattern_label_set(ref).to_dict(), "builtin": True, "per_model": True,
+        "thresholds": dict(PATTERN_LABEL_THRESHOLDS)})
 
 
 def _format_of(fmt: str | None, filename: str | None, content_type: str) -> str:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends
-from fastapi.responses import JSONResponse
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse, Response
 
 from headgraph.core.vocabulary import parse_pairings
 from headgraph.server.catalog import ModelCatalog
@@ -12,6 +12,7 @@ from headgraph.server.deps import (TOKEN_PROTECTED, get_catalog, get_jobs, get_s
 from headgraph.server.jobs import JobManager
 from headgraph.server.params import ERRORS, pairings_query
 from headgraph.server.registry import ModelRef
+from headgraph.server.responses import render_json
 from headgraph.server.schemas import ErrorBody, Job, JobSubmitted, ModelInfoOut, ModelList, ModelSummary
 from headgraph.server.store import Store
 
@@ -36,11 +37,17 @@ async def list_models(catalog: ModelCatalog = Depends(get_catalog),
 
 @router.get("/info", response_model=ModelInfoOut, responses=ERRORS,
             summary="Shape and provenance of one model (loads it when not yet known)")
-def model_info(ref: ModelRef = Depends(model_ref), catalog: ModelCatalog = Depends(get_catalog),
-               store: Store = Depends(get_store)) -> ModelInfoOut:
-    ident = catalog.identity(ref)
-    return ModelInfoOut(model=ref.id, fingerprint=ident.fingerprint, info=ident.info.to_dict(),
-                        cached=store.cached_names().get(ident.fingerprint, []))
+async def model_info(request: Request, ref: ModelRef = Depends(model_ref),
+                     catalog: ModelCatalog = Depends(get_catalog),
+                     store: Store = Depends(get_store)) -> Response:
+    # Loading an unknown model is cold work (gated: 401 in lab mode without the token); not
+    # kept in the response LRU, since what is cached changes.
+    def build() -> ModelInfoOut:
+        ident = catalog.identity(ref)
+        return ModelInfoOut(model=ref.id, fingerprint=ident.fingerprint, info=ident.info.to_dict(),
+                            cached=store.cached_names().get(ident.fingerprint, []))
+
+    return await render_json(request, ModelInfoOut, build)
 
 
 @router.post("/compute", status_code=202, response_model=JobSubmitted,

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
 
 from headgraph.core.vocabulary import GRAPH_PAIRINGS
-from headgraph.server.deps import cached_first, get_scores, model_ref
+from headgraph.server.deps import get_scores, model_ref
 from headgraph.server.params import ERRORS
 from headgraph.server.registry import ModelRef
+from headgraph.server.responses import warm_json
 from headgraph.server.schemas import ReferenceOut
 from headgraph.server.scores import ScoresService
 
@@ -18,7 +19,7 @@ router = APIRouter(prefix="/api", tags=["reference"])
 
 @router.get("/reference", response_model=ReferenceOut, responses=ERRORS,
             summary="KL grid and histograms of PK per pairing, Haar moments, anisotropic nulls")
-async def reference(ref: ModelRef = Depends(model_ref),
+async def reference(request: Request, ref: ModelRef = Depends(model_ref),
                     scores: ScoresService = Depends(get_scores)) -> Any:
     def run() -> dict[str, Any]:
         out = dict(scores.reference(ref))
@@ -32,4 +33,4 @@ async def reference(ref: ModelRef = Depends(model_ref),
         out["nulls"] = nulls
         return {"model": ref.id, **out}
 
-    return await cached_first(run)
+    return await warm_json(request, ReferenceOut, ref, run)
