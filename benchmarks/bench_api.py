@@ -1,45 +1,72 @@
-"""API latency under load: 16 concurrent clients hammering cached reads of the demo model.
+"""API latency: /api/health and warm reads with N concurrent clients, next to the same unloaded.
 
-Starts ``headgraph serve`` on a free loopback port with a fresh cache, warms every endpoint
-once, then runs N client threads (keep-alive httpx clients, round-robin over the endpoints)
-for a fixed duration and prints a p50 / p99 latency table. Target: p99 < 50 ms.
+headgraph only: TransformerLens has no API server, so there is nothing to compare against.
 
-    .venv/bin/python benchmarks/bench_api.py [--clients 16] [--seconds 10] [--workers 2]
+Starts ``headgraph serve`` (launch.ServerProcess) on a free loopback port with a fresh cache,
+serving the demo model and a bigger random-weight model put in HEADGRAPH_MODELS (``--big``:
+``wide``, the default, is a 16-layer x 32-head model in the demo's format, cheap to build, with
+4.5 MB of JSON per score grid; or any ``random:<preset>`` spec, e.g. random:gpt2-small with
+0.4 MB grids; ``--big none`` for the demo alone). Warms the
+views the dashboard reads (PK OQ/OK/OV as raw, normalized and z; CS; graph; scatter;
+reference; top pairs), then measures three phases of ``--seconds`` each:
+
+* no load, health: a prober alone GETs /api/health every ``--probe-ms`` ms;
+* no load, warm reads: one client reads the warm views one after the other;
+* load: ``--clients`` clients (persistent connections, an asyncio httpx pool in a separate
+  process, so the prober does not share its GIL) read the warm views round-robin as fast as
+  they can while the prober keeps probing /api/health.
+
+Prints a Markdown table of client-side p50 / p99 (ms), with the server's own time per
+request (its access log) under load beside them; ``--out FILE`` also appends it to FILE
+(replacing an earlier "## API latency" section there). Target: health p99 < 100 ms under load.
+
+    .venv/bin/python benchmarks/bench_api.py [--clients 32] [--seconds 15] [--big wide]
+                                             [--out benchmarks/RESULTS.md]
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
+import asyncio
+import json
+import multiprocessing as mp
+import os
+import platform
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import httpx
-import torch
 
+from headgraph.core.demo_model import ARCHITECTURE
 from headgraph.server.launch import ServerProcess
 
-ENDPOINTS: list[tuple[str, dict[str, object]]] = [
-    ("/api/health", {}),
-    ("/api/models", {}),
-    ("/api/pk", {"model": "demo", "pairing": "OK"}),
-    ("/api/pk", {"model": "demo", "pairing": "OV", "metric": "z"}),
-    ("/api/cs", {"model": "demo", "mode": "K"}),
-    ("/api/top", {"model": "demo", "pairing": "OK", "k": 20}),
-    ("/api/graph", {"model": "demo", "pairings": "OQ,OK,OV", "k": 20}),
-    ("/api/pair", {"model": "demo", "pairing": "OK", "source": "L0H3", "target": "L1H5"}),
-    ("/api/scatter", {"model": "demo", "pairing": "OK"}),
-    ("/api/tokens", {"model": "demo", "role": "O", "k": 10}),
-    ("/api/patterns", {"model": "demo"}),
-]
-TARGET_P99_MS = 50.0
+Endpoint = tuple[str, str, dict[str, Any]]  # (row label, path, query)
+SECTION = "## API latency (bench_api.py)"
+HEALTH_TARGET_P99_MS = 100.0
+WIDE = {"architecture": ARCHITECTURE, "n_layers": 16, "n_heads": 32, "d_model": 256,
+        "d_head": 8, "d_vocab": 64, "n_ctx": 64}
 
 
-def percentile(values: list[float], q: float) -> float:
-    """q-th percentile (0..100) by linear interpolation."""
+def dashboard_views(model: str, label: str) -> list[Endpoint]:
+    """The reads the dashboard makes for one model (what a warm page load asks)."""
+    views: list[Endpoint] = [(f"/api/pk ({label})", "/api/pk", {"model": model, "pairing": p, "metric": m})
+                             for p in ("OQ", "OK", "OV") for m in ("raw", "normalized", "z")]
+    views += [(f"{path} ({label})", path, {"model": model, **q}) for path, q in (
+        ("/api/cs", {"mode": "K"}),
+        ("/api/graph", {"pairings": "OQ,OK,OV", "k": 20}),
+        ("/api/scatter", {"pairing": "OK", "top_percent": 5}),
+        ("/api/reference", {}),
+        ("/api/top", {"pairing": "OK", "k": 20, "metric": "pk"}))]
+    return views
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """q-th percentile (0..100) by linear interpolation (nan for no values)."""
     if not values:
         return float("nan")
     s = sorted(values)
@@ -48,86 +75,263 @@ def percentile(values: list[float], q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
-def hammer(url: str, clients: int, seconds: float) -> tuple[dict[str, list[float]], int]:
-    """Run ``clients`` threads for ``seconds``; latencies (ms) per endpoint and error count."""
-    lat: dict[str, list[float]] = {p: [] for p, _ in ENDPOINTS}
-    errors = [0]
-    lock = threading.Lock()
-    start = threading.Barrier(clients)
-    deadline = [0.0]
+# -- load generator (separate process) -------------------------------------------------------
 
-    def client(offset: int) -> None:
-        local: dict[str, list[float]] = {p: [] for p, _ in ENDPOINTS}
-        bad = 0
-        with httpx.Client(base_url=url, timeout=30) as c:
-            c.get("/api/health")  # connect before the clock starts (keep-alive afterwards)
-            start.wait()
-            i = offset
-            while time.perf_counter() < deadline[0]:
-                path, params = ENDPOINTS[i % len(ENDPOINTS)]
-                i += 1
+def _load_process(url: str, endpoints: list[Endpoint], clients: int, seconds: float,
+                  ready: Any, go: Any, results: Any) -> None:
+    """``clients`` asyncio tasks, one persistent connection each, reading round-robin until the
+    deadline; puts [(label, ms, status)] on ``results``."""
+
+    async def main() -> list[tuple[str, float, int]]:
+        limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+        async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
+            # open every connection before the clock starts
+            await asyncio.gather(*(client.get("/api/health") for _ in range(clients)))
+            ready.set()
+            while not go.is_set():
+                await asyncio.sleep(0.005)
+            deadline = time.perf_counter() + seconds
+            out: list[tuple[str, float, int]] = []
+
+            async def one(offset: int) -> None:
+                i = offset
+                while time.perf_counter() < deadline:
+                    label, path, params = endpoints[i % len(endpoints)]
+                    i += 1
+                    t0 = time.perf_counter()
+                    try:
+                        r = await client.get(path, params=params)
+                        status = r.status_code
+                    except httpx.HTTPError:
+                        status = 0
+                    out.append((label, (time.perf_counter() - t0) * 1000, status))
+
+            await asyncio.gather(*(one(k) for k in range(clients)))
+            return out
+
+    results.put(asyncio.run(main()))
+
+
+# -- measurement phases ----------------------------------------------------------------------
+
+class Prober:
+    """GET /api/health every ``every_s`` on its own connection; latencies (ms) and failures."""
+
+    def __init__(self, url: str, every_s: float) -> None:
+        self.url, self.every_s = url, every_s
+        self.ms: list[float] = []
+        self.failed = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        with httpx.Client(base_url=self.url, timeout=30) as c:
+            c.get("/api/health")
+            while not self._stop.is_set():
                 t0 = time.perf_counter()
-                r = c.get(path, params=params)
+                try:
+                    ok = c.get("/api/health").status_code == 200
+                except httpx.HTTPError:
+                    ok = False
                 ms = (time.perf_counter() - t0) * 1000
-                if r.status_code != 200:
-                    bad += 1
-                local[path].append(ms)
-        with lock:
-            for p, v in local.items():
-                lat[p].extend(v)
-            errors[0] += bad
+                self.ms.append(ms)
+                self.failed += not ok
+                self._stop.wait(max(0.0, self.every_s - ms / 1000))
 
-    deadline[0] = time.perf_counter() + seconds + 0.5
-    threads = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return lat, errors[0]
+    def __enter__(self) -> Prober:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def sequential_reads(url: str, endpoints: list[Endpoint], seconds: float
+                     ) -> tuple[dict[str, list[float]], int]:
+    """One client reading the views one after the other for ``seconds``: ms per row, non-200s."""
+    lat: dict[str, list[float]] = {}
+    bad = 0
+    with httpx.Client(base_url=url, timeout=120) as c:
+        c.get("/api/health")
+        deadline, i = time.perf_counter() + seconds, 0
+        while time.perf_counter() < deadline:
+            label, path, params = endpoints[i % len(endpoints)]
+            i += 1
+            t0 = time.perf_counter()
+            r = c.get(path, params=params)
+            lat.setdefault(label, []).append((time.perf_counter() - t0) * 1000)
+            bad += r.status_code != 200
+    return lat, bad
+
+
+def loaded_reads(url: str, endpoints: list[Endpoint], clients: int, seconds: float,
+                 probe_s: float) -> tuple[dict[str, list[float]], int, Prober, tuple[float, float]]:
+    """``clients`` concurrent readers (another process) while the prober runs; also the
+    wall-clock window of the load (for the server's log)."""
+    ctx = mp.get_context("spawn")
+    ready, go, results = ctx.Event(), ctx.Event(), ctx.Queue()
+    proc = ctx.Process(target=_load_process, args=(url, endpoints, clients, seconds, ready, go, results))
+    proc.start()
+    if not ready.wait(120):
+        proc.kill()
+        raise RuntimeError("load generator did not connect")
+    with Prober(url, probe_s) as prober:
+        time.sleep(0.2)  # the prober's own baseline
+        go.set()
+        began = time.time()
+        rows = results.get(timeout=seconds + 300)
+        ended = time.time()
+    proc.join(30)
+    lat: dict[str, list[float]] = {}
+    bad = 0
+    for label, ms, status in rows:
+        lat.setdefault(label, []).append(ms)
+        bad += status != 200
+    return lat, bad, prober, (began, ended)
+
+
+def server_ms(records: list[dict[str, Any]], window: tuple[float, float]) -> dict[str, list[float]]:
+    """The server's own time (access log ``ms``) per path for requests logged in ``window``."""
+    out: dict[str, list[float]] = {}
+    for rec in records:
+        if rec.get("logger") == "headgraph.access" and window[0] <= rec.get("ts", 0) <= window[1] + 1:
+            out.setdefault(str(rec["path"]), []).append(float(rec["ms"]))
+    return out
+
+
+# -- report ----------------------------------------------------------------------------------
+
+def _cell(values: Sequence[float], q: float) -> str:
+    v = percentile(values, q)
+    if v != v:
+        return "-"
+    return f"{v:.2f}" if v < 10 else f"{v:.1f}" if v < 1000 else f"{v / 1000:.2f} s"
+
+
+def report(args: argparse.Namespace, models: list[str], sizes: dict[str, int],
+           idle_health: Prober, idle: dict[str, list[float]], idle_bad: int,
+           load: dict[str, list[float]], load_bad: int, load_health: Prober,
+           srv: dict[str, list[float]], load_avg: tuple[str, str], warm_s: float) -> str:
+    import torch
+
+    every_idle = [x for v in idle.values() for x in v]
+    every_load = [x for v in load.values() for x in v]
+    srv_health = srv.get("/api/health", [])
+    srv_reads = [x for p, v in srv.items() if p != "/api/health" for x in v]
+    p99 = percentile(load_health.ms, 99)
+    n = args.clients
+    lines = [
+        SECTION, "",
+        f"{time.strftime('%Y-%m-%d %H:%M')}; {platform.machine()}, {os.cpu_count()} CPUs "
+        f"(shared with other jobs while measured), torch {torch.__version__}. headgraph only: "
+        "TransformerLens has no API server, so there is no TL comparison here. "
+        f"`bench_api.py --clients {n} --seconds {args.seconds:g} --big {args.big}`: one "
+        f"uvicorn worker (`--workers {args.workers}`), fresh cache, models {', '.join(models)}; "
+        f"warm-up (cold computations) {warm_s:.0f} s. Load average (1/5/15 min) {load_avg[0]} "
+        f"at start, {load_avg[1]} at end.",
+        "",
+        f"No load: /api/health probed alone every {args.probe_ms:g} ms for {args.seconds:g} s; "
+        f"warm reads by one client, one after another, for {args.seconds:g} s. Load: {n} "
+        f"clients (persistent connections, another process) reading the warm views round-robin "
+        f"as fast as they can for {args.seconds:g} s while the prober keeps probing. Client-side "
+        "latencies (what a caller waits, including the clients' own Python on the same 2 cores); "
+        "server = the server's own time per request under load (its access log; per path, both "
+        "models together). Warm views per "
+        "model: PK OQ/OK/OV x raw/normalized/z, CS K, graph, scatter, reference, top 20; largest "
+        "bodies " + ", ".join(f"{p} {b / 1e6:.2f} MB" for p, b in sizes.items()) + ".",
+        "",
+        f"| what | no load n | no load p50 ms | no load p99 ms | {n} clients n "
+        f"| {n} clients p50 ms | {n} clients p99 ms | server p50 / p99 ms |",
+        "|---|---|---|---|---|---|---|---|",
+        f"| **/api/health** | {len(idle_health.ms)} | {_cell(idle_health.ms, 50)} "
+        f"| {_cell(idle_health.ms, 99)} | {len(load_health.ms)} | {_cell(load_health.ms, 50)} "
+        f"| **{_cell(load_health.ms, 99)}** | {_cell(srv_health, 50)} / {_cell(srv_health, 99)} |",
+        f"| **warm reads (all)** | {len(every_idle)} | {_cell(every_idle, 50)} "
+        f"| {_cell(every_idle, 99)} | {len(every_load)} | {_cell(every_load, 50)} "
+        f"| **{_cell(every_load, 99)}** | {_cell(srv_reads, 50)} / {_cell(srv_reads, 99)} |",
+    ]
+    for label in dict.fromkeys([*idle, *load]):
+        a, b = idle.get(label, []), load.get(label, [])
+        sv = srv.get(label.split(" ")[0], [])
+        lines.append(f"| {label} | {len(a)} | {_cell(a, 50)} | {_cell(a, 99)} | {len(b)} "
+                     f"| {_cell(b, 50)} | {_cell(b, 99)} | {_cell(sv, 50)} / {_cell(sv, 99)} |")
+    rate = len(every_load) / args.seconds
+    lines += ["",
+              f"Under load: {rate:.0f} warm reads/s, {load_bad} non-200 (no load: {idle_bad}); "
+              f"health failures {load_health.failed} (no load {idle_health.failed}), worst health "
+              f"{max(load_health.ms or [0]):.1f} ms. Target health p99 < "
+              f"{HEALTH_TARGET_P99_MS:.0f} ms with {n} clients: "
+              f"**{'met' if p99 < HEALTH_TARGET_P99_MS else 'NOT met'}**.", ""]
+    return "\n".join(lines)
+
+
+def write_out(path: Path, section: str) -> None:
+    """Append ``section`` to ``path``, replacing an earlier section of this benchmark."""
+    old = path.read_text() if path.exists() else ""
+    if SECTION in old:
+        start = old.index(SECTION)
+        nxt = old.find("\n## ", start + len(SECTION))
+        old = old[:start].rstrip("\n") + ("\n" + old[nxt:] if nxt >= 0 else "")
+    sep = "\n\n" if old.strip() else ""
+    path.write_text(old.rstrip("\n") + sep + section.rstrip("\n") + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--clients", type=int, default=16)
-    ap.add_argument("--seconds", type=float, default=10.0)
-    ap.add_argument("--workers", type=int, default=2, help="uvicorn worker processes")
+    ap.add_argument("--clients", type=int, default=32)
+    ap.add_argument("--seconds", type=float, default=15.0, help="length of each phase")
+    ap.add_argument("--probe-ms", type=float, default=20.0, help="health probe interval")
+    ap.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
+    ap.add_argument("--big", default="wide",
+                    help="second model: wide (16 x 32 heads, 4.5 MB grids), a random:<preset> "
+                         "spec (random:gpt2-small: 0.4 MB grids) or none")
+    ap.add_argument("--out", type=Path, help="also append the Markdown table to this file")
     args = ap.parse_args(argv)
-    torch.set_num_threads(1)
 
+    load_start = "/".join(f"{x:.2f}" for x in os.getloadavg())
     with tempfile.TemporaryDirectory() as tmp:
-        env = {"HF_HUB_OFFLINE": "1", "HEADGRAPH_DEVICE": "cpu"}
-        with ServerProcess(Path(tmp) / "cache", workers=args.workers, env=env) as srv:
+        big = args.big
+        if big == "wide":
+            cfg = Path(tmp) / "wide" / "config.json"
+            cfg.parent.mkdir()
+            cfg.write_text(json.dumps(WIDE))
+            big = f"random:{cfg}"
+        models = {"demo": "demo"} | ({} if big == "none" else {big: args.big})
+        endpoints = [e for m, label in models.items() for e in dashboard_views(m, label)]
+        env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HEADGRAPH_DEVICE": "cpu"}
+        if big != "none":
+            env["HEADGRAPH_MODELS"] = big
+        with ServerProcess(Path(tmp) / "cache", workers=args.workers, env=env,
+                           startup_timeout=300) as srv:
             t0 = time.perf_counter()
-            with httpx.Client(base_url=srv.url, timeout=600) as c:
-                for _ in range(args.workers * 2):  # every worker process sees every endpoint
-                    for path, params in ENDPOINTS:
+            sizes: dict[str, int] = {}
+            with httpx.Client(base_url=srv.url, timeout=1800) as c:
+                for _ in range(args.workers + 1):  # every worker sees every view
+                    for label, path, params in endpoints:
                         r = c.get(path, params=params)
                         r.raise_for_status()
-            print(f"warm-up (cold compute + per-worker model identity): "
-                  f"{time.perf_counter() - t0:.1f} s", file=sys.stderr)
-            mark = time.time()
-            lat, errors = hammer(srv.url, args.clients, args.seconds)
-            server_ms: dict[str, list[float]] = {}
-            for rec in srv.records():  # the server's own access log: time inside the app
-                if rec.get("logger") == "headgraph.access" and rec.get("ts", 0) >= mark:
-                    server_ms.setdefault(str(rec["path"]), []).append(float(rec["ms"]))
-
-    every = [v for vals in lat.values() for v in vals]
-    print(f"\n{args.clients} clients, {args.workers} workers, {args.seconds:.0f} s, "
-          f"{len(every)} requests ({len(every) / args.seconds:.0f} req/s), {errors} non-200\n")
-    print("client-side latency (what a caller waits) and server-side time (inside the app)")
-    print(f"{'endpoint':<16}{'n':>7}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}{'srv p50':>9}{'srv p99':>9}")
-    for path in dict.fromkeys(p for p, _ in ENDPOINTS):
-        v, sv = lat[path], server_ms.get(path, [])
-        print(f"{path:<16}{len(v):>7}{percentile(v, 50):>9.1f}{percentile(v, 99):>9.1f}"
-              f"{max(v):>9.1f}{percentile(sv, 50):>9.2f}{percentile(sv, 99):>9.2f}")
-    p99 = percentile(every, 99)
-    s_all = [x for v in server_ms.values() for x in v]
-    print(f"{'ALL':<16}{len(every):>7}{percentile(every, 50):>9.1f}{p99:>9.1f}{max(every):>9.1f}"
-          f"{percentile(s_all, 50):>9.2f}{percentile(s_all, 99):>9.2f}")
-    print(f"mean {statistics.fmean(every):.1f} ms; target p99 < {TARGET_P99_MS:.0f} ms: "
-          f"{'MET' if p99 < TARGET_P99_MS else 'NOT MET'}")
-    return 0 if errors == 0 else 1
+                        sizes[label] = max(sizes.get(label, 0), len(r.content))
+            warm_s = time.perf_counter() - t0
+            print(f"warm-up: {warm_s:.1f} s", file=sys.stderr)
+            with Prober(srv.url, args.probe_ms / 1000) as idle_health:
+                time.sleep(args.seconds)
+            idle, idle_bad = sequential_reads(srv.url, endpoints, args.seconds)
+            load, load_bad, load_health, window = loaded_reads(
+                srv.url, endpoints, args.clients, args.seconds, args.probe_ms / 1000)
+            time.sleep(1.0)  # the last access-log lines
+            srv_ms = server_ms(srv.records(), window)
+            errors = srv.server_errors()
+    load_end = "/".join(f"{x:.2f}" for x in os.getloadavg())
+    largest = dict(sorted(sizes.items(), key=lambda kv: -kv[1])[:4])
+    table = report(args, list(models.values()), largest, idle_health, idle, idle_bad, load,
+                   load_bad, load_health, srv_ms, (load_start, load_end), warm_s)
+    print(table)
+    if errors:
+        print(f"server errors: {errors[:3]}", file=sys.stderr)
+    if args.out:
+        write_out(args.out, table)
+    return 0 if not errors and load_bad == 0 and idle_bad == 0 else 1
 
 
 if __name__ == "__main__":
