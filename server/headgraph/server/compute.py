@@ -14,6 +14,16 @@ pool (this module imports neither the services nor the composition root). Errors
 process boundary as plain data and are rebuilt as the same kinds of exceptions (core
 HeadgraphError subclasses, API errors: 4xx); anything else, a bare ValueError included,
 becomes ComputeFailed (a 500), whose traceback is logged by the child.
+
+A compute process dies with the API process that spawned it and never writes after it: its
+initializer remembers the parent (pid and start time) and starts a watchdog thread that
+``os._exit``s the child within ~0.5 s of the parent being gone (reparented, no such pid, a
+zombie, or a reused pid); the child's store checks the parent right before every result
+write too (``Store.before_write``), so even a computation holding the GIL cannot store a
+result after the server died. Once every child is gone, the multiprocessing resource
+tracker (which exits when the last holder of its pipe does) follows. PR_SET_PDEATHSIG is
+not used: it fires when the parent *thread* that spawned a child exits, and the executor
+spawns children from short-lived request threads.
 """
 
 from __future__ import annotations
@@ -23,11 +33,14 @@ import logging
 import multiprocessing
 import os
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+import psutil
 
 import headgraph.core.errors as core_errors
 from headgraph.core.errors import HeadgraphError, InvalidInput
@@ -85,10 +98,77 @@ class ComputeWorker(Protocol):
 WorkerFactory = Callable[[Settings], ComputeWorker]
 
 
+# -- processes ------------------------------------------------------------------------------
+
+WATCH_S = 0.5  # how often a compute process checks that its parent is still there
+START_SLACK_S = 1.0  # start times (from /proc, in s) of one process never differ by more
+
+
+def process_started(pid: int) -> float | None:
+    """Start time (epoch s) of process ``pid``; None when there is none."""
+    try:
+        return float(psutil.Process(pid).create_time())
+    except (psutil.Error, OSError, ValueError):
+        return None
+
+
+def process_alive(pid: int, started: float | None = None) -> bool:
+    """True when process ``pid`` runs (not a zombie) and, with ``started``, is the process that
+    started then (not a later one that reused the pid)."""
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        return started is None or abs(float(proc.create_time()) - started) <= START_SLACK_S
+    except (psutil.Error, OSError, ValueError):
+        return False
+
+
 # -- child side -------------------------------------------------------------------------------
 
+_parent: tuple[int, float | None] | None = None  # (pid, start time) of this child's API process
+
+
+def parent_alive() -> bool:
+    """In a compute process: is the API process that spawned it still there? (True elsewhere.)"""
+    if _parent is None:
+        return True
+    pid, started = _parent
+    if os.name == "posix" and os.getppid() != pid:  # reparented: the parent exited
+        return False
+    return process_alive(pid, started)
+
+
+def exit_if_orphaned() -> None:
+    """End this compute process at once (no cleanup, no write) when its parent is gone."""
+    if parent_alive():
+        return
+    pid = _parent[0] if _parent is not None else None
+    try:
+        log.warning("compute process %d: its server (pid %s) is gone; exiting", os.getpid(), pid)
+    finally:
+        os._exit(1)
+
+
+def _watch_parent() -> None:
+    while True:
+        time.sleep(WATCH_S)
+        exit_if_orphaned()
+
+
+def watch_parent() -> None:
+    """Remember this process's parent and exit within ~WATCH_S of it going away."""
+    global _parent
+    spawner = multiprocessing.parent_process()  # its pid was recorded when it spawned us
+    ppid = spawner.pid if spawner is not None and spawner.pid else os.getppid()
+    _parent = (ppid, process_started(ppid))
+    threading.Thread(target=_watch_parent, name="headgraph-parent-watch", daemon=True).start()
+
+
 def _init_worker(settings: Settings) -> None:
-    """Child initializer: lower priority, size torch threads, log to the server's stderr."""
+    """Child initializer: die with the parent, lower priority, size torch threads, log to the
+    server's stderr."""
+    watch_parent()  # first: a parent killed while this child started is noticed too
     from headgraph.server.logs import configure_logging
 
     configure_logging()
@@ -104,8 +184,13 @@ def _init_worker(settings: Settings) -> None:
 
 @functools.lru_cache(maxsize=2)
 def _worker(settings: Settings, factory: WorkerFactory) -> ComputeWorker:
-    """The child's own services (computing inline), one per settings, kept for its life."""
-    return factory(settings)
+    """The child's own services (computing inline), one per settings, kept for its life; in a
+    compute process their store checks the parent before every result write."""
+    worker = factory(settings)
+    store = getattr(worker, "store", None)  # Services.store (a ComputeWorker needs none)
+    if store is not None and _parent is not None:
+        store.before_write = exit_if_orphaned  # Store calls it right before each result write
+    return worker
 
 
 def run_task(settings: Settings, factory: WorkerFactory, task: Task) -> tuple[str, Any]:
