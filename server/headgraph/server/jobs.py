@@ -6,24 +6,30 @@ single-flight cache keys the GET endpoints use, so a finished job means warm rea
 driven by a thread of this process, each step computed in a compute process
 (server.compute), so the event loop keeps answering.
 
-Job records live in the store's never-evicted ``meta`` cache under ``job:{id}``; the process
-running a job refreshes its heartbeat, so a job whose process died reads as failed and a new
-POST starts a fresh attempt.
+Job records live in the store's never-evicted ``meta`` cache under ``job:{id}``, each naming
+its owner (host, pid and start time of the process running it). A queued or running job
+whose owner is on this host and gone (or whose pid now belongs to another process) reads as
+failed at once; for an owner on another host, its heartbeat (refreshed every HEARTBEAT_S)
+going stale does. Either way a new POST starts a fresh attempt. The newest MAX_FINISHED
+finished records are kept (an index of job ids, in submission order, bounds them cheaply).
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
 import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from headgraph.core.errors import HeadgraphError
 from headgraph.server.catalog import ModelCatalog
+from headgraph.server.compute import process_alive, process_started
 from headgraph.server.errors import ApiError, one_line
 from headgraph.server.registry import ModelRef
 from headgraph.server.scores import ScoresService
@@ -35,6 +41,35 @@ Progress = Callable[[str, float, str], None]
 ACTIVE = ("queued", "running")
 HEARTBEAT_S = 5.0
 STALE_S = 30.0
+MAX_FINISHED = 500  # finished job records kept (older ones, and their jobkey: index, dropped)
+JOB_INDEX = "jobs:index"  # meta key: ids of the kept jobs, oldest first
+STOPPED = "the server running this job stopped; POST again to retry"
+
+
+def _pid_namespace() -> str:
+    try:
+        return os.readlink("/proc/self/ns/pid")  # pids of two containers on one host differ
+    except OSError:
+        return ""
+
+
+def this_process() -> dict[str, Any]:
+    """Owner of the jobs this process runs: host, pid namespace, pid and start time."""
+    pid = os.getpid()
+    return {"host": socket.gethostname(), "pidns": _pid_namespace(), "pid": pid,
+            "started": process_started(pid)}
+
+
+def owner_gone(owner: dict[str, Any] | None) -> bool | None:
+    """True/False when ``owner`` runs on this host (and pid namespace) and is gone/alive;
+    None when that cannot be told from here (another host, or an older record)."""
+    if not isinstance(owner, dict) or not isinstance(owner.get("pid"), int):
+        return None
+    if owner.get("host") != socket.gethostname() or owner.get("pidns", "") != _pid_namespace():
+        return None
+    started = owner.get("started")
+    return not process_alive(owner["pid"], float(started) if isinstance(started, (int, float))
+                             else None)
 
 
 @dataclass
@@ -54,9 +89,24 @@ class JobState:
     heartbeat: float = field(default_factory=time.time)
     error: str | None = None
     computed: list[str] = field(default_factory=list)
+    owner: dict[str, Any] | None = None  # this_process() of the process running it (not in the API)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> JobState:
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in raw.items() if k in names})
+
+    @property
+    def index_key(self) -> str:
+        """The meta key naming the latest job of the same (model, pairings)."""
+        return job_index_key(self.model, list(self.params.get("pairings", [])))
+
+
+def job_index_key(model: str, pairings: list[str]) -> str:
+    return f"jobkey:{model}|{','.join(pairings)}"
 
 
 def compute_plan(scores: ScoresService, catalog: ModelCatalog, ref: ModelRef, pairings: list[str]
@@ -111,16 +161,21 @@ class JobManager:
         self._active: set[str] = set()
         self._stop = threading.Event()
         self._beat: threading.Thread | None = None
+        self._owner = this_process()
 
     # -- records ------------------------------------------------------------------------
     def get(self, job_id: str) -> JobState | None:
+        """The job's record; a queued/running one whose process is gone reads failed."""
         raw = self.meta.get("job:" + job_id, retry=True)
         if not isinstance(raw, dict):
             return None
-        job = JobState(**raw)
-        if job.state in ACTIVE and time.time() - job.heartbeat > STALE_S:
-            job.state, job.error = "failed", "the worker running this job stopped; POST again to retry"
-            job.message = job.error
+        job = JobState.from_dict(raw)
+        if job.state in ACTIVE:
+            gone = owner_gone(job.owner)
+            if gone is None:  # owner elsewhere (or unrecorded): trust its heartbeat
+                gone = time.time() - job.heartbeat > STALE_S
+            if gone:
+                job.state, job.error, job.message = "failed", STOPPED, STOPPED
         return job
 
     def _save(self, job: JobState) -> None:
@@ -134,14 +189,14 @@ class JobManager:
                 return
             raw.update(changes)
             raw["heartbeat"] = time.time()
-            job = JobState(**raw)
+            job = JobState.from_dict(raw)
             self._save(job)
 
     # -- submitting ---------------------------------------------------------------------
     def submit(self, ref: ModelRef, pairings: list[str]) -> tuple[JobState, bool]:
         """Start a job for (model, pairings), or return the one already running; (job, created)."""
         params = {"pairings": list(pairings)}
-        index = f"jobkey:{ref.id}|{','.join(pairings)}"
+        index = job_index_key(ref.id, list(pairings))
         with DiskLock(self.meta, "lock:" + index, 10.0):
             previous_id = self.meta.get(index, retry=True)
             previous = self.get(previous_id) if isinstance(previous_id, str) else None
@@ -149,9 +204,10 @@ class JobManager:
                 return previous, False
             attempt = previous.attempt + 1 if previous is not None else 1
             job = JobState(id=uuid.uuid4().hex[:16], model=ref.id, params=params, attempt=attempt,
-                           message="waiting for a compute thread")
+                           message="waiting for a compute thread", owner=dict(self._owner))
             self._save(job)
             self.meta.set(index, job.id, retry=True)
+            self._keep(job.id)
         with self._guard:
             self._active.add(job.id)
             if self._pool is None:
@@ -163,6 +219,45 @@ class JobManager:
             pool = self._pool
         pool.submit(self._run, job.id, ref, list(pairings))
         return job, True
+
+    def _keep(self, job_id: str) -> None:
+        """Add ``job_id`` to the index and drop the oldest finished records beyond
+        MAX_FINISHED (with their jobkey: entry where it still names them): a few reads per
+        new job, never a scan (but once, for a store from before the index)."""
+        with self.meta.transact(retry=True):
+            ids = self.meta.get(JOB_INDEX, retry=True)
+            if not isinstance(ids, list):
+                ids = self._indexed_jobs()
+            ids = [i for i in ids if i != job_id] + [job_id]
+            # records beyond MAX_FINISHED; each live one read keeps its place (and counts)
+            excess = len(ids) - MAX_FINISHED
+            kept: list[str] = []
+            for i, old in enumerate(ids):
+                if excess <= 0:
+                    kept.extend(ids[i:])
+                    break
+                excess -= 1
+                job = self.get(old)
+                if job is not None and job.state in ACTIVE:
+                    kept.append(old)  # never drop a live job
+                else:
+                    self._drop(old, job)
+            self.meta.set(JOB_INDEX, kept, retry=True)
+
+    def _indexed_jobs(self) -> list[str]:
+        """Ids of every job record in the store, oldest first (for a store with no index)."""
+        found: list[tuple[float, str]] = []
+        for key in self.meta.iterkeys():
+            if isinstance(key, str) and key.startswith("job:"):
+                raw = self.meta.get(key, retry=True)
+                created = raw.get("created", 0.0) if isinstance(raw, dict) else 0.0
+                found.append((float(created), key[len("job:"):]))
+        return [job_id for _, job_id in sorted(found)]
+
+    def _drop(self, job_id: str, job: JobState | None) -> None:
+        self.meta.delete("job:" + job_id, retry=True)
+        if job is not None and self.meta.get(job.index_key, retry=True) == job_id:
+            self.meta.delete(job.index_key, retry=True)
 
     def _heartbeat(self) -> None:
         while not self._stop.wait(HEARTBEAT_S):
