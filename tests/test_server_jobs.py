@@ -23,7 +23,8 @@ def cache_dir(tmp_path_factory):
 @pytest.fixture(scope="module")
 def server(cache_dir):
     env = {"HEADGRAPH_API_TOKEN": TOKEN, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-           "HEADGRAPH_DEVICE": "cpu", "HEADGRAPH_WORKERS": "2"}
+           "HEADGRAPH_DEVICE": "cpu", "HEADGRAPH_WORKERS": "2",
+           "HEADGRAPH_COLD_PER_CLIENT": "32"}  # the token holders are one client: 16 at once
     srv = ServerProcess(cache_dir, workers=2, env=env).start()
     yield srv
     errors = srv.server_errors()
@@ -89,7 +90,7 @@ def test_cold_key_hit_by_16_clients_is_computed_once(server):
     def client():
         with httpx.Client(timeout=300) as c:
             barrier.wait()
-            r = c.get(server.url + "/api/reference", params={"model": "demo"})
+            r = c.get(server.url + "/api/reference", params={"model": "demo"}, headers=AUTH)
             with lock:
                 answered.append(time.perf_counter())
                 answers.append(r)
@@ -122,11 +123,16 @@ def test_compute_needs_the_token(server):
     r = httpx.post(server.url + "/api/labels", content="head,class\nL0H0,A\n",
                    headers={"content-type": "text/csv"})
     assert r.status_code == 401
-    assert httpx.get(server.url + "/api/pk", params={"model": "demo"}).status_code == 200
+    tokens = server.url + "/api/tokens"
+    params = {"model": "demo", "role": "V", "k": 7}  # cold: nothing else asks for k=7
+    cold = httpx.get(tokens, params=params)  # lab mode: computing needs the token
+    assert cold.status_code == 401 and "Bearer" in cold.json()["error"]["message"]
+    assert httpx.get(tokens, params=params, headers=AUTH, timeout=120).status_code == 200
+    assert httpx.get(tokens, params=params).status_code == 200  # cached: anyone reads it
     spec = httpx.get(server.url + "/openapi.json").json()
     assert spec["paths"]["/api/models/compute"]["post"]["security"] == [{"bearer": []}]
     assert spec["paths"]["/api/labels"]["post"]["security"] == [{"bearer": []}]
-    assert "security" not in spec["paths"]["/api/pk"]["get"]
+    assert spec["paths"]["/api/pk"]["get"]["security"] == [{}, {"bearer": []}]  # optional
     assert spec["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
 
 
@@ -210,3 +216,116 @@ def test_restart_serves_from_cache(server, cache_dir):
         assert demo["fingerprint"] and demo["cached"]
         log = again.log()
     assert "computed v" not in log  # the store logs every real computation
+
+
+# -- job records: owners and their bound (in-process, no server) --------------------------------
+
+class _NoModels:
+    """A catalog whose every model fails to load at once (a job then fails quickly)."""
+
+    def identity(self, ref):
+        from headgraph.core.errors import ModelUnavailable
+
+        raise ModelUnavailable(f"{ref.id}: not here")
+
+
+@pytest.fixture()
+def manager(tmp_path):
+    from headgraph.server.jobs import JobManager
+    from headgraph.server.store import Store
+
+    store = Store(tmp_path / "cache")
+    jobs = JobManager(scores=None, catalog=_NoModels(), store=store)  # type: ignore[arg-type]
+    yield jobs
+    jobs.shutdown()
+    store.close()
+
+
+def _record(manager, owner, *, heartbeat=None, job_id="j1", model="m"):
+    from headgraph.server.jobs import JobState, job_index_key
+
+    job = JobState(id=job_id, model=model, params={"pairings": ["OK"]}, state="running",
+                   stage="pk", owner=owner)
+    if heartbeat is not None:
+        job.heartbeat = heartbeat
+    manager.meta.set("job:" + job_id, job.to_dict())
+    manager.meta.set(job_index_key(model, ["OK"]), job_id)
+    return job
+
+
+def _ended_process() -> dict:
+    """An owner record of a process of this host that has exited."""
+    import subprocess
+
+    import psutil
+
+    from headgraph.server.jobs import this_process
+
+    proc = subprocess.Popen(["sleep", "30"])
+    owner = {**this_process(), "pid": proc.pid, "started": psutil.Process(proc.pid).create_time()}
+    proc.kill()
+    proc.wait(10)
+    return owner
+
+
+def _settled(manager, job_id):
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        job = manager.get(job_id)
+        if job is not None and job.state in ("done", "failed"):
+            return job
+        time.sleep(0.02)
+    return manager.get(job_id)
+
+
+def test_a_job_whose_owner_process_ended_reads_failed_at_once_and_a_submit_retries(manager):
+    from headgraph.server.jobs import STOPPED, this_process
+    from headgraph.server.registry import ModelRef
+
+    _record(manager, this_process())  # this process: alive
+    assert manager.get("j1").state == "running"
+    _record(manager, _ended_process())  # fresh heartbeat, but its process is gone
+    job = manager.get("j1")
+    assert job.state == "failed" and job.error == job.message == STOPPED
+    reused = {**this_process(), "started": this_process()["started"] - 3600}  # pid reused
+    _record(manager, reused)
+    assert manager.get("j1").state == "failed"
+    retry, created = manager.submit(ModelRef("m", "m", "hub"), ["OK"])
+    assert created and retry.attempt == 2 and retry.id != "j1"
+    assert retry.owner == this_process()
+    assert _settled(manager, retry.id).state == "failed"  # (this catalog loads nothing)
+
+
+def test_an_owner_elsewhere_is_judged_by_its_heartbeat(manager):
+    from headgraph.server.jobs import STALE_S, this_process
+
+    elsewhere = {**this_process(), "host": "some-other-host", "pid": 1}
+    _record(manager, elsewhere)
+    assert manager.get("j1").state == "running"
+    _record(manager, elsewhere, heartbeat=time.time() - STALE_S - 1)
+    assert manager.get("j1").state == "failed"
+    _record(manager, None)  # a record from before owners were kept
+    assert manager.get("j1").state == "running"
+
+
+def test_only_the_newest_finished_job_records_are_kept(manager, monkeypatch):
+    import headgraph.server.jobs as jobs_module
+    from headgraph.server.jobs import JOB_INDEX, job_index_key
+    from headgraph.server.registry import ModelRef
+
+    monkeypatch.setattr(jobs_module, "MAX_FINISHED", 3)
+    _record(manager, None, job_id="old", model="m0",  # before the index (found once); stale
+            heartbeat=time.time() - jobs_module.STALE_S - 1)
+    _record(manager, jobs_module.this_process(), job_id="live", model="m1")  # running here
+    ids = []
+    for i in range(6):
+        job, created = manager.submit(ModelRef(f"n{i}", f"n{i}", "hub"), ["OK"])
+        assert created
+        assert _settled(manager, job.id).state == "failed"
+        ids.append(job.id)
+    index = manager.meta.get(JOB_INDEX)
+    assert index == ["live", *ids[-3:]]  # the live job stays; 3 newest finished ones
+    assert manager.get("old") is None and manager.get(ids[0]) is None
+    assert manager.get("live").state == "running" and manager.get(ids[-1]) is not None
+    assert manager.meta.get(job_index_key("n0", ["OK"])) is None  # its index went with it
+    assert manager.meta.get(job_index_key(f"n{5}", ["OK"])) == ids[-1]
