@@ -7,7 +7,6 @@ that used to work.
 
 from __future__ import annotations
 
-import json
 import socket
 import subprocess
 import sys

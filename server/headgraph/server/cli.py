@@ -80,9 +80,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
               "who reaches the port may compute and upload (open mode)", file=sys.stderr)
     # Idle keep-alive connections close after 5 s; past SERVE_CONNECTIONS open connections
     # uvicorn answers 503 instead of queueing (a proxy in front should limit per client).
-    common = dict(host=args.host, port=args.port, access_log=False, log_level=args.log_level,
-                  timeout_graceful_shutdown=5, timeout_keep_alive=5,
-                  limit_concurrency=SERVE_CONNECTIONS)
+    common: dict[str, Any] = dict(
+        host=args.host, port=args.port, access_log=False, log_level=args.log_level,
+        timeout_graceful_shutdown=5, timeout_keep_alive=5,
+        limit_concurrency=SERVE_CONNECTIONS)
     if workers > 1:
         # Each worker process builds its own app from the environment (shared diskcache).
         uvicorn.run("headgraph.server.app:create_app", factory=True, workers=workers, **common)
