@@ -202,3 +202,29 @@ def test_c_a_killed_compute_process_fails_its_job_and_a_retry_finishes(restarted
     done = poll(restarted.url, retry["job"]["id"], lambda s: False)
     assert done["state"] == "done", done
     assert wait_gone(compute, 10.0) == []
+
+
+def test_d_a_killed_supervisor_takes_its_uvicorn_workers_along(tmp_path: Path) -> None:
+    """``--workers 2``: uvicorn's supervisor killed with SIGKILL leaves no worker serving."""
+    srv = ServerProcess(tmp_path / "cache", workers=2, env=ENV).start()
+    try:
+        assert httpx.get(srv.url + "/api/health", timeout=30).status_code == 200
+        assert srv.proc is not None
+        supervisor = psutil.Process(srv.proc.pid)
+        deadline = time.monotonic() + 60
+        workers: list[psutil.Process] = []
+        while time.monotonic() < deadline:  # both workers up (each answers health)
+            workers = [c for c in supervisor.children() if "multiprocessing" in " ".join(c.cmdline())]
+            if len(workers) >= 2:
+                break
+            time.sleep(0.2)
+        assert len(workers) >= 2, describe(supervisor.children())
+        assert httpx.get(srv.url + "/api/pk", params={"model": "demo"}, timeout=120).status_code == 200
+        family = supervisor.children(recursive=True)
+        os.kill(supervisor.pid, signal.SIGKILL)
+        alive = wait_gone(family, 20)
+        assert not alive, describe(alive)
+        with pytest.raises(httpx.TransportError):
+            httpx.get(srv.url + "/api/health", timeout=5)
+    finally:
+        srv.stop()

@@ -8,6 +8,7 @@ reading its settings from HEADGRAPH_* environment variables).
 from __future__ import annotations
 
 import logging
+import multiprocessing
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from importlib.metadata import entry_points
@@ -22,6 +23,7 @@ from headgraph.server import __version__
 from headgraph.server.access import ColdLimiter
 from headgraph.server.bodylimit import BodyLimit
 from headgraph.server.composition import build_services
+from headgraph.server.compute import watch_parent
 from headgraph.server.deps import TOKEN_MARK
 from headgraph.server.errors import error_body, install_handlers
 from headgraph.server.logs import AccessLogMiddleware, configure_logging
@@ -167,6 +169,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if multiprocessing.parent_process() is not None:
+            # A uvicorn worker (--workers > 1): exit with the supervisor that spawned it, so a
+            # killed server leaves no worker (and, through theirs, no compute process) behind.
+            watch_parent()
         log.info("headgraph API ready (cache %s, device %s)", settings.cache_dir, settings.device)
         yield
         services.close()

@@ -145,7 +145,8 @@ def exit_if_orphaned() -> None:
         return
     pid = _parent[0] if _parent is not None else None
     try:
-        log.warning("compute process %d: its server (pid %s) is gone; exiting", os.getpid(), pid)
+        log.warning("process %d: the process that started it (pid %s) is gone; exiting",
+                    os.getpid(), pid)
     finally:
         os._exit(1)
 
