@@ -150,6 +150,54 @@ def test_json_entry_errors_name_the_entry(text, line, words):
     assert words in str(e.value)
 
 
+@pytest.mark.parametrize("ending", ["\r", "\r\n", "\n"])
+def test_csv_any_line_ending(ending):
+    text = ending.join(["head,class", "L9H6,Name Mover", "", "# note", "L1H1,B", ""])
+    assert parse_label_set(text, "csv", name="x").classes == {"L9H6": "Name Mover", "L1H1": "B"}
+    with pytest.raises(LabelSetError) as e:
+        parse_label_set(ending.join(["head,class", "L9H6,A", "bad,B"]), "csv", name="x")
+    assert e.value.line == 3
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "words"),
+    [
+        ("head,class\nL9H6,A\x00B\n", 2, "control characters"),
+        ("head,class\nL9H6,A\nL1\x00H1,B\n", 3, "not a head name"),
+        ("head,class\nL9H6," + "x" * 200_000 + "\n", 2, "unreadable CSV"),
+        ("head,class\nL9H6," + "x" * 1000 + "\n", 2, "longer than"),
+        ('head,class\nL9H6,"A\nB"\nL1H1,C,D\n', 2, "control characters"),
+        ('head,class\r"L9H6","A, B"\r\rL1H1,C,D\r', 4, "2 columns"),
+        ("x" * 300_000, 1, "unreadable CSV"),
+    ],
+)
+def test_csv_odd_content_names_the_line(text, line, words):
+    with pytest.raises(LabelSetError) as e:
+        parse_label_set(text, "csv", name="x")
+    assert e.value.line == line and f"line {line}" in str(e.value) and words in str(e.value)
+    assert len(str(e.value)) < 300
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+        ('{"a":' * 100_000 + "1" + "}" * 100_000, "nested too deeply"),
+        ('{"classes": {"L9H6": 5}}', "must be a string"),
+        ('{"classes": {"L9H6": false}}', "must be a string"),
+        ('{"classes": [{"head": 9.6, "class": "A"}]}', "must be a string"),
+        ('{"classes": {"L9H6": "A"}, "model": 3}', "must be a string"),
+        ('{"classes": {"L9H6": "A"}, "n": ' + "9" * 5000 + "}", "bad JSON"),
+        ('"text"', "expected"),
+        ("null", "expected"),
+    ],
+)
+def test_json_odd_content_is_a_label_set_error(text, words):
+    with pytest.raises(LabelSetError) as e:
+        parse_label_set(text, "json", name="x")
+    assert words in str(e.value)
+
+
 def test_json_syntax_error_names_the_line():
     text = '{\n  "classes": {\n    "L9H6": "A",\n  }\n}'
     with pytest.raises(LabelSetError) as e:

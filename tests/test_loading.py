@@ -250,6 +250,81 @@ def test_model_root_confines_local_paths(hgb_gpt2_dir, tmp_path):
         load_model(str(tmp_path / ".." / root.name / hgb_gpt2_dir.name), model_root=str(tmp_path))
 
 
+def _escaping_folders(src: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """A model root whose folders would read ``src``'s VALID weights from outside the root:
+    a file symlink, index files naming an absolute path or ``../``, a folder symlink."""
+    from safetensors import safe_open
+
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    outside.mkdir()
+    weights = outside / "model.safetensors"
+    weights.write_bytes((src / "model.safetensors").read_bytes())
+    with safe_open(str(weights), "pt") as fh:
+        keys = list(fh.keys())
+    for name in ("linked", "absindex", "dotindex"):
+        (root / name).mkdir(parents=True)
+        (root / name / "config.json").write_text((src / "config.json").read_text())
+    (root / "linked" / "model.safetensors").symlink_to(weights)
+    for name, target in (("absindex", str(weights)), ("dotindex", "../../outside/model.safetensors")):
+        (root / name / "model.safetensors.index.json").write_text(
+            json.dumps({"metadata": {}, "weight_map": {k: target for k in keys}}))
+    (root / "folderlink").symlink_to(src, target_is_directory=True)
+    return root, outside
+
+
+@pytest.mark.parametrize("name", ["linked", "absindex", "dotindex", "folderlink"])
+def test_model_root_confines_every_file_link_and_index_entry(hgb_gpt2_dir, tmp_path, monkeypatch,
+                                                             name):
+    import headgraph.core.loading as loading
+
+    root, outside = _escaping_folders(hgb_gpt2_dir, tmp_path)
+    if name == "linked":  # the weights it links to are valid: without a root it loads
+        assert load_model(str(root / name), device="cpu").info.n_layers == 2
+
+    def never(*args, **kwargs):
+        raise AssertionError("loading started before the folder was checked")
+
+    monkeypatch.setattr(loading, "_load_folder", never)
+    with pytest.raises(PathNotAllowed) as e:
+        load_model(str(root / name), device="cpu", model_root=str(root), name=f"local:{name}")
+    for secret in (str(tmp_path), str(outside), str(hgb_gpt2_dir), str(root)):
+        assert secret not in str(e.value)
+
+
+def test_model_root_messages_and_tilde(tmp_path):
+    root = tmp_path / "root"
+    root.mkdir()
+    for spec in ("~x", "~", "~root/x", "/etc/passwd", str(tmp_path / "nope"), "/" + "a" * 300):
+        with pytest.raises(PathNotAllowed) as e:
+            load_model(spec, model_root=str(root))
+        assert str(root) not in str(e.value) and "outside the allowed model root" in str(e.value)
+
+
+def test_index_entries_must_be_plain_file_names(tmp_path):
+    from headgraph.core.paths import plain_file_name
+    from headgraph.core.streaming import safetensors_files
+
+    assert plain_file_name("model-00001-of-00002.safetensors")
+    for bad in ("/etc/passwd", "../x", "a/b", "..", ".", "", "a\\b", "a\x00", 5, None):
+        assert not plain_file_name(bad)
+    (tmp_path / "model.safetensors.index.json").write_text('{"weight_map": {"w": "/etc/passwd"}}')
+    with pytest.raises(PathNotAllowed):
+        safetensors_files(tmp_path)
+    (tmp_path / "model.safetensors.index.json").write_text('{"weight_map": [')
+    with pytest.raises(UnsupportedModel, match="not readable JSON"):
+        safetensors_files(tmp_path)
+    (tmp_path / "model.safetensors.index.json").unlink()
+    (tmp_path / "model.safetensors").write_bytes(b"\xff" * 16)  # not a safetensors header
+    with pytest.raises(UnsupportedModel, match="not a readable safetensors file"):
+        checkpoint_bytes(tmp_path)
+
+
+def test_a_local_folder_can_be_named(hgb_gpt2_dir):
+    lm = load_model(str(hgb_gpt2_dir), device="cpu", model_root=str(hgb_gpt2_dir.parent),
+                    name="local:gpt2-tiny")
+    assert lm.info.name == "local:gpt2-tiny" and lm.heads.info.name == "local:gpt2-tiny"
+
+
 def test_folder_without_config_is_a_clear_error(tmp_path):
     with pytest.raises(HeadgraphError, match=r"no config\.json"):
         load_model(str(tmp_path))

@@ -12,7 +12,9 @@ class ModelUnavailable(HeadgraphError):
 
 
 class PathNotAllowed(HeadgraphError):
-    """A local path given as a model spec lies outside the allowed model root."""
+    """A local path given as a model spec lies outside the allowed model root, or a model
+    folder inside it would read a file from outside (a link, an index entry). Its message
+    names what the caller gave, never the root or where a link points."""
 
 
 class UnsupportedModel(HeadgraphError):

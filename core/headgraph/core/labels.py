@@ -26,6 +26,7 @@ from headgraph.core.vocabulary import HeadRef, head_label
 
 # Lenient spellings of a query head accepted in uploaded label files: "l9h6", "9.6", "L3.H0".
 _LENIENT_HEAD_RE = re.compile(r"^\s*L?\s*(\d+)\s*(?:\.|H|\.H)\s*(\d+)\s*$", re.IGNORECASE)
+MAX_CLASS_CHARS = 200
 # Classes label_set_from_scores knows, keyed by a normalised score name.
 PATTERN_CLASSES: dict[str, str] = {
     "previous_token": "Previous Token",
@@ -119,19 +120,38 @@ def builtin_label_sets() -> dict[str, LabelSet]:
     return out
 
 
+def _clip(text: object, limit: int = 60) -> str:
+    """``repr`` of (the start of) a caller's text, for messages."""
+    r = repr(str(text))
+    return r if len(r) <= limit else r[: limit - 4] + "...'"
+
+
+def _type_name(value: Any) -> str:
+    if isinstance(value, _Pairs):
+        return "an object"
+    if isinstance(value, list):
+        return "a list"
+    if value is None:
+        return "null"
+    return {bool: "a boolean", int: "a number", float: "a number"}.get(type(value), "a value")
+
+
 def _check_head(raw: Any, info: ModelInfo | None, line: int, where: str) -> str:
+    if not isinstance(raw, str):
+        raise LabelSetError(f"a head name must be a string like 'L9H6', got {_type_name(raw)}",
+                            line=line, where=where)
     try:
-        layer, head = parse_head(str(raw))
+        layer, head = parse_head(raw)
     except InvalidInput as err:
         raise LabelSetError(str(err), line=line, where=where) from None
     if info is not None:
         if layer not in info.layer_indices:
             raise LabelSetError(
-                f"unknown head {raw!r} for {info.name}: layer {layer} is not one of its attention "
+                f"unknown head {_clip(raw)} for {info.name}: layer {layer} is not one of its attention "
                 f"layers {list(info.layer_indices)}", line=line, where=where)
         if head >= info.n_heads:
             raise LabelSetError(
-                f"unknown head {raw!r} for {info.name}: head {head} out of range "
+                f"unknown head {_clip(raw)} for {info.name}: head {head} out of range "
                 f"(0..{info.n_heads - 1})", line=line, where=where)
     return head_label(layer, head)
 
@@ -139,9 +159,18 @@ def _check_head(raw: Any, info: ModelInfo | None, line: int, where: str) -> str:
 def _add(classes: dict[str, str], seen: dict[str, int], raw_head: Any, raw_cls: Any,
          info: ModelInfo | None, line: int, where: str) -> None:
     label = _check_head(raw_head, info, line, where)
-    cls = "" if raw_cls is None else str(raw_cls).strip()
+    if raw_cls is not None and not isinstance(raw_cls, str):
+        raise LabelSetError(f"class of {label} must be a string, got {_type_name(raw_cls)}",
+                            line=line, where=where)
+    cls = "" if raw_cls is None else raw_cls.strip()
     if not cls:
-        raise LabelSetError(f"head {raw_head!r} has an empty class", line=line, where=where)
+        raise LabelSetError(f"head {label} has an empty class", line=line, where=where)
+    if len(cls) > MAX_CLASS_CHARS:
+        raise LabelSetError(f"class of {label} is longer than {MAX_CLASS_CHARS} characters",
+                            line=line, where=where)
+    if any(ord(c) < 32 or ord(c) == 127 for c in cls):
+        raise LabelSetError(f"class of {label} contains control characters (NUL, line breaks, "
+                            "...)", line=line, where=where)
     if label in seen:
         raise LabelSetError(f"duplicate head {label} (first given at {seen[label]})",
                             line=line, where=where)
@@ -158,9 +187,17 @@ def _parse_json(text: str, info: ModelInfo | None) -> tuple[dict[str, str], dict
     except json.JSONDecodeError as err:
         raise LabelSetError(f"bad JSON: {err.msg} (column {err.colno})", line=err.lineno,
                             where=f"line {err.lineno}") from None
+    except RecursionError:
+        raise LabelSetError("JSON nested too deeply", line=0, where="entry 0") from None
+    except ValueError as err:  # e.g. an integer over the digit limit
+        raise LabelSetError(f"bad JSON: {str(err)[:120]}", line=0, where="entry 0") from None
     meta: dict[str, Any] = {}
     if isinstance(data, _Pairs):
         meta = {k: v for k, v in data.pairs if k != "classes"}
+        for key in ("name", "description", "model"):
+            if meta.get(key) is not None and not isinstance(meta[key], str):
+                raise LabelSetError(f'"{key}" must be a string, got {_type_name(meta[key])}',
+                                    line=0, where="entry 0")
         body = data.get("classes")
         if body is None:
             raise LabelSetError('JSON object has no "classes" field', line=0, where="entry 0")
@@ -201,15 +238,32 @@ class _Pairs:
         return any(k == key for k, _ in self.pairs)
 
 
+def _csv_rows(text: str) -> list[tuple[int, list[str]]]:
+    """(first line, cells) of each CSV record; any line ending (``\\n``, ``\\r\\n``, a bare
+    ``\\r``) ends a line. LabelSetError naming the line for what the csv module refuses (an
+    over-long field, a stray quote in strict dialects)."""
+    reader = csv.reader(io.StringIO(text, newline=""))
+    rows: list[tuple[int, list[str]]] = []
+    start = 1
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return rows
+        except csv.Error as err:
+            raise LabelSetError(f"unreadable CSV ({err})", line=start, where=f"line {start}") from None
+        rows.append((start, row))
+        start = reader.line_num + 1
+
+
 def _parse_csv(text: str, info: ModelInfo | None) -> dict[str, str]:
-    rows = list(csv.reader(io.StringIO(text)))
-    numbered = [(i + 1, r) for i, r in enumerate(rows) if r and any(c.strip() for c in r)
+    numbered = [(i, r) for i, r in _csv_rows(text) if r and any(c.strip() for c in r)
                 and not r[0].lstrip().startswith("#")]
     if not numbered:
         raise LabelSetError("empty file (expected a header 'head,class')", line=1, where="line 1")
     hline, header = numbered[0]
     if [c.strip().lower() for c in header] != ["head", "class"]:
-        raise LabelSetError(f"header must be 'head,class', got {','.join(header)!r}",
+        raise LabelSetError(f"header must be 'head,class', got {_clip(','.join(header))}",
                             line=hline, where=f"line {hline}")
     classes: dict[str, str] = {}
     seen: dict[str, int] = {}

@@ -37,11 +37,13 @@ from headgraph.core.byte_tokenizer import byte_level_tokenizer, has_tokenizer
 from headgraph.core.errors import HeadgraphError, InvalidInput, PathNotAllowed, UnsupportedModel
 from headgraph.core.hf_hub import (
     cached_snapshot,
+    hub_cache_dir,
     check_hub_name,
     fetch_failed,
     hub_unavailable,
     is_network_error,
 )
+from headgraph.core.paths import check_model_folder, is_within, real
 from headgraph.core.random_models import (
     RANDOM_PREFIX,
     RANDOM_PRESETS,
@@ -88,13 +90,17 @@ def load_model(
     dtype: torch.dtype | str | None = None,
     model_root: str | None = None,
     streaming: bool | None = None,
+    name: str | None = None,
 ) -> LoadedModel:
     """Load ``spec`` (see module docstring) into HeadWeights and a PatternSource.
 
     device: where weights live (default: cuda when available, else cpu); dtype: bridge load
-    dtype (default float32); model_root: local paths must resolve inside it (PathNotAllowed);
-    streaming: None = read safetensors tensor by tensor only if the model would not fit in
-    memory, True = always (folder with safetensors; processing "raw"), False = never.
+    dtype (default float32); model_root: local paths must resolve inside it, and so must every
+    file of the folder and every ``weight_map`` entry of its index, links followed
+    (PathNotAllowed; ``~`` is then never expanded); streaming: None = read safetensors tensor
+    by tensor only if the model would not fit in memory, True = always (folder with
+    safetensors; processing "raw"), False = never; name: what ModelInfo.name and messages call
+    a local folder (default: its path; a server passes its model id, never a server path).
     """
     if processing not in PROCESSINGS:
         raise InvalidInput(f"unknown processing {processing!r}; "
@@ -111,12 +117,16 @@ def load_model(
     if spec.startswith(RANDOM_PREFIX):
         return _load_random(spec, device=device, processing=processing, dtype=torch_dtype,
                             model_root=model_root)
-    if _looks_like_path(spec):
-        folder = _check_root(spec, model_root)
+    if _looks_like_path(spec, expand=model_root is None):
+        folder = _check_root(spec, model_root, shown=name)
         if not folder.is_dir() or not (folder / "config.json").is_file():
-            raise HeadgraphError(f"{spec!r} is not a model folder (no config.json in it)")
-        return _load_folder(folder, name=str(folder), source="local", device=device,
-                            processing=processing, dtype=torch_dtype, streaming=streaming)
+            raise HeadgraphError(f"{name or _shown(spec)} is not a model folder "
+                                 "(no config.json in it)")
+        if model_root is not None:
+            check_model_folder(folder, model_root, shown=name or _shown(spec))
+        return _load_folder(folder, name=name or str(folder), source="local", device=device,
+                            processing=processing, dtype=torch_dtype, streaming=streaming,
+                            hide=model_root)
     return _load_hub(spec, device=device, processing=processing, dtype=torch_dtype,
                      streaming=streaming)
 
@@ -149,20 +159,69 @@ def _as_dtype(dtype: torch.dtype | str | None) -> torch.dtype:
     return value
 
 
-def _looks_like_path(spec: str) -> bool:
-    return (spec.startswith(("/", "./", "../", "~", ".\\")) or spec in (".", "..")
-            or os.path.isdir(os.path.expanduser(spec)))
+def _looks_like_path(spec: str, *, expand: bool = True) -> bool:
+    if spec.startswith(("/", "./", "../", "~", ".\\")) or spec in (".", ".."):
+        return True
+    return os.path.isdir(os.path.expanduser(spec) if expand else spec)
 
 
-def _check_root(path: str | Path, model_root: str | None) -> Path:
-    """Real path of ``path``; PathNotAllowed unless inside ``model_root`` (when one is given)."""
-    real = Path(os.path.realpath(os.path.expanduser(str(path))))
-    if model_root is not None:
-        root = Path(os.path.realpath(os.path.expanduser(model_root)))
-        if real != root and root not in real.parents:
-            raise PathNotAllowed(f"{str(path)!r} resolves to {str(real)!r}, outside the allowed "
-                                 f"model root {str(root)!r}")
-    return real
+def _shown(text: object, limit: int = 120) -> str:
+    """``repr`` of a caller's value, bounded (it goes into messages)."""
+    s = repr(str(text))
+    return s if len(s) <= limit else s[: limit - 4] + "...'"
+
+
+def _check_root(path: str | Path, model_root: str | None, *, shown: str | None = None) -> Path:
+    """Real path of ``path``; PathNotAllowed unless inside ``model_root`` (when one is given;
+    ``~`` is then taken literally). The message names only ``shown`` or ``path`` as given:
+    neither where it resolves, nor the root, nor whether it exists."""
+    text = str(path)
+    if model_root is None:
+        try:
+            text = os.path.expanduser(text)
+        except (RuntimeError, KeyError, ValueError):
+            pass
+        return Path(real(text))
+    resolved = real(text)
+    if "\x00" in text or not is_within(resolved, real(model_root)):
+        raise PathNotAllowed(f"{shown or _shown(path)} is outside the allowed model root")
+    return Path(resolved)
+
+
+def _scrub(text: str, name: str, folder: Path | None, model_root: str | None) -> str:
+    """``text`` with server paths (the folder, the model root, the HF cache) replaced by
+    ``name`` / a placeholder, so messages about a model never show where it lives."""
+    for path, shown in ((folder, name), (model_root, "<model root>"),
+                        (_hf_cache(), "<HF cache>")):
+        if path:
+            for form in sorted({str(path), real(path)}, key=len, reverse=True):
+                if len(form) > 1:
+                    text = text.replace(form, shown)
+    return text
+
+
+def _scrubbed(err: HeadgraphError, name: str, folder: Path | None, model_root: str | None
+              ) -> HeadgraphError:
+    """``err`` itself, or the same kind of error with its message scrubbed (``_scrub``)."""
+    message = _scrub(str(err), name, folder, model_root)
+    if message == str(err):
+        return err
+    if isinstance(err, InvalidInput):
+        return type(err)(message, allowed=err.allowed) if type(err) is InvalidInput \
+            else InvalidInput(message, allowed=err.allowed)
+    return type(err)(message)
+
+
+def _hf_cache() -> str | None:
+    found = hub_cache_dir()
+    if found is None:
+        try:
+            from huggingface_hub import constants
+
+            found = str(constants.HF_HUB_CACHE)
+        except Exception:  # pragma: no cover - huggingface_hub ships with transformers
+            return None
+    return found
 
 
 # -- demo ---------------------------------------------------------------------------------
@@ -219,8 +278,23 @@ def _from_bridge(bridge: Any, *, name: str, source: str, processing: str, device
 
 
 def _load_folder(folder: Path, *, name: str, source: str, device: str, processing: str,
-                 dtype: torch.dtype, streaming: bool | None) -> LoadedModel:
-    """A local checkpoint folder: demo format, streamed safetensors, or a booted bridge."""
+                 dtype: torch.dtype, streaming: bool | None, hide: str | None = None
+                 ) -> LoadedModel:
+    """A local checkpoint folder: demo format, streamed safetensors, or a booted bridge.
+    Messages of the errors it raises never show the folder, ``hide`` (the model root) or the
+    HF cache: they say ``name``."""
+    try:
+        return _load_folder_in(folder, name=name, source=source, device=device,
+                               processing=processing, dtype=dtype, streaming=streaming)
+    except HeadgraphError as err:
+        clean = _scrubbed(err, name, folder, hide)
+        if clean is err:
+            raise
+        raise clean from err
+
+
+def _load_folder_in(folder: Path, *, name: str, source: str, device: str, processing: str,
+                    dtype: torch.dtype, streaming: bool | None) -> LoadedModel:
     from headgraph.core.demo_model import is_demo_folder
 
     if is_demo_folder(folder):
@@ -232,7 +306,7 @@ def _load_folder(folder: Path, *, name: str, source: str, device: str, processin
             raise UnsupportedModel(f"{name}: streamed safetensors give raw weights only; "
                                    "processing 'processed' needs the whole model in memory")
         if not safetensors_files(folder):
-            raise UnsupportedModel(f"{name}: streaming needs *.safetensors files in {folder}")
+            raise UnsupportedModel(f"{name}: streaming needs *.safetensors files in the folder")
         heads = load_heads_safetensors(folder, device=device, name=name)
         return LoadedModel(heads=heads, patterns=None, tokenizer=None, info=heads.info)
     kwargs: dict[str, Any] = {}
@@ -255,7 +329,10 @@ def _load_random(spec: str, *, device: str, processing: str, dtype: torch.dtype,
     if body in RANDOM_PRESETS:
         config = preset_config(body)
     else:
-        cfg_file, raw = read_config_json(_check_root(body, model_root), spec=spec, body=body)
+        path = _check_root(body, model_root)
+        if model_root is not None and path.is_dir():
+            _check_root(path / "config.json", model_root)  # a config.json linking outside
+        cfg_file, raw = read_config_json(path, spec=spec, body=body)
         if is_demo_config(raw):
             model = random_demo_model(raw, seed=seed, device=device)
             heads = model.head_weights(name=spec, device=device)
@@ -275,7 +352,20 @@ def _load_random(spec: str, *, device: str, processing: str, dtype: torch.dtype,
 
 def _load_hub(name: str, *, device: str, processing: str, dtype: torch.dtype,
               streaming: bool | None) -> LoadedModel:
-    """A hub name: cached snapshot -> local boot; otherwise download unless offline."""
+    """A hub name: cached snapshot -> local boot; otherwise download unless offline. Messages
+    never show the HF cache folder."""
+    try:
+        return _load_hub_in(name, device=device, processing=processing, dtype=dtype,
+                            streaming=streaming)
+    except HeadgraphError as err:
+        clean = _scrubbed(err, name, None, None)
+        if clean is err:
+            raise
+        raise clean from err
+
+
+def _load_hub_in(name: str, *, device: str, processing: str, dtype: torch.dtype,
+                 streaming: bool | None) -> LoadedModel:
     check_hub_name(name)
     snapshot = cached_snapshot(name)
     if snapshot is not None:

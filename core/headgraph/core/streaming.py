@@ -20,6 +20,7 @@ import torch
 
 from headgraph.core.errors import UnsupportedModel
 from headgraph.core.fingerprint import weights_fingerprint
+from headgraph.core.paths import weight_map_files
 from headgraph.core.types import HeadWeights, ModelInfo
 
 _DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2,
@@ -27,19 +28,32 @@ _DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I1
 
 
 def safetensors_files(folder: Path) -> list[Path]:
-    """Checkpoint shards: those named by model.safetensors.index.json, else every *.safetensors."""
+    """Checkpoint shards: those named by model.safetensors.index.json, else every *.safetensors.
+    Index entries must be plain file names in the folder (PathNotAllowed for an absolute path
+    or ``..``); an unreadable index is UnsupportedModel."""
     index = folder / "model.safetensors.index.json"
     if index.is_file():
-        names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        return [folder / n for n in names]
+        return [folder / n for n in weight_map_files(index)]
     return sorted(folder.glob("*.safetensors"))
 
 
+MAX_HEADER_BYTES = 100 << 20
+
+
 def _header(path: Path) -> dict[str, Any]:
-    """The JSON header of one safetensors file (tensor names, dtypes, shapes), read alone."""
-    with open(path, "rb") as fh:
-        (n,) = struct.unpack("<Q", fh.read(8))
-        return json.loads(fh.read(n))
+    """The JSON header of one safetensors file (tensor names, dtypes, shapes), read alone;
+    UnsupportedModel (naming the file only) when it is missing or not a safetensors header."""
+    try:
+        with open(path, "rb") as fh:
+            (n,) = struct.unpack("<Q", fh.read(8))
+            if n > MAX_HEADER_BYTES:
+                raise ValueError("header too large")
+            header = json.loads(fh.read(n))
+        if not isinstance(header, dict):
+            raise ValueError("header is not an object")
+        return header
+    except (OSError, ValueError, struct.error, RecursionError):
+        raise UnsupportedModel(f"{path.name}: not a readable safetensors file") from None
 
 
 def checkpoint_bytes(folder: str | Path, dtype: torch.dtype = torch.float32) -> int:
@@ -50,10 +64,14 @@ def checkpoint_bytes(folder: str | Path, dtype: torch.dtype = torch.float32) -> 
         for key, meta in _header(f).items():
             if key == "__metadata__":
                 continue
-            numel = 1
-            for s in meta["shape"]:
-                numel *= int(s)
-            total += numel * max(itemsize, _DTYPE_BYTES.get(meta["dtype"], 4))
+            try:
+                numel = 1
+                for s in meta["shape"]:
+                    numel *= int(s)
+                total += numel * max(itemsize, _DTYPE_BYTES.get(str(meta["dtype"]), 4))
+            except (KeyError, TypeError, ValueError):
+                raise UnsupportedModel(f"{f.name}: tensor {str(key)[:80]!r} has no valid "
+                                       "shape/dtype in its safetensors header") from None
     return total
 
 
@@ -119,7 +137,7 @@ def load_heads_safetensors(folder: str | Path, *, device: str | torch.device | N
     name = name or str(folder)
     files = safetensors_files(folder)
     if not files:
-        raise UnsupportedModel(f"{name}: no *.safetensors files in {folder}")
+        raise UnsupportedModel(f"{name}: no *.safetensors files in the model folder")
     cfg = json.loads((folder / "config.json").read_text())
     H = _cfg_int(cfg, "num_attention_heads", "n_head", "n_heads")
     d_model = _cfg_int(cfg, "hidden_size", "n_embd", "d_model")

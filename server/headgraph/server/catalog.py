@@ -10,6 +10,7 @@ unknown identity is learnt by a compute process, which loads the model there.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +37,14 @@ def info_from_dict(d: dict[str, Any]) -> ModelInfo:
     fields = dict(d)
     fields["layer_indices"] = tuple(fields["layer_indices"])
     return ModelInfo(**fields)
+
+
+def public_identity(ref: ModelRef, ident: Identity) -> Identity:
+    """``ident`` as clients may see it: a local model is named by its id (an identity learnt
+    before models were named so, or elsewhere, may carry the folder's server path)."""
+    if ref.kind != "local" or ident.info.name == ref.id:
+        return ident
+    return Identity(ident.fingerprint, dataclasses.replace(ident.info, name=ref.id))
 
 
 class ModelCatalog:
@@ -72,8 +81,11 @@ class ModelCatalog:
             else str(self.settings.model_root)
 
         def load() -> Any:
+            local = ref.kind == "local"
+            # name=ref.id: ModelInfo.name and messages of a local folder say its model id,
+            # never the server path it lives at.
             lm = load_model(ref.spec, device=self.device, processing=PROCESSING,
-                            model_root=root if ref.kind == "local" else None)
+                            model_root=root if local else None, name=ref.id if local else None)
             self._remember(ref, Identity(lm.heads.fingerprint, lm.heads.info))
             return lm
 
@@ -96,6 +108,7 @@ class ModelCatalog:
         key = self._id_key(ref)
         if key is None:
             return
+        ident = public_identity(ref, ident)
         self._memo(key, ident)
         self.store.meta.set(f"model:{key[0]}|{key[1]}",
                             {"fingerprint": ident.fingerprint, "info": ident.info.to_dict()},
@@ -113,7 +126,7 @@ class ModelCatalog:
         raw = self.store.meta.get(f"model:{key[0]}|{key[1]}", retry=True)
         if not isinstance(raw, dict):
             return None
-        ident = Identity(raw["fingerprint"], info_from_dict(raw["info"]))
+        ident = public_identity(ref, Identity(raw["fingerprint"], info_from_dict(raw["info"])))
         self._memo(key, ident)
         return ident
 
@@ -127,12 +140,12 @@ class ModelCatalog:
             raise ColdMiss(ref.id)
         if self.pool is None:
             heads = self.heads(ref)
-            return Identity(heads.fingerprint, heads.info)
+            return public_identity(ref, Identity(heads.fingerprint, heads.info))
         with self._local.hold(("identity", ref.spec)):  # one request per process asks
             known = self.known_identity(ref)
             if known is not None:
                 return known
-            ident = self.pool.run(Identify(ref))  # the compute process loads the model
+            ident = public_identity(ref, self.pool.run(Identify(ref)))  # loaded over there
         self._memo(self._id_key(ref), ident)
         return ident
 

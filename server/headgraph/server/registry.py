@@ -7,20 +7,31 @@ Model ids (always passed as the ``model`` query parameter, never a path segment)
   read from the local Hugging Face cache without touching the network);
 - ``local:<folder>``: a sub-folder of HEADGRAPH_MODEL_ROOT holding a config.json;
 - an absolute path: allowed only inside the model root (or anywhere for the CLI).
+
+Local folders are confined to the root after resolving every link and index entry
+(``core.paths.check_model_folder``): a folder, file or ``weight_map`` entry that resolves
+outside it is refused (403) and such folders are not listed. Answers never show a server path:
+only what the client sent or paths relative to the root, and one uniform 403 for any path
+outside the root, so they do not tell whether something outside exists.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from headgraph.core.errors import PathNotAllowed
+from headgraph.core.errors import HeadgraphError, PathNotAllowed
 from headgraph.core.hf_hub import cached_snapshot, hub_offline_flag
+from headgraph.core.paths import check_model_folder, is_within
+from headgraph.core.paths import real as real_path
 from headgraph.core.random_models import RANDOM_PREFIX
-from headgraph.server.errors import NotFound
+from headgraph.server.errors import Invalid, NotFound
 from headgraph.server.settings import Settings
+
+log = logging.getLogger("headgraph.registry")
 
 BUILTIN_MODELS: tuple[str, ...] = ("demo",)
 LOCAL_PREFIX = "local:"
@@ -76,20 +87,81 @@ def listed_ref(name: str) -> ModelRef:
     return ModelRef(name, name, "random" if name.startswith(RANDOM_PREFIX) else "hub")
 
 
+# The one answer for a path the server will not read: the same for any path outside the root
+# (existing or not, reached by a link or ``..``) and for every path when no root is configured.
+OUTSIDE_ROOT = ("local model paths must lie inside the model root (HEADGRAPH_MODEL_ROOT); this "
+                "one is outside the model root, or no model root is configured")
+MAX_NAME = 255  # one path component
+
+
+def shown(text: str, limit: int = 80) -> str:
+    """``repr`` of what a client sent, bounded (it is echoed in messages)."""
+    r = repr(text)
+    return r if len(r) <= limit else r[: limit - 4] + "...'"
+
+
+def _looks_like_path(model: str) -> bool:
+    """A ``model=`` value meant as a folder: absolute, ``~``, ``./``, ``../`` or Windows-ish.
+    Decided on the text alone: nothing on disk is looked at (no existence oracle)."""
+    return (model.startswith(("/", "~", "./", "../", ".\\", "\\")) or model in (".", "..")
+            or "\\" in model)
+
+
+def _local_name_parts(name: str) -> list[str]:
+    """Components of a ``local:`` name (``qwen2-tiny`` or ``family/qwen2-tiny``); Invalid for
+    an empty, absolute, ``..`` or over-long one."""
+    parts = name.split("/")
+    if (not name or name.startswith("/") or "\\" in name
+            or any(p in ("", ".", "..") or len(p.encode("utf-8", "surrogatepass")) > MAX_NAME
+                   for p in parts)):
+        raise Invalid(f"malformed local model {shown(LOCAL_PREFIX + name)}: give "
+                      "'local:<folder>' with a folder under the model root as listed by "
+                      "GET /api/models")
+    return parts
+
+
+def _is_dir(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except (OSError, ValueError):
+        return False
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
+
+
 class Registry:
     """Resolve model ids and list the models a deployment offers."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._builtin_stamp: str | None = None  # core files do not change under a running process
+        self._refused: set[str] = set()  # local folders already logged as refused
 
     # -- listing ------------------------------------------------------------------------
     def local_folders(self) -> list[Path]:
-        """Sub-folders of the model root that hold a config.json."""
+        """Sub-folders of the model root that hold a config.json and whose files all resolve
+        inside the root (a folder linking outside, or holding links outside, is left out)."""
         root = self.settings.model_root
-        if root is None or not root.is_dir():
+        if root is None or not _is_dir(root):
             return []
-        return sorted(p for p in root.iterdir() if p.is_dir() and (p / "config.json").is_file())
+        out = []
+        for p in sorted(root.iterdir()):
+            if not (_is_dir(p) and _is_file(p / "config.json")):
+                continue
+            try:
+                check_model_folder(p, root, shown=LOCAL_PREFIX + p.name)
+            except HeadgraphError as err:
+                if str(p) not in self._refused:  # once per folder, not per listing
+                    self._refused.add(str(p))
+                    log.warning("model folder %s is not offered: %s", p, err)
+                continue
+            out.append(p)
+        return out
 
     def entries(self) -> list[ModelEntry]:
         """Built-in, hub (from settings) and local models with their availability."""
@@ -103,7 +175,8 @@ class Registry:
                        if ref.kind == "random" else self._hub_entry(name))
         for folder in self.local_folders():
             ref = ModelRef(LOCAL_PREFIX + folder.name, str(folder), "local", folder)
-            out.append(ModelEntry(ref, "available", f"local checkpoint {folder}"))
+            out.append(ModelEntry(ref, "available",
+                                  f"local checkpoint {folder.name} under the model root"))
         return out
 
     def _hub_entry(self, name: str) -> ModelEntry:
@@ -121,36 +194,82 @@ class Registry:
 
     # -- resolving ----------------------------------------------------------------------
     def resolve(self, model: str) -> ModelRef:
-        """ModelRef for an id; NotFound lists the allowed ids, PathNotAllowed refuses paths."""
+        """ModelRef for an id: 404 NotFound (listing the allowed ids) for an unknown one, 422
+        Invalid for a malformed one, 403 PathNotAllowed for a path the server will not read.
+        ``~`` is never expanded and nothing outside the model root is looked at."""
         model = (model or "").strip()
+        if not model:
+            raise Invalid("empty model id; see GET /api/models")
+        if any(ord(c) < 32 or ord(c) == 127 for c in model):
+            raise Invalid("malformed model id: it contains control characters")
         if model in BUILTIN_MODELS:
             return ModelRef(model, model, "builtin")
         if model in self.settings.models:
             return listed_ref(model)
         if model.startswith(LOCAL_PREFIX):
-            name = model[len(LOCAL_PREFIX):]
-            for folder in self.local_folders():
-                if folder.name == name:
-                    return ModelRef(model, str(folder), "local", folder)
-            raise NotFound(f"unknown local model {model!r}; allowed: {self.allowed_ids()}",
-                           allowed=self.allowed_ids())
-        if model.startswith(("/", "./", "../", "~")) or (os.sep in model and Path(model).exists()):
-            return self.resolve_path(Path(model))
-        raise NotFound(f"unknown model {model!r}; allowed: {self.allowed_ids()}",
-                       allowed=self.allowed_ids())
+            return self._resolve_local(model)
+        if _looks_like_path(model) or (self.settings.allow_any_path and os.sep in model
+                                       and _is_dir(Path(model))):
+            return self.resolve_path(model)
+        allowed = self.allowed_ids()
+        raise NotFound(f"unknown model {shown(model)}; allowed: {allowed}", allowed=allowed)
 
-    def resolve_path(self, path: Path) -> ModelRef:
-        """A local folder as a model; inside the model root unless ``allow_any_path``."""
-        folder = path.expanduser().resolve()
+    def _resolve_local(self, model: str) -> ModelRef:
+        parts = _local_name_parts(model[len(LOCAL_PREFIX):])
         root = self.settings.model_root
-        if not self.settings.allow_any_path:
-            if root is None:
-                raise PathNotAllowed(f"local paths are not allowed: no model root is configured "
-                                     f"(set HEADGRAPH_MODEL_ROOT); got {str(path)!r}")
-            if not folder.is_relative_to(root):
-                raise PathNotAllowed(f"{str(path)!r} is outside the model root {str(root)!r}")
-        if not (folder / "config.json").is_file():
-            raise NotFound(f"{str(path)!r} is not a model folder (no config.json)")
+        if root is None:
+            allowed = self.allowed_ids()
+            raise NotFound(f"unknown local model {shown(model)} (no model root is configured); "
+                           f"allowed: {allowed}", allowed=allowed)
+        folder = root.joinpath(*parts)
+        if not is_within(real_path(folder), str(root)):  # a link under the root leading out
+            raise PathNotAllowed(OUTSIDE_ROOT)
+        if not (_is_dir(folder) and _is_file(folder / "config.json")):
+            allowed = self.allowed_ids()
+            raise NotFound(f"unknown local model {shown(model)}; allowed: {allowed}",
+                           allowed=allowed)
+        mid = LOCAL_PREFIX + "/".join(parts)
+        real = check_model_folder(folder, root, shown=mid)
+        return ModelRef(mid, str(real), "local", real)
+
+    def resolve_path(self, path: str | Path) -> ModelRef:
+        """A local folder as a model: inside the model root (after resolving links and ``..``,
+        every file of it too) unless ``allow_any_path`` (the CLI, with the user's own rights).
+
+        The server's answers name only the path as sent or relative to the root: one uniform
+        403 for anything outside the root (whether it exists or not), 404 for a missing folder
+        inside it."""
+        text = str(path)
+        root = self.settings.model_root
+        if self.settings.allow_any_path:
+            return self._any_path(text, root)
+        if root is None or "\x00" in text or not os.path.isabs(text):
+            raise PathNotAllowed(OUTSIDE_ROOT)
+        lexical = os.path.normpath(text)
+        root_s = str(root)
+        # Judged on the text first (no look at anything outside), then on where it resolves.
+        if not is_within(lexical, root_s) or not is_within(real_path(lexical), root_s):
+            raise PathNotAllowed(OUTSIDE_ROOT)
+        rel = os.path.relpath(lexical, root_s)
+        if rel == ".":
+            raise NotFound("the model root itself is not a model folder; give a folder under it")
+        folder = Path(lexical)
+        if not (_is_dir(folder) and _is_file(folder / "config.json")):
+            raise NotFound(f"{shown(rel)} under the model root is not a model folder "
+                           "(no config.json)")
+        mid = LOCAL_PREFIX + Path(rel).as_posix()
+        real = check_model_folder(folder, root, shown=mid)
+        return ModelRef(mid, str(real), "local", real)
+
+    def _any_path(self, text: str, root: Path | None) -> ModelRef:
+        """The CLI: any folder, ``~`` expanded (left as is for an unknown user)."""
+        try:
+            expanded = os.path.expanduser(text)
+        except (RuntimeError, KeyError, ValueError):
+            expanded = text
+        folder = Path(real_path(expanded))
+        if not (_is_dir(folder) and _is_file(folder / "config.json")):
+            raise NotFound(f"{shown(text)} is not a model folder (no config.json)")
         mid = (LOCAL_PREFIX + folder.name if root is not None and folder.parent == root
                else str(folder))
         return ModelRef(mid, str(folder), "local", folder)
