@@ -152,7 +152,9 @@ async def upload_label_set(
         except ValidationError as err:
             first = err.errors()[0] if err.errors() else {}
             msg = str(first.get("msg", "invalid"))
-            if first.get("type") != "json_invalid" or "recursion" in msg:
+            if first.get("type") == "json_invalid" and "recursion" in msg:
+                raise Invalid("label set JSON nested too deeply") from None
+            if first.get("type") != "json_invalid":
                 where = ".".join(str(p) for p in first.get("loc", ())) or "body"
                 raise Invalid(f"label set JSON: {where}: {msg}") from None
             # not JSON at all: core's parser names the line and column below
