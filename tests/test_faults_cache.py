@@ -287,8 +287,8 @@ def test_a_corrupt_index_database_is_moved_aside_and_rebuilt(tmp_path, caplog):
 
 
 def test_a_read_only_store_serves_stored_values_and_refuses_new_ones(tmp_path):
-    if not read_only_works(tmp_path):
-        pytest.skip("cannot make a folder read-only for a child process here")
+    assert read_only_works(tmp_path), ("cannot make a folder read-only for a child process "
+                                       "here (root without CAP_SETPCAP to drop DAC overrides?)")
     cache = tmp_path / "c"
     s = Store(cache)
     s.get_or_compute("warm", lambda: [1, 2, 3])
@@ -507,8 +507,8 @@ def test_a_corrupt_index_database_is_moved_aside_at_start(warm, tmp_path):
 
 
 def test_a_read_only_cache_folder_serves_warm_results_and_503s_cold_ones(warm, tmp_path):
-    if not read_only_works(tmp_path):
-        pytest.skip("cannot make a folder read-only for a child process here")
+    assert read_only_works(tmp_path), ("cannot make a folder read-only for a child process "
+                                       "here (root without CAP_SETPCAP to drop DAC overrides?)")
     warm_cache, answers = warm
     cache = copy_of(warm_cache, tmp_path)
     memo = Store(cache)  # forget the demo's identity (as a new version of core would)
