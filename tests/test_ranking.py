@@ -124,3 +124,25 @@ def test_compare_metrics_against_scipy_and_brute_force(make_heads):
     assert sum(cmp.counts.values()) == cmp.n_valid and cmp.counts["both"] + cmp.counts["pk_only"] == n_top
     assert cmp.to_dict()["top_percent"] == 10.0
     assert expand_heads(torch.zeros(2, 2, 2, 1), 4, 2).shape == (2, 4, 2, 2)
+
+
+def test_compare_metrics_on_the_pk_grid_counts_each_kv_score_once(make_heads):
+    g = torch.Generator().manual_seed(5)
+    r = lambda *s: torch.randn(*s, generator=g)  # noqa: E731
+    heads = make_heads(r(3, 6, 24, 4), r(3, 2, 24, 4), r(3, 2, 24, 4), r(3, 6, 4, 24))
+    pk = projection_kernel(heads, "OV")
+    cs = composition_score(heads, "V")
+    cmp = compare_metrics(pk, cs, top_percent=20.0, on="pk")
+    assert cmp.on == "pk" and cmp.to_dict()["on"] == "pk"
+    assert torch.equal(cmp.pk_values, pk.scores) and torch.equal(cmp.valid, pk.valid)
+    assert cmp.n_valid == int(pk.valid.sum()) == 3 * 6 * 2  # 3 forward layer pairs x 6 x 2 groups
+    mean = cs.scores.double().reshape(3, 6, 3, 2, 3).mean(dim=-1)  # query heads 3g..3g+2 -> group g
+    assert torch.allclose(cmp.cs_values[pk.valid], mean[pk.valid], atol=1e-12)
+    ref = scipy.stats.spearmanr(pk.scores[pk.valid].numpy(), mean[pk.valid].numpy()).statistic
+    assert cmp.rho_all == pytest.approx(ref, abs=1e-9)
+    assert sum(cmp.counts.values()) == cmp.n_valid and cmp.n_top == math.ceil(0.2 * cmp.n_valid)
+    same = compare_metrics(projection_kernel(heads, "OQ"), composition_score(heads, "Q"), on="pk")
+    other = compare_metrics(projection_kernel(heads, "OQ"), composition_score(heads, "Q"), on="cs")
+    assert same.rho_all == pytest.approx(other.rho_all) and same.counts == other.counts
+    with pytest.raises(InvalidInput):
+        compare_metrics(pk, cs, on="kv")

@@ -174,8 +174,21 @@ def test_local_gqa_model_under_the_root(api, model_root):
     assert [p["head"] for p in head["partners"]["OK"]["out"]][0].startswith("L2KV")
     assert all(p["head"].startswith("L0H") for p in head["partners"]["OK"]["in"])
     sc = ok(api.get("/api/scatter", params={"model": "local:qwen2-tiny", "pairing": "OK"}))
-    assert len(sc["points"]["pk"]) == 3 * 4 * 4  # 3 forward layer pairs x 4 x 4 query heads
-    assert sc["points"]["target"][0].startswith("L1H")  # CS axes are query heads
+    # One point per KV score: 3 forward layer pairs x 4 query heads x 2 KV groups, CS the mean
+    # over each group's query heads (what /api/pair gives a KV target).
+    assert len(sc["points"]["pk"]) == 3 * 4 * 2 == sc["comparison"]["n_valid"]
+    assert sc["points"]["target"][0] == "L1KV0" and "mean" in sc["cs_of"]
+    i = next(n for n, (s, t) in enumerate(zip(sc["points"]["source"], sc["points"]["target"]))
+             if (s, t) == ("L0H1", "L2KV1"))
+    kv_pair = ok(api.get("/api/pair", params={"model": "local:qwen2-tiny", "pairing": "OK",
+                                              "source": "L0H1", "target": "L2KV1"}))
+    assert kv_pair["cs"] == pytest.approx(sc["points"]["cs"][i], rel=1e-6)
+    assert kv_pair["cs_of"] == "mean over L2H2, L2H3"
+    kv = ok(api.get("/api/head", params={"model": "local:qwen2-tiny", "head": "L2KV1", "k": 2}))
+    assert (kv["head"], kv["kind"], kv["heads"]) == ("L2KV1", "kv_group", ["L2H2", "L2H3"])
+    assert kv["partners"]["OK"]["in"][0]["pk"] == pytest.approx(
+        max(g["grid"][sl][sh][2][1] for sl in range(2) for sh in range(4)), rel=1e-6)
+    assert err(api.get("/api/head", params={"model": "local:qwen2-tiny", "head": "L2KV2"}), 404)
     top = ok(api.get("/api/top", params={"model": "local:qwen2-tiny", "pairing": "OK", "k": 3}))
     assert all("KV" in p["target"] for p in top["pairs"])
     top_cs = ok(api.get("/api/top", params={"model": "local:qwen2-tiny", "pairing": "OK", "k": 3,

@@ -157,12 +157,37 @@ def expand_heads(grid: torch.Tensor, n_source: int, n_target: int) -> torch.Tens
     return grid
 
 
+def group_heads(grid: torch.Tensor, valid: torch.Tensor, n_source: int, n_target: int
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The inverse of :func:`expand_heads`: a query-head grid [L, Hs, L, Ht] averaged over
+    each KV group (consecutive query heads, the repeat_interleave layout) -> ([L, n_source, L,
+    n_target] float64 mean over the group's valid cells, valid where any member is).
+
+    Lets a per-query-head score (CS) sit on a PK grid whose K/V axis holds KV heads, so each
+    KV score is compared once rather than once per query head it serves.
+    """
+    _, hs, _, ht = grid.shape
+    for have, want in ((hs, n_source), (ht, n_target)):
+        if want <= 0 or have % want:
+            raise InvalidInput(f"cannot group {have} heads into {want} KV groups")
+    w = valid.to(torch.float64)
+    vals = torch.where(valid, grid.to(torch.float64), torch.zeros((), dtype=torch.float64))
+    L, _, L2, _ = grid.shape
+    gs, gt = hs // n_source, ht // n_target
+    total = vals.reshape(L, n_source, gs, L2, n_target, gt).sum(dim=(2, 5))
+    count = w.reshape(L, n_source, gs, L2, n_target, gt).sum(dim=(2, 5))
+    mean = torch.where(count > 0, total / count.clamp(min=1), torch.full_like(total, torch.nan))
+    return mean, count > 0
+
+
 @dataclass(frozen=True)
 class Comparison:
     """How PK and CS rank the same pairs.
 
-    quadrant [L, H, L, H] int8: 0 in neither metric's top x%, 1 PK only, 2 CS only, 3 both
-    (0 for invalid pairs too; see ``valid``). pk_values: PK on the CS grid (KV heads expanded).
+    quadrant [Ls, Hs, Lt, Ht] int8: 0 in neither metric's top x%, 1 PK only, 2 CS only, 3 both
+    (0 for invalid pairs too; see ``valid``), on the grid ``on`` names: "cs" (query heads on
+    both axes; pk_values = PK with KV heads expanded) or "pk" (the PK grid's own axes, KV
+    heads once; cs_values = CS averaged over each KV group's query heads).
     """
 
     rho_all: float
@@ -175,13 +200,15 @@ class Comparison:
     valid: torch.Tensor
     pk_values: torch.Tensor
     counts: dict[str, int]
+    cs_values: torch.Tensor | None = None  # CS on the compared grid (None: the CS grid itself)
+    on: str = "cs"
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-JSON summary (no grids)."""
         nan = lambda v: None if math.isnan(v) else v  # noqa: E731
         return {"rho_all": nan(self.rho_all), "rho_top": nan(self.rho_top), "n_valid": self.n_valid,
                 "n_top": self.n_top, "n_union": self.n_union, "top_percent": self.top_percent,
-                "counts": dict(self.counts)}
+                "counts": dict(self.counts), "on": self.on}
 
 
 def _top_mask(values: torch.Tensor, valid: torch.Tensor, n_top: int) -> torch.Tensor:
@@ -191,36 +218,51 @@ def _top_mask(values: torch.Tensor, valid: torch.Tensor, n_top: int) -> torch.Te
 
 
 def compare_metrics(
-    pk: PairScores, cs: PairScores, *, top_percent: float = 5.0, pk_metric: str = "pk"
+    pk: PairScores, cs: PairScores, *, top_percent: float = 5.0, pk_metric: str = "pk",
+    on: str = "cs",
 ) -> Comparison:
     """Spearman rho between PK and CS over all valid pairs and over the union of each metric's
     top ``top_percent`` % (ceil of that share of valid pairs), plus per-pair quadrant codes.
 
     CS grids have query heads on both axes; PK grids with KV-head axes (K/V roles on grouped-
-    query models) are expanded to query heads by repeat_interleave before comparing.
+    query models) differ. ``on="cs"`` compares on the CS grid, PK expanded to query heads by
+    repeat_interleave (each KV score counted once per query head it serves); ``on="pk"``
+    compares on the PK grid, CS averaged over each KV group's query heads
+    (:func:`group_heads`), so every KV score counts once. Equal axes: the same either way.
     """
     if not 0.0 < top_percent <= 100.0:
         raise InvalidInput(f"top_percent must lie in (0, 100], got {top_percent!r}")
     if pk_metric not in ("pk", "normalized"):
         raise InvalidInput(f"pk_metric must be 'pk' or 'normalized', got {pk_metric!r}")
+    if on not in ("cs", "pk"):
+        raise InvalidInput(f"on must be 'cs' or 'pk', got {on!r}")
     _L, h_src, _L2, h_tgt = cs.scores.shape
     pk_grid = pk.scores if pk_metric == "pk" else pk.normalized
-    pk_vals = expand_heads(pk_grid, h_src, h_tgt)
-    pk_valid = expand_heads(pk.valid, h_src, h_tgt)
-    if pk_vals.shape != cs.scores.shape:
+    cs_vals: torch.Tensor | None = None
+    if on == "pk":
+        _, p_src, _, p_tgt = pk_grid.shape
+        pk_vals, pk_valid = pk_grid, pk.valid
+        cs_vals, cs_valid = group_heads(cs.scores, cs.valid, p_src, p_tgt)
+    else:
+        pk_vals = expand_heads(pk_grid, h_src, h_tgt)
+        pk_valid = expand_heads(pk.valid, h_src, h_tgt)
+        cs_valid = cs.valid
+    cs_grid = cs.scores if cs_vals is None else cs_vals
+    if pk_vals.shape != cs_grid.shape:
         raise InvalidInput(f"PK grid {tuple(pk.scores.shape)} cannot match CS grid {tuple(cs.scores.shape)}")
-    valid = pk_valid & cs.valid
+    valid = pk_valid & cs_valid
     n_valid = int(valid.sum())
     n_top = math.ceil(top_percent / 100.0 * n_valid) if n_valid else 0
     top_pk = _top_mask(pk_vals, valid, n_top)
-    top_cs = _top_mask(cs.scores, valid, n_top)
+    top_cs = _top_mask(cs_grid, valid, n_top)
     union = top_pk | top_cs
     quadrant = (top_pk.to(torch.int8) + 2 * top_cs.to(torch.int8)).to(torch.int8)
     counts = {name: int((quadrant[valid] == code).sum())
               for code, name in enumerate(("neither", "pk_only", "cs_only", "both"))}
     return Comparison(
-        rho_all=spearman(pk_vals, cs.scores, valid),
-        rho_top=spearman(pk_vals, cs.scores, union),
+        rho_all=spearman(pk_vals, cs_grid, valid),
+        rho_top=spearman(pk_vals, cs_grid, union),
         n_valid=n_valid, n_top=n_top, n_union=int(union.sum()), top_percent=float(top_percent),
         quadrant=quadrant, valid=valid, pk_values=pk_vals, counts=counts,
+        cs_values=cs_vals, on=on,
     )

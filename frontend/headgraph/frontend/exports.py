@@ -17,6 +17,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 
 from headgraph.frontend.figures import flatten_grid, head_slice, null_summary
+from headgraph.frontend.figures.heatmaps import grid_labels
 
 SYSTEM_CHROMIUM = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
 
@@ -70,10 +71,14 @@ def grid_csv(grid: dict[str, Any]) -> str:
 
 
 def head_grid_csv(grid: dict[str, Any], head: str, direction: str) -> str:
+    """One head's row of the grid; the other heads named as the grid names them (L6KV1 on a
+    grouped-query model's K / V axis)."""
+    grid = grid_labels(grid)
     rows, layers, n = head_slice(grid, head, direction)
     other = "target" if direction == "out" else "source"
+    names = grid["target_labels"] if direction == "out" else grid["source_labels"]
     return csv_text(("head", other, grid["metric"]),
-                    ((head, f"L{layer}H{h}", rows[i][h]) for i, layer in enumerate(layers) for h in range(n)
+                    ((head, names[i * n + h], rows[i][h]) for i in range(len(layers)) for h in range(n)
                      if rows[i][h] is not None))
 
 

@@ -1,7 +1,8 @@
 """Node positions for the head graph, computed from the API's node-link JSON.
 
 Two layouts: "grid" (x = head index, y = layer position, so deeper layers sit higher, as in the
-paper's figures) and "force" (networkx spring layout, seeded so a link reproduces the picture).
+paper's figures; a grouped-query model's KV-group nodes on a sub-row under the query heads
+they serve) and "force" (networkx spring layout, seeded so a link reproduces the picture).
 """
 
 from __future__ import annotations
@@ -24,15 +25,45 @@ def node_link_to_graph(node_link: dict[str, Any]) -> nx.MultiDiGraph:
     return g
 
 
+# Grid layout of a grouped-query model: a KV-group node (kind "kv_group", e.g. L6KV1 serving
+# L6H3-L6H5) sits at the mean column of the query heads it serves, KV_ROW_OFFSET of a row
+# below their layer's row, so it never covers a query-head node.
+KV_ROW_OFFSET = 0.3
+
+
+def is_kv_node(node: dict[str, Any]) -> bool:
+    """True for a KV-group node of a grouped-query model (the API's kind "kv_group")."""
+    return node.get("kind") == "kv_group" or "KV" in str(node.get("head_name") or node.get("id", ""))
+
+
+def member_columns(node: dict[str, Any]) -> list[int]:
+    """Query-head columns a KV-group node serves, from its ``heads`` ("L6H3,L6H4,L6H5")."""
+    cols = []
+    for name in str(node.get("heads") or "").split(","):
+        _, sep, idx = name.strip().rpartition("H")
+        if sep and idx.isdigit() and "KV" not in name:
+            cols.append(int(idx))
+    return cols
+
+
 def grid_positions(node_link: dict[str, Any], layer_indices: list[int] | None = None) -> Positions:
-    """(x, y) = (head index, layer position); roles of one head spread a little along x."""
+    """(x, y) = (head index, layer position); roles of one head spread a little along x.
+
+    A KV-group node: x = mean column of the query heads it serves, y = its layer's row minus
+    ``KV_ROW_OFFSET`` (a sub-row under the query heads).
+    """
     layers = sorted({int(n.get("layer", 0)) for n in node_link.get("nodes", [])} | set(layer_indices or []))
     row = {layer: i for i, layer in enumerate(layers)}
     role_dx = {"Q": -0.27, "K": -0.09, "V": 0.09, "O": 0.27}
     pos: Positions = {}
     for n in node_link.get("nodes", []):
-        x = float(n.get("head", 0)) + role_dx.get(str(n.get("role", "")), 0.0)
-        pos[n["id"]] = (x, float(row.get(int(n.get("layer", 0)), 0)))
+        y = float(row.get(int(n.get("layer", 0)), 0))
+        x = float(n.get("head", 0))
+        if is_kv_node(n):
+            cols = member_columns(n)
+            x = sum(cols) / len(cols) if cols else x
+            y -= KV_ROW_OFFSET
+        pos[n["id"]] = (x + role_dx.get(str(n.get("role", "")), 0.0), y)
     return pos
 
 

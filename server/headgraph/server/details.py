@@ -10,10 +10,11 @@ from typing import Any
 
 import torch
 
+from headgraph.core.labels import LabelSet
 from headgraph.core.types import ModelInfo
-from headgraph.core.vocabulary import GRAPH_PAIRINGS, ROLES, check_pairing
+from headgraph.core.vocabulary import GRAPH_PAIRINGS, ROLES, HeadRef, check_pairing, head_label
 from headgraph.server.catalog import ModelCatalog
-from headgraph.server.convert import axis_labels, jsonable, parse_node
+from headgraph.server.convert import axis_labels, jsonable, parse_node, role_is_grouped
 from headgraph.server.labelsets import LabelService
 from headgraph.server.registry import ModelRef
 from headgraph.server.resultcache import ResultCache
@@ -51,10 +52,19 @@ class DetailService:
                       valid=forward and bool(ps.valid[sl, sh, tl, th]))
         cs = self.scores.cs_for(ref, pairing, "all")
         detail["cs"] = None
-        if cs is not None and "KV" not in target.upper():
-            tq = parse_node(target, "Q", info)[1]  # CS grids index query heads
-            if bool(cs.valid[sl, sh, tl, tq]):
-                detail["cs"] = float(cs.scores[sl, sh, tl, tq])
+        if cs is not None:
+            # CS grids index query heads; a KV-group target gets the mean over its query
+            # heads (what the PK-vs-CS scatter shows for that pair), named in "cs_of".
+            if HeadRef.parse(target).kv:
+                members = [h for h in _members(info, tl, th) if bool(cs.valid[sl, sh, tl, h])]
+                if members:
+                    detail["cs"] = float(cs.scores[sl, sh, tl, members].double().mean())
+                    served = ", ".join(head_label(info.layer_indices[tl], h) for h in members)
+                    detail["cs_of"] = f"mean over {served}"
+            else:
+                tq = parse_node(target, "Q", info)[1]
+                if bool(cs.valid[sl, sh, tl, tq]):
+                    detail["cs"] = float(cs.scores[sl, sh, tl, tq])
         z_all = self.scores.zscores(ref, pairing, "all")
         detail["z"] = jsonable(float(z_all[sl, sh, tl, th]))
         detail["p_haar"] = None
@@ -73,7 +83,7 @@ class DetailService:
         detail.update(names)
         for side, name, role in (("source", names["source"], s_role),
                                  ("target", names["target"], t_role)):
-            detail[f"{side}_class"] = None if label_set is None else label_set.class_of(name)
+            detail[f"{side}_class"] = _class_of(label_set, info, name)
             detail[f"{side}_tokens"] = self._head_tokens(ref, info, role, name, k)
         detail["labels"] = None if label_set is None else label_set.name
         return detail
@@ -90,6 +100,8 @@ class DetailService:
     def head(self, ref: ModelRef, name: str, labels: str | None, k: int) -> dict[str, Any]:
         """One head: class, ranks, top tokens per role, pattern scores and strongest partners."""
         info = self.catalog.model_info(ref)
+        if HeadRef.parse(name).kv:
+            return self.kv_head(ref, info, name, labels, k)
         layer_pos, head = parse_node(name, "O", info)
         label = f"L{info.layer_indices[layer_pos]}H{head}"
         label_set = self.labels.label_set(labels, ref)
@@ -119,6 +131,37 @@ class DetailService:
         out["partners"] = partners
         return out
 
+    def kv_head(self, ref: ModelRef, info: ModelInfo, name: str, labels: str | None, k: int
+                ) -> dict[str, Any]:
+        """One KV group of a grouped-query model ("L6KV1"): the query heads it serves, their
+        classes, the KV head's top tokens as K and V, and its strongest OK / OV sources.
+
+        ``index`` is the group number; pattern scores are per query head (see ``heads``).
+        """
+        layer_pos, group = parse_node(name, "K", info)  # NotFound unless the model groups K/V
+        block = info.layer_indices[layer_pos]
+        label = head_label(block, group, kv=True)
+        label_set = self.labels.label_set(labels, ref)
+        members = [head_label(block, h) for h in _members(info, layer_pos, group)]
+        out: dict[str, Any] = {"model": ref.id, "head": label, "kind": "kv_group",
+                               "layer": block, "index": group, "heads": members,
+                               "class": _class_of(label_set, info, label),
+                               "head_classes": None if label_set is None else
+                               {h: label_set.class_of(h) for h in members},
+                               "labels": None if label_set is None else label_set.name,
+                               "patterns": None}
+        out["tokens"] = ({role: self._head_tokens(ref, info, role, label, k) for role in ("K", "V")}
+                         if info.d_vocab is not None else {})
+        partners: dict[str, Any] = {}
+        for pairing in GRAPH_PAIRINGS:
+            if not role_is_grouped(info, pairing[1]):
+                continue
+            ps = self.scores.pk(ref, pairing, "forward")
+            partners[pairing] = {"out": [], "in": self._best(
+                ps.scores[:, :, layer_pos, group], ps.valid[:, :, layer_pos, group], info, "O", k)}
+        out["partners"] = partners
+        return out
+
     @staticmethod
     def _best(scores: torch.Tensor, valid: torch.Tensor, info: ModelInfo, role: str, k: int
               ) -> list[dict[str, Any]]:
@@ -129,3 +172,22 @@ class DetailService:
             return []
         vals, idx = torch.topk(flat, min(k, n))
         return [{"head": names[i], "pk": float(v)} for v, i in zip(vals.tolist(), idx.tolist())]
+
+
+def _members(info: ModelInfo, layer_pos: int, group: int) -> list[int]:
+    """Query-head indices a KV group serves (consecutive: query h reads group h // size)."""
+    size = info.n_heads // info.n_kv_heads
+    return list(range(group * size, (group + 1) * size))
+
+
+def _class_of(label_set: LabelSet | None, info: ModelInfo, name: str) -> str | None:
+    """A head's class; for a KV group the distinct classes of its query heads (" / ")."""
+    if label_set is None:
+        return None
+    ref = HeadRef.parse(name)
+    if not ref.kv:
+        return label_set.class_of(name)
+    pos = info.layer_indices.index(ref.layer)
+    classes = [label_set.class_of(head_label(ref.layer, h)) for h in _members(info, pos, ref.head)]
+    named = list(dict.fromkeys(c for c in classes if c))
+    return " / ".join(named) if named else None

@@ -117,8 +117,10 @@ def patterns(src: Inputs) -> dict[str, Any]:
 def scatter(src: Inputs, *, pairing: str, top_percent: float) -> dict[str, Any]:
     """PK vs CS of every valid pair with quadrants and Spearman (core.ranking.compare_metrics).
 
-    Points are on the CS grid (query heads on both axes; grouped K/V PK repeated per query
-    head). quadrant: 0 neither top x%, 1 PK only, 2 CS only, 3 both.
+    Points are on the PK grid: one per (source head, target head) PK score, so on a
+    grouped-query model an OK / OV point is one (source head, target KV group) pair, its CS
+    the mean over the group's query heads (``cs_of``), and rho and the quadrant counts count
+    each KV score once. quadrant: 0 neither top x%, 1 PK only, 2 CS only, 3 both.
     """
     from headgraph.core.ranking import compare_metrics
 
@@ -127,17 +129,21 @@ def scatter(src: Inputs, *, pairing: str, top_percent: float) -> dict[str, Any]:
         raise Invalid(f"no Composition Score for pairing {pairing!r}; scatter needs OQ, OK or OV")
     ps = src.result("pk", pairing=pairing, order="forward")
     cs_ = src.result("cs", mode=mode, order="forward")
-    cmp = compare_metrics(ps, cs_, top_percent=top_percent)
-    s_names, t_names = axis_labels(src.info, "O"), axis_labels(src.info, "Q")
+    cmp = compare_metrics(ps, cs_, top_percent=top_percent, on="pk")
+    s_names, t_names = axis_labels(src.info, pairing[0]), axis_labels(src.info, pairing[1])
     n_src, n_tgt = len(s_names), len(t_names)
+    cs_grid = cs_.scores if cmp.cs_values is None else cmp.cs_values
     valid = cmp.valid.reshape(n_src, n_tgt)
     rows, cols = torch.nonzero(valid, as_tuple=True)
     points = {"source": [s_names[i] for i in rows.tolist()],
               "target": [t_names[j] for j in cols.tolist()],
               "pk": cmp.pk_values.reshape(n_src, n_tgt)[rows, cols].tolist(),
-              "cs": cs_.scores.reshape(n_src, n_tgt)[rows, cols].tolist(),
+              "cs": cs_grid.reshape(n_src, n_tgt)[rows, cols].tolist(),
               "quadrant": cmp.quadrant.reshape(n_src, n_tgt)[rows, cols].tolist()}
-    return {"pairing": pairing, "mode": mode, "top_percent": top_percent,
+    grouped = tuple(cs_.scores.shape) != tuple(ps.scores.shape)
+    cs_of = ("mean over the target KV group's query heads (one point per KV score)" if grouped
+             else "the pair's own Composition Score")
+    return {"pairing": pairing, "mode": mode, "top_percent": top_percent, "cs_of": cs_of,
             "points": jsonable(points), "comparison": jsonable(cmp.to_dict())}
 
 
@@ -166,8 +172,11 @@ def score_computations() -> list[Computation]:
         Computation("reference", reference, {"samples": positive_int}),
         Computation("tokens", tokens, {"role": check_role, "k": positive_int}),
         Computation("patterns", patterns, {}),
+        # "kv": points are on the PK grid, KV scores once (keys of the older per-query-head
+        # scatter are not read back).
         Computation("scatter", scatter, {"pairing": check_pairing,
-                                          "top_percent": quantize_percent}),
+                                          "top_percent": quantize_percent},
+                    key=lambda p: {**p, "kv": "once"}),
         Computation("pair", pair, {"pairing": check_pairing, "sl": _index, "sh": _index,
                                    "tl": _index, "th": _index},
                     key=lambda p: {"pairing": p["pairing"], "s": f"{p['sl']}.{p['sh']}",

@@ -17,9 +17,20 @@ SLIDER_STEPS = 200
 
 
 def all_head_nodes(info: dict[str, Any]) -> list[dict[str, Any]]:
-    """Node records for every (layer, head) of a model (backdrop of the layer x head layout)."""
-    return [{"id": f"L{layer}H{h}", "layer": layer, "head": h}
-            for layer in info["layer_indices"] for h in range(info["n_heads"])]
+    """Node records for every (layer, head) of a model (backdrop of the layer x head layout),
+    and on a grouped-query model every KV group too (kind "kv_group", ``heads`` its query
+    heads, as the API's graph nodes)."""
+    n_heads = int(info["n_heads"])
+    n_kv = int(info.get("n_kv_heads") or n_heads)
+    size = n_heads // n_kv if 0 < n_kv < n_heads and n_heads % n_kv == 0 else 1
+    out: list[dict[str, Any]] = []
+    for layer in info["layer_indices"]:
+        out += [{"id": f"L{layer}H{h}", "layer": layer, "head": h, "kind": "head"} for h in range(n_heads)]
+        if size > 1:
+            out += [{"id": f"L{layer}KV{g}", "layer": layer, "head": g, "kind": "kv_group",
+                     "heads": ",".join(f"L{layer}H{g * size + j}" for j in range(size))}
+                    for g in range(n_kv)]
+    return out
 
 
 def metric_range(client: Any, model: str, pairings: list[str], metric: str) -> tuple[float, float]:
@@ -122,6 +133,7 @@ def graph_view(params: dict[str, Any] | None) -> tuple:
         head_pos = None
     fig = graph_figure({**data, "layer_indices": info["layer_indices"]}, pos, layout=params["layout"],
                        all_heads=[n["id"] for n in backdrop["nodes"]], head_pos=head_pos,
+                       backdrop=backdrop["nodes"],
                        selected=params.get("head"),
                        selected_edge=(*params["pair"], params["pairing"]) if params.get("pair") else None)
     total = sum(data.get("edge_counts", {}).values())

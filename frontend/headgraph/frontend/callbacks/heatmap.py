@@ -10,15 +10,20 @@ from headgraph.frontend.api_client import ApiClient, ApiError
 from headgraph.frontend.callbacks.common import WAITING, api, error_note, overlay_classes, stat, state_of, vocab
 from headgraph.frontend.callbacks.registry import callback
 from headgraph.frontend.figures import empty_figure, head_grid_figure, score_heatmap
+from headgraph.frontend.figures.heatmaps import grid_labels
 from headgraph.frontend.state import view_params
 
 
 def metric_grid(client: ApiClient, model: str, pairing: str, metric: str) -> dict[str, Any]:
-    """The API grid for a metric switch value (CS exists for OQ / OK / OV only)."""
+    """The API grid for a metric switch value (CS exists for OQ / OK / OV only).
+
+    On a grouped-query model an OK / OV PK grid has KV groups on its target axis ("L6KV1"),
+    its CS grid query heads (labels made to match, see figures.heatmaps.grid_labels).
+    """
     if metric == "cs":
         if pairing not in vocab().cs_pairings:
             raise ApiError(422, f"Composition Score exists for OQ, OK and OV only, not {pairing}")
-        return client.cs(model, pairing[1])
+        return grid_labels(client.cs(model, pairing[1]))  # query heads on both axes
     return client.pk(model, pairing, metric)
 
 

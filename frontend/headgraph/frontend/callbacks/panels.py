@@ -56,8 +56,16 @@ def close_link(link_id: str, state: ViewState) -> dcc.Link:
 def head_body(d: dict[str, Any], state: ViewState) -> list[Any]:
     """Head panel content for an /api/head answer; links are built from the current ``state``."""
     head = d["head"]
-    out: list[Any] = [close_link("head-close", state.with_(head=None)), html.H3([head, html.Span(d.get("class") or "no class", className="badge")],
-                              id="head-panel-title", **{"data-head": head})]
+    members = list(d.get("heads") or []) if d.get("kind") == "kv_group" else []
+    out: list[Any] = [close_link("head-close", state.with_(head=None)),
+                      html.H3([head, html.Span(d.get("class") or "no class", className="badge")],
+                              id="head-panel-title",
+                              **{"data-head": head, "data-kind": d.get("kind") or "head",
+                                 "data-members": ",".join(members)})]
+    if members:  # a KV group of a grouped-query model: the query heads it serves
+        out.append(html.Div(["KV group: shared keys and values of ",
+                             *[dcc.Link(h, className="partner", href=to_query(state.with_(head=h, pair=None)))
+                               for h in members]], className="kv-members", id="head-members"))
     pats = d.get("patterns")
     if pats:
         out.append(html.H4("attention-pattern scores"))
@@ -99,7 +107,9 @@ def pair_body(d: dict[str, Any], state: ViewState) -> list[Any]:
     sig = d.get("significant")
     rows = [
         ("PK", _num(d["pk"]), "pair-pk"), ("normalized", _num(d["normalized"]), "pair-normalized"),
-        ("CS", _num(d.get("cs")), "pair-cs"), ("z (Haar)", _num(d.get("z"), 3), "pair-z"),
+        ("CS", _num(d.get("cs")) + (f" ({d['cs_of']})" if d.get("cs_of") and d.get("cs") is not None else ""),
+         "pair-cs"),
+        ("z (Haar)", _num(d.get("z"), 3), "pair-z"),
         ("p (Haar)", p_text(d.get("p_haar"), d.get("p_floor")), "pair-p-haar"),
         ("p (anisotropic)", p_text(d.get("p_anisotropic"), d.get("p_floor")), "pair-p-aniso"),
         ("FDR significant", "–" if sig is None else ("yes" if sig else "no"), "pair-sig"),

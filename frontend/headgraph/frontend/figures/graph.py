@@ -12,7 +12,18 @@ from collections.abc import Sequence
 import plotly.graph_objects as go
 
 from headgraph.frontend.figures.common import NO_CLASS_COLOR, base_layout, class_colors, fmt_value, pairing_color
-from headgraph.frontend.graph_layout import Positions
+from headgraph.frontend.graph_layout import KV_ROW_OFFSET, Positions, is_kv_node
+
+KV_NOTE = (f"<br>KV group: shared keys/values of %s<br>(drawn {KV_ROW_OFFSET:g} row under "
+           "its layer, at the mean column of those query heads)")
+
+
+def kv_note(node: dict[str, Any]) -> str:
+    """Hover line of a KV-group node naming the query heads it serves ('' for a query head)."""
+    if not is_kv_node(node):
+        return ""
+    heads = ", ".join(h for h in str(node.get("heads") or "").split(",") if h)
+    return KV_NOTE % (heads or "its query heads")
 
 
 def _offset(p0: tuple[float, float], p1: tuple[float, float], shift: float) -> tuple[tuple[float, float], tuple[float, float]]:
@@ -26,11 +37,15 @@ def _offset(p0: tuple[float, float], p1: tuple[float, float], shift: float) -> t
 def graph_figure(data: dict[str, Any], pos: Positions, *, layout: str,
                  classes: dict[str, str] | None = None, all_heads: Sequence[str] = (),
                  head_pos: Positions | None = None, selected: str | None = None,
-                 selected_edge: tuple[str, str, str] | None = None) -> go.Figure:
+                 selected_edge: tuple[str, str, str] | None = None,
+                 backdrop: Sequence[dict[str, Any]] = ()) -> go.Figure:
     """The head graph: edges coloured by pairing with opacity = score / max, hubs marked.
 
     Each edge gets an invisible marker on it (customdata ["edge", source, target, pairing]) so it
-    can be hovered and clicked; nodes carry customdata ["node", name].
+    can be hovered and clicked; nodes carry customdata ["node", name]. A grouped-query model's
+    KV-group nodes (L6KV1) are diamonds whose hover names the query heads they serve; in the
+    grid layout they sit on a sub-row under those heads (graph_layout.grid_positions).
+    ``backdrop``: node records of ``all_heads`` (their KV members for the hover).
     """
     g = data["graph"]
     nodes = g.get("nodes", [])
@@ -90,12 +105,15 @@ def graph_figure(data: dict[str, Any], pos: Positions, *, layout: str,
     present = {n["id"] for n in nodes}
     if head_pos:
         rest = [h for h in all_heads if h not in present and h in head_pos]
+        records = {str(n.get("id")): n for n in backdrop}
         if rest:
             fig.add_trace(go.Scatter(
                 x=[head_pos[h][0] for h in rest], y=[head_pos[h][1] for h in rest], mode="markers",
-                marker=dict(size=7, color="#e3e6ea", line=dict(color="#c9ced4", width=1)),
-                customdata=[["node", h] for h in rest], name="no edge", showlegend=False,
-                hovertemplate="%{customdata[1]} (no edge)<extra></extra>"))
+                marker=dict(size=7, color="#e3e6ea", line=dict(color="#c9ced4", width=1),
+                            symbol=["diamond" if "KV" in h else "circle" for h in rest]),
+                customdata=[["node", h, kv_note(records.get(h, {"id": h}))] for h in rest],
+                name="no edge", showlegend=False,
+                hovertemplate="%{customdata[1]} (no edge)%{customdata[2]}<extra></extra>"))
     # Nodes: one trace per class (legend explains the colours); hubs get their own star trace.
     by_class: dict[str, list[dict[str, Any]]] = {}
     for n in nodes:
@@ -103,7 +121,7 @@ def graph_figure(data: dict[str, Any], pos: Positions, *, layout: str,
         by_class.setdefault(cls, []).append(n)
     colors = class_colors(sorted(c for c in by_class if c))
     show_all_text = len(nodes) <= 48
-    bottom = min((p[1] for p in pos.values()), default=0.0)
+    bottom = min((round(p[1]) for p in pos.values()), default=0)  # KV sub-rows count as their row
     for cls in sorted(by_class, key=lambda c: (c == "", c)):
         for hub in (False, True):
             group = [n for n in by_class[cls] if bool(n.get("is_hub")) == hub]
@@ -114,18 +132,20 @@ def graph_figure(data: dict[str, Any], pos: Positions, *, layout: str,
                 mode="markers+text",
                 text=[(n["id"] + (" ★ hub" if hub else "")) if (show_all_text or hub) else "" for n in group],
                 # Grid layout: labels below the first row, where no edge arrives; above elsewhere.
-                textposition=["bottom center" if layout == "grid" and pos[n["id"]][1] == bottom else "top center"
-                              for n in group],
+                textposition=["bottom center" if layout == "grid" and round(pos[n["id"]][1]) == bottom
+                              else "top center" for n in group],
                 textfont=dict(size=11 if hub else 10, color="#222"),
                 customdata=[["node", n["id"], n.get("degree", 0), n.get("in_degree", 0),
-                             n.get("out_degree", 0), "yes" if hub else "no", cls or "–"] for n in group],
+                             n.get("out_degree", 0), "yes" if hub else "no", cls or "–", kv_note(n)]
+                            for n in group],
                 hovertemplate=("%{customdata[1]}<br>class: %{customdata[6]}<br>degree %{customdata[2]} "
                                "(in %{customdata[3]}, out %{customdata[4]})<br>hub: %{customdata[5]}"
-                               "<extra></extra>"),
+                               "%{customdata[7]}<extra></extra>"),
                 marker=dict(size=[(16 if hub else 10) + 5 * math.sqrt(float(n.get("degree", 0))) for n in group],
                             color=colors.get(cls, NO_CLASS_COLOR),
                             line=dict(color="#111" if hub else "white", width=2.5 if hub else 1),
-                            symbol="star" if hub else "circle", opacity=1),
+                            symbol=["star" if hub else "diamond" if is_kv_node(n) else "circle" for n in group],
+                            opacity=1),
                 name=(cls or "no class") + (" (hub)" if hub else ""), legendgroup="class:" + (cls or "-"),
                 showlegend=not hub, legendrank=2))
     if selected and selected in pos:
@@ -134,10 +154,13 @@ def graph_figure(data: dict[str, Any], pos: Positions, *, layout: str,
                                              line=dict(color="#f5a623", width=3)),
                                  hoverinfo="skip", showlegend=False, name="selected"))
     if layout == "grid":
-        heads = sorted({int(round(p[0])) for p in (head_pos or pos).values()})
-        rows = sorted({int(round(p[1])) for p in (head_pos or pos).values()})
+        grid_pos = head_pos or pos
+        heads = sorted({int(round(p[0])) for n, p in grid_pos.items() if "KV" not in n})
+        rows = sorted({int(round(p[1])) for p in grid_pos.values()})
         layer_names = data.get("layer_indices") or rows
-        fig.update_xaxes(title="head", tickmode="array", tickvals=heads,
+        has_kv = any("KV" in n for n in list(grid_pos) + list(pos))
+        fig.update_xaxes(title="head" + (" (◆ KV group: under the query heads it serves)" if has_kv else ""),
+                         tickmode="array", tickvals=heads,
                          ticktext=[f"H{h}" for h in heads], showgrid=False, zeroline=False)
         fig.update_yaxes(title="layer (deeper ↑)", tickmode="array", tickvals=rows,
                          ticktext=[f"L{layer_names[r] if r < len(layer_names) else r}" for r in rows],

@@ -1,10 +1,14 @@
 """Score heatmaps: the full source x target head grid of a pairing and one head's layer x head slice.
 
 Input is a /api/pk or /api/cs answer: grid/valid nested [L][Hs][L][Ht] with flattened labels.
+On a grouped-query model a K / V axis of a PK grid holds KV groups ("L6KV1"), while CS grids
+have query heads on both axes: hovers and head grids translate between the two (a query head
+reads its group; a group's CS is the mean over its query heads).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 from collections.abc import Sequence
 
@@ -12,10 +16,96 @@ import plotly.graph_objects as go
 
 from headgraph.frontend.figures.common import METRIC_TITLES, base_layout, fmt_value
 
+_NAME_RE = re.compile(r"^L(\d+)(H|KV)(\d+)$")
+
 
 def flatten_grid(grid: list) -> list[list[float | None]]:
     """[L][Hs][L][Ht] nested lists -> [(L*Hs)][(L*Ht)] rows (source-major, as the labels)."""
     return [[v for tl in sh for v in tl] for sl in grid for sh in sl]
+
+
+def grid_labels(grid: dict[str, Any]) -> dict[str, Any]:
+    """``grid`` with axis labels that match its shape.
+
+    A CS grid always has query heads on both axes; a server that names a CS K / V axis by the
+    KV groups (fewer labels than columns) gets query-head labels ``L{block}H{h}`` instead.
+    """
+    g, layers = grid.get("grid") or [], list(grid.get("layer_indices") or [])
+    if not g or not layers:
+        return grid
+    n_src, n_tgt = len(g[0]), len(g[0][0][0]) if g[0] and g[0][0] else 0
+    fixed = dict(grid)
+    for key, n in (("source_labels", n_src), ("target_labels", n_tgt)):
+        if len(grid.get(key) or []) != len(layers) * n:
+            fixed[key] = [f"L{layer}H{h}" for layer in layers for h in range(n)]
+    return fixed
+
+
+def _parse(name: str) -> tuple[int, bool, int] | None:
+    m = _NAME_RE.match(name)
+    return (int(m.group(1)), m.group(2) == "KV", int(m.group(3))) if m else None
+
+
+def align_axis(main: Sequence[str], other: Sequence[str], *, group: int | None = None) -> list[list[int]]:
+    """For each head name on ``main``, the positions on ``other`` holding its score.
+
+    The same name: itself. A query head on a KV axis: its group (query h reads group
+    h // group size). A KV group on a query-head axis: all the query heads it serves. [] when
+    ``other`` has no such head. ``group`` (query heads per KV group) defaults to the ratio of
+    the two axes' heads per layer (both full axes).
+    """
+    index = {name: i for i, name in enumerate(other)}
+    def per_layer(names: Sequence[str]) -> dict[int, int]:
+        counts: dict[int, int] = {}
+        for name in names:
+            p = _parse(name)
+            if p:
+                counts[p[0]] = counts.get(p[0], 0) + 1
+        return counts
+    n_main, n_other = per_layer(main), per_layer(other)
+    out: list[list[int]] = []
+    for name in main:
+        if name in index:
+            out.append([index[name]])
+            continue
+        p = _parse(name)
+        if p is None or not n_other.get(p[0]) or not n_main.get(p[0]):
+            out.append([])
+            continue
+        layer, kv, idx = p
+        if not kv:  # query head -> its KV group
+            size = group or max(1, n_main[layer] // n_other[layer])
+            hit = index.get(f"L{layer}KV{idx // size}")
+            out.append([] if hit is None else [hit])
+        else:  # KV group -> its query heads
+            size = group or max(1, n_other[layer] // n_main[layer])
+            out.append([index[h] for h in (f"L{layer}H{idx * size + j}" for j in range(size)) if h in index])
+    return out
+
+
+def _hover_values(main: dict[str, Any], other: dict[str, Any]) -> list[list[str]]:
+    """``other``'s valid scores at ``main``'s cells, as hover strings (KV groups translated:
+    a mean over several query heads says so)."""
+    other = grid_labels(other)
+    vals, ok = flatten_grid(other["grid"]), flatten_grid(other["valid"])
+    rows = align_axis(main["source_labels"], other["source_labels"])
+    cols = align_axis(main["target_labels"], other["target_labels"])
+    names = other["target_labels"]
+    out: list[list[str]] = []
+    for ri in rows:
+        line = []
+        for cj in cols:
+            cells = [(v, j) for i in ri for j in cj if ok[i][j] and (v := vals[i][j]) is not None]
+            if not cells:
+                line.append("–")
+            elif len(cells) == 1:
+                line.append(fmt_value(cells[0][0], 4))
+            else:
+                mean = sum(float(v) for v, _ in cells) / len(cells)
+                heads = ", ".join(dict.fromkeys(names[j] for _, j in cells))
+                line.append(f"{fmt_value(mean, 4)} (mean over {heads})")
+        out.append(line)
+    return out
 
 
 def _layer_blocks(labels: Sequence[str]) -> list[tuple[str, int, int]]:
@@ -37,14 +127,15 @@ def score_heatmap(grid: dict[str, Any], *, metric: str, hover_grids: dict[str, d
     ``grid`` is a /api/pk or /api/cs answer; ``hover_grids`` adds other metrics to the hover
     (e.g. {"CS": cs_json, "PK": pk_json}); invalid cells are blank.
     """
+    grid = grid_labels(grid)
     src, tgt = grid["source_labels"], grid["target_labels"]
     z = flatten_grid(grid["grid"])
     valid = flatten_grid(grid["valid"])
     z = [[v if ok else None for v, ok in zip(row, vrow)] for row, vrow in zip(z, valid)]
     classes = classes or {}
-    extra = {name: flatten_grid(g["grid"]) for name, g in (hover_grids or {}).items()}
+    extra = {name: _hover_values(grid, g) for name, g in (hover_grids or {}).items()}
     custom = [[[s, t, classes.get(s, "–"), classes.get(t, "–")]
-               + [fmt_value(extra[n][i][j], 4) for n in extra] for j, t in enumerate(tgt)]
+               + [extra[n][i][j] for n in extra] for j, t in enumerate(tgt)]
               for i, s in enumerate(src)]
     extra_hover = "".join(f"<br>{n}: %{{customdata[{4 + k}]}}" for k, n in enumerate(extra))
     label = METRIC_TITLES.get(metric, metric)
@@ -75,16 +166,35 @@ def score_heatmap(grid: dict[str, Any], *, metric: str, hover_grids: dict[str, d
     return base_layout(fig, title, height=560)
 
 
+def axis_head(grid: dict[str, Any], head: str, direction: str) -> str:
+    """The name ``head`` has on the grid's source (out) or target (in) axis: itself, or on a
+    KV axis of a grouped-query model the KV group a query head reads (L6H4 -> L6KV1).
+
+    KeyError when the axis has no such head (a KV group on a query-head axis).
+    """
+    grid = grid_labels(grid)
+    src, tgt = grid["source_labels"], grid["target_labels"]
+    labels = src if direction == "out" else tgt
+    wide, narrow = max(len(src), len(tgt)), min(len(src), len(tgt))
+    hit = align_axis([head], labels, group=max(1, wide // max(1, narrow)))[0]
+    if len(hit) != 1:
+        where = "source (out)" if direction == "out" else "target (in)"
+        hint = "; pick direction 'in'" if direction == "out" else "; pick direction 'out'"
+        raise KeyError(f"{head} is not on the {where} axis of {grid.get('pairing', 'this grid')}"
+                       + (hint if hit else ""))
+    return labels[hit[0]]
+
+
 def head_slice(grid: dict[str, Any], head: str, direction: str) -> tuple[list[list[float | None]], list[int], int]:
     """A head's outgoing (as source) or incoming (as target) scores as [layer][head] rows.
 
-    Returns (rows, layer block numbers, heads per row); invalid cells are None.
+    Returns (rows, layer block numbers, heads per row); invalid cells are None. A query head
+    on a KV axis reads its KV group's row (:func:`axis_head`).
     """
+    grid = grid_labels(grid)
     labels = grid["source_labels"] if direction == "out" else grid["target_labels"]
     layers = grid["layer_indices"]
-    if head not in labels:
-        raise KeyError(f"{head} is not on the {direction} axis")
-    idx = labels.index(head)
+    idx = labels.index(axis_head(grid, head, direction))
     n_src = len(grid["source_labels"]) // len(layers)
     n_tgt = len(grid["target_labels"]) // len(layers)
     g, v = grid["grid"], grid["valid"]
@@ -101,12 +211,18 @@ def head_slice(grid: dict[str, Any], head: str, direction: str) -> tuple[list[li
 
 def head_grid_figure(grid: dict[str, Any], head: str, direction: str, *, metric: str) -> go.Figure:
     """Layer x head grid of one head's outgoing or incoming scores (deeper layers higher)."""
+    grid = grid_labels(grid)
     rows, layers, n = head_slice(grid, head, direction)
+    shown = axis_head(grid, head, direction)
     label = METRIC_TITLES.get(metric, metric)
     other = "target" if direction == "out" else "source"
-    # Categorical axes: a click reports x="H3", y="L1", i.e. the head name "L1H3".
+    names = grid["target_labels"] if direction == "out" else grid["source_labels"]
+    prefix = f"L{layers[0]}" if layers else ""
+    columns = [name[len(prefix):] if name.startswith(prefix) else f"H{h}" for h, name in enumerate(names[:n])]
+    # Categorical axes: a click reports x="H3" (or "KV1" on a grouped K/V axis), y="L1",
+    # i.e. the head name "L1H3" / "L1KV1".
     fig = go.Figure(go.Heatmap(
-        z=rows, x=[f"H{h}" for h in range(n)], y=[f"L{layer}" for layer in layers],
+        z=rows, x=columns, y=[f"L{layer}" for layer in layers],
         colorscale="Viridis", hoverongaps=False, xgap=1, ygap=1,
         colorbar=dict(title=dict(text=label, side="right"), thickness=14),
         hovertemplate=f"{other} %{{y}}%{{x}}<br>{label}: %{{z:.4g}}<extra></extra>"))
@@ -114,4 +230,5 @@ def head_grid_figure(grid: dict[str, Any], head: str, direction: str, *, metric:
     fig.update_yaxes(title=f"{other} layer", type="category", showgrid=False, zeroline=False)
     fig.update_layout(plot_bgcolor="#f1f3f6")
     arrow = "→ later heads" if direction == "out" else "← earlier heads"
-    return base_layout(fig, f"{head} {arrow} ({grid['pairing']}, {label})", height=320)
+    who = head if shown == head else f"{shown} (the KV group {head} reads)"
+    return base_layout(fig, f"{who} {arrow} ({grid['pairing']}, {label})", height=320)
