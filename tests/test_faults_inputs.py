@@ -120,8 +120,8 @@ def test_the_refused_folders_would_load_without_a_root(layout):
 BAD_MODELS = {
     "~x": 403, "~": 403, "~root/x": 403, "~root": 403, "./x": 403, "../x": 403, "..": 403,
     ".": 403, "\\x": 403, "/%2e%2e/etc/passwd": 403, "/etc/passwd": 403, "/": 403,
-    "local:../x": 422, "local:": 422, "local:/etc": 422, "local:a//b": 422, "local:x/..": 422,
-    "local:" + "a" * 300: 422, "a\x00b": 422, "/tmp/a\x00b": 422, "local:a\x00": 422,
+    "local:../x": 404, "local:": 404, "local:/etc": 404, "local:a//b": 404, "local:x/..": 404,
+    "local:" + "a" * 300: 404, "a\x00b": 422, "/tmp/a\x00b": 422, "local:a\x00": 422,
     "x\ny": 422, "a" * 300: 404, "/" + "a" * 300: 403, ("/" + "a" * 299) * 2: 422,
     "ü-modèl": 404, "%2e%2e": 404, "local:nope": 404, "local:~x": 404, "local:ü": 404,
     "local:%2e%2e": 404, "Qwen/not-listed": 404, "random:gpt2-tiny": 404, "demo/..": 404,

@@ -33,7 +33,8 @@ def test_health_docs_and_openapi(api):
     for p in ("/api/health", "/api/models", "/api/models/info", "/api/models/compute",
               "/api/jobs/{job_id}", "/api/pk", "/api/cs", "/api/top", "/api/pair", "/api/head",
               "/api/graph", "/api/scatter", "/api/reference", "/api/tokens", "/api/patterns",
-              "/api/labels", "/api/labels/{name}", "/api/download", "/api/cache/stats"):
+              "/api/labels", "/api/labels/{name}", "/api/download/pk", "/api/download/cs",
+              "/api/download/top", "/api/download/graph", "/api/cache/stats"):
         assert p in paths, p
 
 

@@ -91,7 +91,7 @@ def test_per_model_pattern_labels_follow_pattern_scores(api):
     pair = ok(api.get("/api/pair", params={"model": "demo", "pairing": "OK", "source": prev_head,
                                            "target": induction_l1[0], "labels": "patterns"}))
     assert (pair["source_class"], pair["target_class"]) == ("Previous Token", "Induction")
-    gml = api.get("/api/download", params={"what": "graph", "format": "graphml", "labels": "patterns"})
+    gml = api.get("/api/download/graph", params={"format": "graphml", "labels": "patterns"})
     assert gml.status_code == 200
     classes = nx.get_node_attributes(nx.parse_graphml(gml.text, force_multigraph=True), "head_class")
     assert classes and all(expected[n] == c for n, c in classes.items())
@@ -132,30 +132,32 @@ def test_malformed_label_uploads_name_the_line(api):
 # -- downloads --------------------------------------------------------------------------------------
 
 def test_downloads(api, ref):
-    r = api.get("/api/download", params={"what": "pk", "format": "csv", "pairing": "OK"})
+    r = api.get("/api/download/pk", params={"format": "csv", "pairing": "OK"})
     assert r.status_code == 200 and "attachment" in r.headers["content-disposition"]
     rows = list(csv.DictReader(io.StringIO(r.text)))
     assert len(rows) == int(ref["forward"].sum())
     row = next(x for x in rows if x["source"] == "L0H3" and x["target"] == "L1H5")
     assert float(row["raw"]) == pytest.approx(float(ref["pk"]["OK"][0, 3, 1, 5]), abs=1e-4)
 
-    r = api.get("/api/download", params={"what": "pk", "format": "npy", "pairing": "OV"})
+    r = api.get("/api/download/pk", params={"format": "npy", "pairing": "OV"})
     arr = np.load(io.BytesIO(r.content))
     assert arr.shape == (L, H, L, H)
     assert np.allclose(arr[ref["forward"].numpy()], ref["pk"]["OV"][ref["forward"]].numpy(), atol=1e-4)
 
-    r = api.get("/api/download", params={"what": "graph", "format": "graphml", "k": 6})
+    r = api.get("/api/download/graph", params={"format": "graphml", "k": 6})
     assert r.headers["content-disposition"].endswith('.graphml"')
     g = nx.read_graphml(io.BytesIO(r.content), force_multigraph=True)
     assert g.number_of_edges() == 18
 
-    r = api.get("/api/download", params={"what": "top", "format": "csv", "k": 7})
+    r = api.get("/api/download/top", params={"format": "csv", "k": 7})
     rows = list(csv.DictReader(io.StringIO(r.text)))
     assert len(rows) == 7 and list(rows[0])[:5] == ["source", "target", "pk", "normalized", "cs"]
-    r = api.get("/api/download", params={"what": "cs", "format": "json", "mode": "Q"})
+    r = api.get("/api/download/cs", params={"format": "json", "mode": "Q"})
     assert r.json()["kind"] == "cs"
-    msg = err(api.get("/api/download", params={"what": "top", "format": "npy"}), 422)
-    assert "csv" in msg
+    msg = err(api.get("/api/download/top", params={"format": "npy"}), 422)
+    assert "csv" in msg  # the formats each download offers are in its schema
+    msg = err(api.get("/api/download/pk", params={"metric": "cs"}), 422)
+    assert "raw" in msg
 
 
 # -- grouped-query local model --------------------------------------------------------------------

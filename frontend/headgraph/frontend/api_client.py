@@ -163,9 +163,10 @@ class ApiClient:
         return self.request("POST", "/api/labels", params={"model": model, "name": name},
                             files=files).json()
 
-    def download(self, **params: Any) -> tuple[bytes, str]:
-        """Bytes and suggested file name of GET /api/download (Content-Disposition)."""
-        resp = self.request("GET", "/api/download", params=params)
+    def download(self, what: str, **params: Any) -> tuple[bytes, str]:
+        """Bytes and suggested file name of GET /api/download/{what} (pk, cs, top, graph;
+        Content-Disposition)."""
+        resp = self.request("GET", f"/api/download/{what}", params=params)
         cd = resp.headers.get("content-disposition", "")
         name = cd.split("filename=")[-1].strip('"; ') if "filename=" in cd else "download"
         return resp.content, name

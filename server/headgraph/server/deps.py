@@ -34,8 +34,10 @@ T = TypeVar("T")
 TOKEN_MARK = "x-headgraph-token"
 TOKEN_PROTECTED = {TOKEN_MARK: True}
 
+# No control characters, no surrounding blanks: OpenAPI states what a model id can be.
+MODEL_PATTERN = r"^[^\x00-\x20\x7f](?:[^\x00-\x1f\x7f]*[^\x00-\x20\x7f])?$"
 MODEL_QUERY = Query(
-    "demo", min_length=1, max_length=512,
+    "demo", min_length=1, max_length=512, pattern=MODEL_PATTERN,
     description="model id from GET /api/models: 'demo', a hub name such as 'gpt2', "
                 "'local:<folder>' under the model root, or an absolute path inside the root",
 )

@@ -108,15 +108,15 @@ def _looks_like_path(model: str) -> bool:
 
 
 def _local_name_parts(name: str) -> list[str]:
-    """Components of a ``local:`` name (``qwen2-tiny`` or ``family/qwen2-tiny``); Invalid for
-    an empty, absolute, ``..`` or over-long one."""
+    """Components of a ``local:`` name (``qwen2-tiny`` or ``family/qwen2-tiny``); NotFound for
+    an empty, absolute, ``..`` or over-long one (no such folder can be listed)."""
     parts = name.split("/")
     if (not name or name.startswith("/") or "\\" in name
             or any(p in ("", ".", "..") or len(p.encode("utf-8", "surrogatepass")) > MAX_NAME
                    for p in parts)):
-        raise Invalid(f"malformed local model {shown(LOCAL_PREFIX + name)}: give "
-                      "'local:<folder>' with a folder under the model root as listed by "
-                      "GET /api/models")
+        raise NotFound(f"unknown local model {shown(LOCAL_PREFIX + name)}: give "
+                       "'local:<folder>' with a folder under the model root as listed by "
+                       "GET /api/models")
     return parts
 
 

@@ -22,11 +22,17 @@ Granularity = Literal["head", "role"]
 ThresholdOn = Literal["pk", "normalized", "z", "fdr"]
 
 
-def graph_params(pairings: str, k: int | None, threshold: float | None
+FDR_DEFAULT_Q = 0.05
+
+
+def graph_params(pairings: str, k: int | None, threshold: float | None, threshold_on: str = "pk"
                  ) -> tuple[list[str], int | None, float | None]:
     """Validated (pairings, k, threshold): a threshold, when given, replaces top-k (k ignored);
-    otherwise top-k with k defaulting to DEFAULT_K."""
+    otherwise top-k with k defaulting to DEFAULT_K. threshold_on=fdr selects significant pairs
+    at BH level ``threshold`` (default FDR_DEFAULT_Q)."""
     names: list[str] = list(parse_pairings(pairings))
+    if threshold_on == "fdr" and threshold is None:
+        threshold = FDR_DEFAULT_Q
     if threshold is not None:
         if not math.isfinite(threshold):
             raise Invalid("threshold must be a finite number")
@@ -37,7 +43,7 @@ def graph_params(pairings: str, k: int | None, threshold: float | None
 def threshold_query() -> Any:
     return Query(None, ge=-THRESHOLD_LIMIT, le=THRESHOLD_LIMIT,
                  description="keep pairs with metric >= threshold (replaces top-k; for fdr: BH q "
-                             "level); rounded to 3 significant digits (0 below 1e-6), at most "
+                             "level, default 0.05); rounded to 3 significant digits (0 below 1e-6), at most "
                              "max_edges (GET /api/vocabulary) best edges per pairing")
 
 
@@ -48,9 +54,7 @@ async def graph(request: Request, ref: ModelRef = Depends(model_ref), pairings: 
                 threshold: float | None = threshold_query(), threshold_on: ThresholdOn = "pk",
                 labels: str | None = labels_query("label set name for class overlay"),
                 graphs: GraphService = Depends(get_graphs)) -> Any:
-    names, k_, thr = graph_params(pairings, k, threshold)
-    if threshold_on == "fdr" and thr is None:
-        raise Invalid("threshold_on=fdr selects significant pairs: give threshold (e.g. 0.05)")
+    names, k_, thr = graph_params(pairings, k, threshold, threshold_on)
     return await warm_json(request, GraphOut, ref, lambda: {"model": ref.id, **graphs.graph(
         ref, pairings=names, granularity=granularity, k=k_, threshold=thr,
         threshold_on=threshold_on, labels=labels)}, labels=labels)

@@ -12,7 +12,8 @@ from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, Field, StringConstraints, ValidationError
 
 from headgraph.server.catalog import ModelCatalog
-from headgraph.server.deps import TOKEN_PROTECTED, get_catalog, get_labels, require_token
+from headgraph.server.deps import (MODEL_PATTERN, TOKEN_PROTECTED, get_catalog, get_labels,
+                                   require_token)
 from headgraph.server.errors import Invalid
 from headgraph.server.labelsets import (PATTERN_LABEL_CLASSES, PATTERN_LABEL_DESCRIPTION,
                                         PATTERN_LABEL_THRESHOLDS, PATTERN_LABELS, LabelService)
@@ -77,6 +78,7 @@ def list_label_sets(labels: LabelService = Depends(get_labels)) -> Any:
             summary="One label set with its head -> class map (per-model sets need ?model=)")
 async def get_label_set(request: Request, name: str = Path(..., min_length=1, max_length=128),
                         model: str | None = Query(None, min_length=1, max_length=512,
+                                                  pattern=MODEL_PATTERN,
                                                   description="model of a per-model set "
                                                   f"({PATTERN_LABELS!r}); ignored for the others"),
                         labels: LabelService = Depends(get_labels),
@@ -117,7 +119,8 @@ def _format_of(fmt: str | None, filename: str | None, content_type: str) -> str:
 async def upload_label_set(
     request: Request,
     name: str | None = Query(None, pattern=NAME_PATTERN, description="set name (default: from the JSON or the file name)"),
-    model: str | None = Query(None, min_length=1, max_length=512, description="check every head exists in this model"),
+    model: str | None = Query(None, min_length=1, max_length=512, pattern=MODEL_PATTERN,
+                              description="check every head exists in this model"),
     format: str | None = Query(None, pattern="^(csv|json)$", description="csv or json (default: from file name / content type)"),
     replace: bool = Query(False, description="replace a stored set of the same name (otherwise 409)"),
     labels: LabelService = Depends(get_labels),
@@ -145,7 +148,10 @@ async def upload_label_set(
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as err:
         raise Invalid(f"label set is not UTF-8 text (byte {err.start})") from None
-    fmt = _format_of(format, filename, content_type)
+    # A JSON body is JSON (the documented schema) whatever format= says; files and text
+    # bodies go by format=, then the file name, then the content type.
+    json_body = filename is None and content_type.split(";")[0].strip() == "application/json"
+    fmt = "json" if json_body else _format_of(format, filename, content_type)
     if fmt == "json" and filename is None:  # a JSON body: the documented schema, strictly
         try:
             LabelSetUpload.model_validate_json(text)
