@@ -17,7 +17,6 @@ naming one: it can be replaced under the same name).
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
@@ -79,27 +78,19 @@ class ResponseLRU:
                     "hits": self.hits, "misses": self.misses}
 
 
-def _max_bytes_from_env() -> int:
-    raw = os.environ.get("HEADGRAPH_RESPONSE_CACHE_MB", "").strip()
-    try:
-        mb = float(raw) if raw else DEFAULT_CACHE_MB
-    except ValueError:
-        mb = DEFAULT_CACHE_MB
-    return int(max(0.0, min(mb, 1 << 20)) * MiB)
-
-
 class _WarmState:
     """One app's LRU and its renders in flight (touched on the event loop only)."""
 
-    def __init__(self) -> None:
-        self.lru = ResponseLRU(_max_bytes_from_env())
+    def __init__(self, max_bytes: int) -> None:
+        self.lru = ResponseLRU(max_bytes)
         self.inflight: dict[Hashable, asyncio.Future[bytes]] = {}
 
 
 def warm_state(app: FastAPI) -> _WarmState:
     state = getattr(app.state, "warm_responses", None)
     if state is None:
-        state = app.state.warm_responses = _WarmState()
+        mb = app.state.settings.response_cache_mb
+        state = app.state.warm_responses = _WarmState(int(mb * MiB))
     return state
 
 

@@ -60,7 +60,7 @@ def _npy(array: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-FILE_RESPONSES = {200: {"content": {m: {} for m in set(MEDIA.values())}, "description": "the file"},
+FILE_RESPONSES: dict[int | str, dict[str, Any]] = {200: {"content": {m: {} for m in set(MEDIA.values())}, "description": "the file"},
                   404: {"model": ErrorBody}, 422: {"model": ErrorBody}}
 
 
