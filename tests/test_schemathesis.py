@@ -34,7 +34,7 @@ def test_every_check_holds_under_schemathesis(tmp_path, mode):
             assert httpx.get(srv.url + path, headers=headers, timeout=300).status_code == 200
         ops = httpx.get(srv.url + "/openapi.json").json()["paths"]
         cmd = [str(SCHEMATHESIS), "run", srv.url + "/openapi.json", "--checks", "all",
-               "--max-examples", "4" if mode == "open" else "3", "--workers", "1", "--seed", "0",
+               "--max-examples", "10" if mode == "open" else "6", "--workers", "1", "--seed", "0",
                "--phases", "examples,coverage,fuzzing", "--request-timeout", "120",
                "--suppress-health-check", "all"]
         if mode == "lab-token":

@@ -110,7 +110,7 @@ def test_per_model_pattern_labels_follow_pattern_scores(api):
     assert qg["class_counts"]["in_class"] == len({n["id"] for n in qg["graph"]["nodes"]}
                                                  & set(q_ls["classes"]))
     assert "patterns" in err(api.post("/api/labels", params={"name": "patterns"}, content="head,class\nL0H0,A\n",
-                                      headers={"content-type": "text/csv"}), 422)
+                                      headers={"content-type": "text/csv"}), 409)
 
 
 def test_malformed_label_uploads_name_the_line(api):
@@ -119,13 +119,14 @@ def test_malformed_label_uploads_name_the_line(api):
                        headers={"content-type": "text/csv"}), 422)
     assert "line 3" in msg
     msg = err(api.post("/api/labels", params={"name": "bad2", "model": "demo"},
-                       content="head,class\nL0H1,A\nL7H1,B\n", headers={"content-type": "text/csv"}), 422)
-    assert "line 3" in msg and "L7H1" in msg
+                       content="head,class\nL0H1,A\nL7H1,B\n", headers={"content-type": "text/csv"}), 404)
+    assert "line 3" in msg and "L7H1" in msg  # a head the model lacks is not found
     msg = err(api.post("/api/labels", params={"name": "bad3"}, content='{"classes": {"L0H1": }',
                        headers={"content-type": "application/json"}), 422)
     assert "line 1" in msg
-    assert err(api.post("/api/labels", params={"name": "ioi_gpt2_small"},
-                        content="head,class\nL0H1,A\n", headers={"content-type": "text/csv"}), 422)
+    assert "built-in" in err(api.post("/api/labels", params={"name": "ioi_gpt2_small"},
+                                      content="head,class\nL0H1,A\n",
+                                      headers={"content-type": "text/csv"}), 409)
     assert api.get("/api/labels/bad1").status_code == 404
 
 

@@ -51,6 +51,10 @@ class LabelSetError(InvalidInput):
         self.where = where
 
 
+class UnknownHead(LabelSetError):
+    """A well-formed head the given model does not have (a 404 to an API client)."""
+
+
 def kv_label(layer: int, group: int) -> str:
     """Name of a grouped-query KV head (shared by several query heads): ``"L{layer}KV{group}"``."""
     return head_label(layer, group, kv=True)
@@ -146,11 +150,11 @@ def _check_head(raw: Any, info: ModelInfo | None, line: int, where: str) -> str:
         raise LabelSetError(str(err), line=line, where=where) from None
     if info is not None:
         if layer not in info.layer_indices:
-            raise LabelSetError(
+            raise UnknownHead(
                 f"unknown head {_clip(raw)} for {info.name}: layer {layer} is not one of its attention "
                 f"layers {list(info.layer_indices)}", line=line, where=where)
         if head >= info.n_heads:
-            raise LabelSetError(
+            raise UnknownHead(
                 f"unknown head {_clip(raw)} for {info.name}: head {head} out of range "
                 f"(0..{info.n_heads - 1})", line=line, where=where)
     return head_label(layer, head)

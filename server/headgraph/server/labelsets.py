@@ -112,7 +112,8 @@ class LabelService:
         """Store an uploaded set. A set of that name already stored is never replaced silently:
         Conflict (409) unless ``replace``; at most MAX_LABEL_SETS uploaded sets are kept."""
         if label_set.name in self.builtin_label_sets() or label_set.name == PATTERN_LABELS:
-            raise Invalid(f"label set name {label_set.name!r} is taken by a built-in set")
+            raise Conflict(f"label set name {label_set.name!r} is taken by a built-in set; "
+                           "upload under another name")
         key, value = "labels:" + label_set.name, label_set.to_dict()
         meta = self.store.meta
         with meta.transact(retry=True):

@@ -61,7 +61,7 @@ def _npy(array: np.ndarray) -> bytes:
 
 
 FILE_RESPONSES: dict[int | str, dict[str, Any]] = {200: {"content": {m: {} for m in set(MEDIA.values())}, "description": "the file"},
-                  404: {"model": ErrorBody}, 422: {"model": ErrorBody}}
+                  403: {"model": ErrorBody}, 404: {"model": ErrorBody}, 422: {"model": ErrorBody}}
 
 
 def _grid_file(catalog: ModelCatalog, ref: ModelRef, ps: Any, grid: np.ndarray, metric: str,

@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field, StringConstraints, ValidationError
 from headgraph.server.catalog import ModelCatalog
 from headgraph.server.deps import (MODEL_PATTERN, TOKEN_PROTECTED, get_catalog, get_labels,
                                    require_token)
-from headgraph.server.errors import Invalid
+from headgraph.server.errors import Invalid, NotFound, one_line
 from headgraph.server.labelsets import (PATTERN_LABEL_CLASSES, PATTERN_LABEL_DESCRIPTION,
                                         PATTERN_LABEL_THRESHOLDS, PATTERN_LABELS, LabelService)
 from headgraph.server.responses import warm_json
@@ -126,7 +126,7 @@ async def upload_label_set(
     labels: LabelService = Depends(get_labels),
     catalog: ModelCatalog = Depends(get_catalog),
 ) -> Any:
-    from headgraph.core.labels import parse_label_set
+    from headgraph.core.labels import UnknownHead, parse_label_set
 
     content_type = request.headers.get("content-type", "").lower()
     filename = None
@@ -175,7 +175,10 @@ async def upload_label_set(
         if model:
             ref = catalog.resolve(model)
             info = catalog.model_info(ref)
-        ls = parse_label_set(text, fmt, name=name or default_name, info=info)
+        try:
+            ls = parse_label_set(text, fmt, name=name or default_name, info=info)
+        except UnknownHead as err:  # a head the model lacks: not found, like /api/head
+            raise NotFound(one_line(err, 1000)) from None
         if not re.match(NAME_PATTERN, ls.name):
             raise Invalid(f"label set name {ls.name!r} must match {NAME_PATTERN}")
         labels.save_label_set(ls, replace=replace)
