@@ -16,6 +16,9 @@ import httpx
 import pytest
 from playwright.sync_api import Page
 
+from headgraph.frontend.callbacks.graph import slider_range
+from headgraph.frontend.state import format_threshold
+
 from browser import (Server, click_point, controls_settled, figure, query_of, start_server,
                      wait_figure, wait_until)
 
@@ -348,7 +351,7 @@ def test_offline_hub_model_is_disabled_with_message(server: Server, page: Page) 
 # -- edge rules and layouts ------------------------------------------------------------------
 
 def test_threshold_slider_k_input_and_force_layout(server: Server, page: Page) -> None:
-    page.goto(server.url + "/?model=demo&view=graph&pairings=OK&rule=threshold&threshold=5.5")
+    page.goto(server.url + "/?model=demo&view=graph&pairings=OK&rule=threshold&threshold_on=pk&threshold=5.5")
     expected = api(server, "/api/graph", model="demo", pairings="OK", threshold=5.5)
     assert int(stat(page, "edges")) == sum(expected["edge_counts"].values())
     assert float(stat(page, "threshold")) == 5.5
@@ -357,8 +360,11 @@ def test_threshold_slider_k_input_and_force_layout(server: Server, page: Page) -
     # Keyboard on the slider handle moves the threshold; the graph follows the API for it.
     grid = api(server, "/api/pk", model="demo", pairing="OK")
     handle = page.locator("#threshold-slider [role=slider]").first
-    # The slider's range comes with the graph (the OK scores' span); then it is rebuilt from the URL.
-    wait_until(lambda: handle.count() and float(handle.get_attribute("aria-valuemax") or "nan") == grid["max"],
+    # The slider's range comes with the graph (the OK scores' span, cut to thresholds the API
+    # applies as given); then it is rebuilt from the URL.
+    top = slider_range(grid["min"], grid["max"])["max"]
+    assert top <= grid["max"] and format_threshold(top) == f"{top:g}"
+    wait_until(lambda: handle.count() and float(handle.get_attribute("aria-valuemax") or "nan") == top,
                30, message="slider range", page=page)
     controls_settled(page)
     handle.focus()
@@ -366,9 +372,10 @@ def test_threshold_slider_k_input_and_force_layout(server: Server, page: Page) -
     wait_until(lambda: float(query_of(page.url).get("threshold", "5.5")) > 5.5, 15, message="threshold moved",
                page=page)
     thr = float(query_of(page.url)["threshold"])
-    assert thr == grid["max"]
+    assert thr == top
     moved = api(server, "/api/graph", model="demo", pairings="OK", threshold=thr)
-    wait_until(lambda: stat(page, "threshold") == f"{thr:.4g}", 20, message="graph re-rendered", page=page)
+    wait_until(lambda: stat(page, "threshold") == format_threshold(thr), 20, message="graph re-rendered", page=page)
+    assert page.locator("#graph-rule").inner_text() == moved["rule"] == f"raw PK >= {format_threshold(thr)}"
     assert int(stat(page, "edges")) == sum(moved["edge_counts"].values()) < sum(expected["edge_counts"].values())
     # Back to top-k with k typed in, then the force layout.
     page.check("#rule-radio input[value='topk']")
@@ -388,3 +395,66 @@ def test_threshold_slider_k_input_and_force_layout(server: Server, page: Page) -
     force_xy = {cd[1]: (x, y) for x, y, cd in trace_points(force, "node")}
     assert set(force_xy) == {n["id"] for n in api(server, "/api/graph", model="demo", pairings="OK", k=3)["graph"]["nodes"]}
     assert any(force_xy[n] != grid_xy[n] for n in force_xy)
+
+
+def test_threshold_on_normalized_then_fdr_and_shared_link(server: Server, browser: Any, page: Page) -> None:
+    page.goto(server.url + "/?model=demo&view=graph")
+    stat(page, "edges")
+    controls_settled(page)
+    page.check("#rule-radio input[value='threshold']")
+    wait_until(lambda: query_of(page.url).get("rule") == "threshold", 15, message="threshold rule", page=page)
+    assert query_of(page.url)["threshold_on"] == "normalized" and "threshold" not in query_of(page.url)
+    # The default threshold: a fixed fraction of the normalized span, as the API applies it.
+    spans = [api(server, "/api/pk", model="demo", pairing=p, metric="normalized") for p in ("OQ", "OK", "OV")]
+    applied = slider_range(min(g["min"] for g in spans), max(g["max"] for g in spans))["value"]
+    expected = api(server, "/api/graph", model="demo", pairings="OQ,OK,OV", threshold=applied,
+                   threshold_on="normalized")
+    rule = page.locator("#graph-rule")
+    wait_until(lambda: rule.count() and rule.inner_text() == expected["rule"], 30, message="normalized rule",
+               page=page)
+    assert expected["rule"] == f"normalized PK >= {format_threshold(applied)}"
+    assert stat(page, "threshold") == format_threshold(applied)
+    assert int(stat(page, "edges")) == sum(expected["edge_counts"].values())
+    controls_settled(page)
+    handle = page.locator("#threshold-slider [role=slider]").first
+    wait_until(lambda: handle.count() and float(handle.get_attribute("aria-valuenow") or "nan") == applied,
+               30, message="slider shows the applied threshold", page=page)
+    assert page.locator("#threshold-on-radio input[value='normalized']").is_checked()
+    # The slider showing the default is no new URL (nor a history entry that Back would undo).
+    page.wait_for_timeout(500)
+    assert "threshold" not in query_of(page.url)
+    # FDR: the BH edge set, q 0.05 by default, then q typed in.
+    page.check("#threshold-on-radio input[value='fdr']")
+    wait_until(lambda: query_of(page.url).get("threshold_on") == "fdr", 15, message="fdr in URL", page=page)
+    assert query_of(page.url)["threshold"] == "0.05"
+    fdr = api(server, "/api/graph", model="demo", pairings="OQ,OK,OV", threshold_on="fdr")
+    wait_until(lambda: rule.inner_text() == fdr["rule"] and stat(page, "threshold") == "0.05", 30,
+               message="fdr graph", page=page)
+    assert int(stat(page, "edges")) == sum(fdr["edge_counts"].values())
+    controls_settled(page)
+    assert not page.locator("#threshold-box").is_visible()
+    page.locator("#fdr-q-input").fill("0.01")
+    page.locator("#fdr-q-input").press("Enter")
+    wait_until(lambda: query_of(page.url).get("threshold") == "0.01", 15, message="q in URL", page=page)
+    fdr01 = api(server, "/api/graph", model="demo", pairings="OQ,OK,OV", threshold_on="fdr", threshold=0.01)
+    wait_until(lambda: stat(page, "threshold") == "0.01", 30, message="q applied", page=page)
+    edges = stat(page, "edges")
+    assert int(edges) == sum(fdr01["edge_counts"].values())
+    # The copied link opens the same state in a fresh context.
+    share = page.locator("#share-url")
+    wait_until(lambda: query_of(share.input_value()).get("threshold") == "0.01", 15, message="share link",
+               page=page)
+    link = share.input_value()
+    assert query_of(link)["threshold_on"] == "fdr" and query_of(link)["rule"] == "threshold"
+    ctx = browser.new_context(viewport={"width": 1500, "height": 1000})
+    try:
+        other = ctx.new_page()
+        other.goto(link)
+        assert stat(other, "edges") == edges and stat(other, "threshold") == "0.01"
+        assert other.locator("#graph-rule").inner_text() == fdr01["rule"]
+        controls_settled(other)
+        assert other.locator("#threshold-on-radio input[value='fdr']").is_checked()
+        assert other.locator("#fdr-q-input").input_value() == "0.01"
+        assert query_of(other.url) == query_of(link)
+    finally:
+        ctx.close()

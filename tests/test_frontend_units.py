@@ -12,6 +12,7 @@ from typing import Any
 from collections.abc import Iterator
 
 import dash
+from dash.development.base_component import Component
 
 import pytest
 from fastapi.testclient import TestClient
@@ -29,7 +30,9 @@ from headgraph.frontend.callbacks.navigation import WRITER_INPUTS, next_query, r
 from headgraph.frontend.callbacks.panels import render_head_panel, render_pair_panel
 from headgraph.frontend.callbacks.scatter import render_scatter
 from headgraph.frontend.context import CONFIG_KEY, FrontendContext
-from headgraph.frontend.state import ViewState, default_state, parse_query, to_query, view_params
+from headgraph.frontend.callbacks.graph import render_graph, slider_range, summary
+from headgraph.frontend.state import (THRESHOLD_DIGITS, ViewState, default_state, format_threshold, parse_query,
+                                      quantize_threshold, to_query, view_params)
 from headgraph.frontend.transitions import apply_click, apply_control, next_state
 from headgraph.frontend.vocab import Vocabulary, VocabularyCache
 
@@ -83,6 +86,8 @@ def test_vocabulary_comes_from_the_api_once(http: TestClient) -> None:
                   head="L3H11", pair=("L0H1", "L5H0"), direction="in", top_percent=2.5, role="K"),
     default_state(VOCAB, pairings=(), metric="cs", view="tokens"),
     default_state(VOCAB, head="L6KV1", pair=("L2KV0", "L3H4")),
+    default_state(VOCAB, rule="threshold", threshold_on="fdr", threshold=0.01, rank_on="z"),
+    default_state(VOCAB, rule="threshold", threshold_on="z", threshold=-1.25, rank_on="normalized"),
 ])
 def test_state_round_trips_through_the_url(state: ViewState) -> None:
     assert parse_query(to_query(state), VOCAB) == state
@@ -115,7 +120,8 @@ def test_view_params_only_for_the_shown_ready_view() -> None:
 def test_control_and_click_rules() -> None:
     s = default_state(VOCAB, head="L1H2", pair=("L0H0", "L1H1"), threshold=3.0, rule="threshold")
     assert apply_control(s, "model", "gpt2", VOCAB) == s.with_(model="gpt2", head=None, pair=None)
-    assert apply_control(s, "metric", "z", VOCAB) == s.with_(metric="z", threshold=None)
+    # The heatmap metric is not the graph's scale: the graph's threshold stays.
+    assert apply_control(s, "metric", "z", VOCAB) == s.with_(metric="z")
     assert apply_control(s, "k", "12", VOCAB) == s.with_(k=12, rule="topk")
     assert apply_control(s, "k", "abc", VOCAB) == s
     assert apply_control(s, "threshold", 4, VOCAB) == s.with_(threshold=4.0, rule="threshold")
@@ -206,3 +212,134 @@ def test_cache_completeness_reads_the_api_names(computed: list[str]) -> None:
     assert is_complete(computed, VOCAB.graph_pairings)
     assert not is_complete([c for c in computed if not c.startswith("null")], VOCAB.graph_pairings)
     assert not is_complete(None, VOCAB.graph_pairings)
+
+
+# -- graph scales: threshold_on / rank_on / FDR in the URL, the applied threshold shown -----------
+
+def find(component: Any, cid: str) -> Any:
+    """The component with id ``cid`` in a Dash component tree (or list of trees), else None."""
+    if isinstance(component, (list, tuple)):
+        return next((f for c in component if (f := find(c, cid)) is not None), None)
+    if getattr(component, "id", None) == cid:
+        return component
+    children = getattr(component, "children", None)
+    return find(children, cid) if isinstance(children, (list, tuple, Component)) else None
+
+
+def test_graph_scales_parse_and_serialize() -> None:
+    assert vocabulary()["threshold_digits"] == THRESHOLD_DIGITS  # the page rounds as the API does
+    s = parse_query("?view=graph&rule=threshold", VOCAB)
+    assert (s.threshold_on, s.threshold, s.rank_on) == ("normalized", None, "pk")  # the defaults
+    assert "threshold_on=normalized" in to_query(s) and "rank_on=pk" in to_query(s)
+    assert "threshold=" not in to_query(s)
+    # Thresholds are kept as the API applies them (3 significant digits), so the URL prints that.
+    s = parse_query("?rule=threshold&threshold_on=z&threshold=0.123456789", VOCAB)
+    assert s.threshold == 0.123 and "threshold=0.123&" in to_query(s)
+    assert parse_query("?rule=threshold&threshold=4e-7", VOCAB).threshold == 0.0
+    # FDR: the threshold is the BH q level, 0.05 by default, kept in 0.001..0.2.
+    fdr = parse_query("?view=graph&rule=threshold&threshold_on=fdr", VOCAB)
+    assert (fdr.threshold_on, fdr.threshold) == ("fdr", 0.05) and "threshold_on=fdr&threshold=0.05&" in to_query(fdr)
+    assert parse_query("?threshold_on=fdr&threshold=0.9", VOCAB).threshold == 0.2
+    assert parse_query("?threshold_on=fdr&threshold=0.00001", VOCAB).threshold == 0.001
+    # Unknown scales fall back; CS is no graph scale and FDR cannot rank top-k.
+    bad = parse_query("?threshold_on=cs&rank_on=fdr", VOCAB)
+    assert (bad.threshold_on, bad.rank_on) == ("normalized", "pk")
+    # Links from before the scales existed rank / threshold on their metric, as they did.
+    assert parse_query("?rule=threshold&threshold=5.5&metric=raw", VOCAB).threshold_on == "pk"
+    assert parse_query("?rule=threshold&metric=raw", VOCAB).threshold_on == "normalized"  # no threshold named
+    assert parse_query("?view=graph&metric=z", VOCAB).rank_on == "z"
+    assert parse_query("?view=graph&metric=cs", VOCAB).rank_on == "pk"
+    assert format_threshold(0.30000000000000004) == "0.3" and format_threshold(1234.5) == "1230"
+    assert quantize_threshold(-8.1171) == -8.12
+
+
+def test_graph_scale_controls() -> None:
+    s = default_state(VOCAB, rule="threshold", threshold=0.3)
+    assert apply_control(s, "threshold_on", "z", VOCAB) == s.with_(threshold_on="z", threshold=None)
+    assert apply_control(s, "threshold_on", "fdr", VOCAB) == s.with_(threshold_on="fdr", threshold=0.05)
+    assert apply_control(s, "threshold_on", "cs", VOCAB) == s
+    assert apply_control(s, "rank_on", "z", VOCAB) == s.with_(rank_on="z", rule="topk")
+    assert apply_control(s.with_(rule="topk"), "threshold_on", "pk", VOCAB).rule == "threshold"
+    # A slider position is stored as the API applies it.
+    assert apply_control(s, "threshold", 0.30000000000000004 + 0.0123, VOCAB).threshold == 0.312
+    fresh = "?model=demo&view=graph"
+    new = parse_query(next_query(fresh, [("threshold-on-radio", "fdr")], VOCAB), VOCAB)
+    assert (new.rule, new.threshold_on, new.threshold) == ("threshold", "fdr", 0.05)
+    q = parse_query(next_query(to_query(new), [("fdr-q-input", "0.01")], VOCAB), VOCAB)
+    assert q.threshold == 0.01 and q.threshold_on == "fdr"
+    assert parse_query(next_query(to_query(q), [("fdr-q-input", 5)], VOCAB), VOCAB).threshold == 0.2
+    # A hidden control rendered without a value changes nothing.
+    assert next_query(to_query(q), [("threshold-slider", None)], VOCAB) is None
+    assert parse_query(next_query(fresh, [("rank-on-radio", "normalized")], VOCAB), VOCAB).rank_on == "normalized"
+    # The slider showing the default threshold its graph applied (URL without one) is no change;
+    # any other position, or a range for another graph, is.
+    thr = "?model=demo&view=graph&rule=threshold"
+    rng = {"key": ["demo", list(VOCAB.graph_pairings), "normalized", None], **slider_range(0.0468, 0.39)}
+    assert next_query(thr, [("threshold-slider", rng["value"] + 1e-12)], VOCAB, None, rng) is None
+    assert parse_query(next_query(thr, [("threshold-slider", 0.2)], VOCAB, None, rng), VOCAB).threshold == 0.2
+    stale = {**rng, "key": ["demo", ["OK"], "normalized", None]}
+    moved = next_query(thr, [("threshold-slider", rng["value"])], VOCAB, None, stale)
+    assert parse_query(moved, VOCAB).threshold == rng["value"]
+
+
+def test_slider_range_positions_are_applied_thresholds() -> None:
+    r = slider_range(2.28413462638855, 6.244492530822754)
+    assert (r["min"], r["max"], r["step"], r["value"]) == (2.28, 6.24, 0.01, 5.45)
+    assert r["marks"] == {2.28: "2.28", 6.24: "6.24"}
+    r = slider_range(0.04682771489024162, 0.3902807831764221)
+    assert (r["min"], r["max"], r["step"], r["value"]) == (0.046, 0.39, 0.001, 0.322)
+    r = slider_range(-8.117144584655762, 27.545856475830078)
+    assert (r["min"], r["max"], r["value"]) == (-8.2, 27.5, 20.4)
+    for lo, hi in [(0.0, 0.0), (6.24, 6.2449), (1e-9, 3e-9), (-1000.0, 999.7)]:
+        r = slider_range(lo, hi)
+        assert r["min"] < r["max"] and r["min"] <= r["value"] <= r["max"]
+        assert all(quantize_threshold(v) == v for v in (r["min"], r["max"], r["value"]))
+    capped = summary({"edge_counts": {"OK": 2000}, "capped": {"OK": 2400}, "graph": {"nodes": []}}, 0.1, "pk")
+    hint = next(c for c in capped if getattr(c, "id", None) == "graph-capped")
+    assert "OK: best 2000 of 2400" in hint.children
+
+
+def test_graph_view_shows_the_applied_threshold(in_app: None, api: ApiClient, computed: list[str]) -> None:
+    search = "?model=demo&view=graph&rule=threshold"  # normalized scale, no threshold: the default
+    state = parse_query(search, VOCAB)
+    fig, chips, slider, edges, _ = render_graph(search, READY, None)
+    lo = min(api.pk("demo", p, "normalized")["min"] for p in VOCAB.graph_pairings)
+    hi = max(api.pk("demo", p, "normalized")["max"] for p in VOCAB.graph_pairings)
+    assert {k: v for k, v in slider.items() if k != "key"} == slider_range(lo, hi)
+    applied = slider["value"]
+    expected = api.graph("demo", list(VOCAB.graph_pairings), k=None, threshold=applied,
+                         threshold_on="normalized", labels="patterns")
+    rule = find(chips, "graph-rule").children
+    assert rule == expected["rule"] == f"normalized PK >= {format_threshold(applied)}"
+    assert getattr(find(chips, "stat-threshold"), "data-value") == format_threshold(applied)
+    assert int(edges) == sum(expected["edge_counts"].values())
+    assert expected["rule"] in fig.layout.title.text
+    # The controls built from the URL show that threshold on the slider, on the normalized scale.
+    _, _, groups, _ = render_controls(search, [], [], slider)
+    slider_c = find(groups, "threshold-slider")
+    assert (slider_c.value, slider_c.min, slider_c.max) == (applied, slider["min"], slider["max"])
+    assert find(groups, "threshold-on-radio").value == "normalized"
+    assert find(groups, "threshold-box").style == {"display": "block"}
+    assert find(groups, "fdr-box").style == {"display": "none"}
+    # A range for another scale or threshold is not this graph's: a placeholder around the URL's value.
+    other = parse_query(to_query(state.with_(threshold_on="z", threshold=12.5)), VOCAB)
+    _, _, groups, _ = render_controls(to_query(other), [], [], slider)
+    assert find(groups, "threshold-slider").value == 12.5 and find(groups, "threshold-slider").max == 12.5
+    # FDR: q in its own input, edges as the API's for threshold_on=fdr.
+    fdr = to_query(state.with_(threshold_on="fdr", threshold=0.01))
+    _, chips, _, edges, _ = render_graph(fdr, READY, None)
+    served = api.graph("demo", list(VOCAB.graph_pairings), k=None, threshold=0.01, threshold_on="fdr",
+                       labels="patterns")
+    assert int(edges) == sum(served["edge_counts"].values())
+    assert getattr(find(chips, "stat-threshold"), "data-value") == "0.01"
+    _, _, groups, _ = render_controls(fdr, [], [], slider)
+    assert find(groups, "fdr-q-input").value == 0.01 and find(groups, "threshold-slider").value is None
+    assert find(groups, "fdr-box").style == {"display": "inline-block"}
+    assert find(groups, "threshold-box").style == {"display": "none"}
+    # Top-k: the ranking scale's radio (no CS), the rule the API names.
+    _, chips, _, _, _ = render_graph("?model=demo&view=graph&rank_on=z&k=5", READY, None)
+    assert find(chips, "graph-rule").children == "top-5 per pairing by z-score"
+    _, _, groups, _ = render_controls("?model=demo&view=graph&rank_on=z", [], [], None)
+    radio = find(groups, "rank-on-radio")
+    assert radio.value == "z" and [o["value"] for o in radio.options] == ["pk", "normalized", "z"]
+    assert find(groups, "ctl-metric").style == {"display": "none"}  # the heatmap metric (with CS) is not shown

@@ -13,14 +13,15 @@ from typing import Any
 from dash import dcc, html
 
 from headgraph.frontend.figures import PAIRING_COLORS
-from headgraph.frontend.state import DEFAULT_MODEL, VIEWS, ViewState, to_query
+from headgraph.frontend.state import (DEFAULT_MODEL, FDR_Q_RANGE, RANK_ON, THRESHOLD_ON, VIEWS, ViewState,
+                                      format_threshold, to_query)
 from headgraph.frontend.vocab import Vocabulary
 
 VIEW_LABELS: dict[str, str] = {"graph": "Head graph", "heatmap": "Heatmaps", "scatter": "PK vs CS",
                                "reference": "Random reference", "tokens": "Tokens & patterns"}
 # Which control groups each view shows.
 VIEW_CONTROLS: dict[str, tuple[str, ...]] = {
-    "graph": ("pairings", "rule", "metric", "layout", "overlay"),
+    "graph": ("pairings", "rule", "layout", "overlay"),  # the rule group holds the graph's scales
     "heatmap": ("pairing", "metric", "direction", "overlay"),
     "scatter": ("pairing", "top_percent"),
     "reference": ("pairing",),
@@ -29,6 +30,9 @@ VIEW_CONTROLS: dict[str, tuple[str, ...]] = {
 CONTROL_GROUPS = ("pairing", "pairings", "rule", "metric", "layout", "direction", "top_percent",
                   "role", "overlay")
 METRIC_LABELS = {"raw": "raw", "normalized": "normalized", "z": "z", "cs": "CS"}
+# The graph's scales (the API's threshold_on): no CS, which GET /api/graph cannot rank by.
+RANK_LABELS = {"pk": "raw PK", "normalized": "normalized", "z": "z"}
+THRESHOLD_LABELS = {"normalized": "normalized", "z": "z", "pk": "raw PK", "fdr": "FDR q"}
 UNAVAILABLE = "not available offline"
 HIDE = {"display": "none"}
 
@@ -82,19 +86,40 @@ def _opts(values: tuple[str, ...], labels: dict[str, str] | None = None) -> list
     return [{"label": (labels or {}).get(v, v), "value": v} for v in values]
 
 
+def slider_props(state: ViewState | None, slider: dict[str, Any] | None) -> dict[str, Any]:
+    """The threshold slider's min, max, step, marks and value for ``state``.
+
+    ``slider``: the range the graph view computed for this state's graph ({"min", "max",
+    "step", "marks", "value"}; ``value`` the threshold it applied), else a placeholder range
+    around the URL's threshold. The value is the applied one (the URL's, else the default the
+    graph used); None on the FDR scale, whose q has its own input.
+    """
+    on_slider = bool(state) and state.rule == "threshold" and state.threshold_on != "fdr"
+    value = state.threshold if state and on_slider else None
+    if slider:
+        if on_slider and value is None:
+            value = slider.get("value")
+        return {"min": slider["min"], "max": slider["max"], "step": slider.get("step"),
+                "marks": slider.get("marks"), "value": value}
+    lo, hi = min(0.0, value or 0.0), max(1.0, value or 0.0)
+    return {"min": lo, "max": hi, "step": None, "marks": None, "value": value}
+
+
 def control_groups(state: ViewState | None, vocab: Vocabulary | None,
                    label_sets: list[dict[str, Any]] | None = None,
                    slider: dict[str, Any] | None = None) -> list[html.Div]:
     """Every control group, values from ``state`` (None: empty placeholders with the same ids).
 
     ``slider``: the threshold slider's range for this state's graph ({"min", "max", "step",
-    "marks"}, written by the graph view), else a 0..1 placeholder range.
+    "marks", "value"}, written by the graph view; see :func:`slider_props`).
     """
     shown = set(VIEW_CONTROLS.get(state.view, ())) if state else set()
     pairings = vocab.pairings if vocab else ()
     graph_pairings = vocab.graph_pairings if vocab else ()
-    rng = slider or {"min": 0, "max": 1, "step": None, "marks": None}
+    rng = slider_props(state, slider)
     topk = bool(state) and state.rule == "topk"
+    fdr = bool(state) and not topk and state.threshold_on == "fdr"
+    inline = {"display": "inline-block"}
     return [
         _group("pairing", "pairing", "pairing" in shown, dcc.Dropdown(
             id="pairing-select", options=_opts(pairings), value=state.pairing if state else None,
@@ -110,14 +135,29 @@ def control_groups(state: ViewState | None, vocab: Vocabulary | None,
                                        {"label": "threshold", "value": "threshold"}]),
                dcc.Input(id="k-input", type="number", min=1, max=vocab.k_max if vocab else None, step=1,
                          value=state.k if state else None, debounce=True, className="num-input",
-                         style={"display": "inline-block"} if topk else HIDE),
+                         style=inline if topk else HIDE),
+               html.Span([html.Span("by", className="ctl-label"),
+                          dcc.RadioItems(id="rank-on-radio", value=state.rank_on if state else None,
+                                         inline=True, options=_opts(RANK_ON, RANK_LABELS))],
+                         id="rank-on-box", title="rank top-k edges by", style=inline if topk else HIDE),
+               html.Span([html.Span("on", className="ctl-label"),
+                          dcc.RadioItems(id="threshold-on-radio", value=state.threshold_on if state else None,
+                                         inline=True, options=_opts(THRESHOLD_ON, THRESHOLD_LABELS))],
+                         id="threshold-on-box", title="threshold edges on",
+                         style=inline if state and not topk else HIDE),
                html.Div(dcc.Slider(id="threshold-slider", min=rng["min"], max=rng["max"],
-                                   value=state.threshold if state else None, step=rng.get("step"),
-                                   marks=rng.get("marks"),
+                                   value=rng["value"], step=rng.get("step"), marks=rng.get("marks"),
                                    tooltip={"placement": "bottom", "always_visible": True},
                                    updatemode="mouseup"),
                         className="slider-box", id="threshold-box",
-                        style={"display": "block"} if state and not topk else HIDE)),
+                        style={"display": "block"} if state and not topk and not fdr else HIDE),
+               html.Span([html.Span("q", className="ctl-label"),
+                          dcc.Input(id="fdr-q-input", type="number", min=FDR_Q_RANGE[0], max=FDR_Q_RANGE[1],
+                                    step=0.001, value=state.threshold if fdr else None, debounce=True,
+                                    className="num-input")],
+                         id="fdr-box", title=f"Benjamini-Hochberg q level ({format_threshold(FDR_Q_RANGE[0])}"
+                                             f"..{format_threshold(FDR_Q_RANGE[1])})",
+                         style=inline if fdr else HIDE)),
         _group("metric", "metric", "metric" in shown, dcc.RadioItems(
             id="metric-radio", value=state.metric if state else None, inline=True,
             options=_opts(vocab.metrics if vocab else (), METRIC_LABELS))),

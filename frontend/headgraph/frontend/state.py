@@ -9,6 +9,7 @@ back to its default) so a hand-edited or stale link still opens a sensible view.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 from urllib.parse import parse_qs, urlencode
@@ -20,6 +21,21 @@ VIEWS: tuple[str, ...] = ("graph", "heatmap", "scatter", "reference", "tokens")
 LAYOUTS: tuple[str, ...] = ("grid", "force")
 RULES: tuple[str, ...] = ("topk", "threshold")
 DIRECTIONS: tuple[str, ...] = ("out", "in")
+# The graph's edge scales (the API's ``threshold_on``): top-k ranks by one of RANK_ON, threshold
+# mode keeps the pairs at or above a threshold on one of THRESHOLD_ON ("fdr": BH q level, edges
+# are the pairs significant at q). Normalized PK (in [0, 1]) compares across pairings, so it is
+# the threshold default; raw PK stays the top-k default (the paper's rule).
+RANK_ON: tuple[str, ...] = ("pk", "normalized", "z")
+THRESHOLD_ON: tuple[str, ...] = ("normalized", "z", "pk", "fdr")
+DEFAULT_RANK_ON = "pk"
+DEFAULT_THRESHOLD_ON = "normalized"
+FDR_DEFAULT_Q = 0.05  # the API's default q for threshold_on=fdr
+FDR_Q_RANGE = (0.001, 0.2)
+# The API rounds thresholds to this many significant digits, 0 below THRESHOLD_FLOOR
+# (GET /api/vocabulary ``threshold_digits``); the page rounds the same way, so what it shows
+# is what the graph applied.
+THRESHOLD_DIGITS = 3
+THRESHOLD_FLOOR = 1e-6
 DEFAULT_MODEL = "demo"
 DEFAULT_PAIRING = "OK"
 DEFAULT_ROLE = "O"
@@ -54,7 +70,9 @@ class ViewState:
     view: str = "graph"
     pairing: str = DEFAULT_PAIRING  # heatmap / scatter / reference / pair panel
     rule: str = "topk"  # "topk" (k per pairing) | "threshold"
-    threshold: float | None = None
+    rank_on: str = DEFAULT_RANK_ON  # top-k ranking scale (RANK_ON)
+    threshold_on: str = DEFAULT_THRESHOLD_ON  # threshold scale (THRESHOLD_ON)
+    threshold: float | None = None  # on threshold_on's scale (fdr: the q level); None: the default
     metric: str = "raw"
     layout: str = "grid"
     overlay: str = PATTERN_OVERLAY  # label-set name; "" = none (a link without it: default_overlay)
@@ -94,12 +112,43 @@ def _number(value: str | None, default: float | None, lo: float, hi: float) -> f
     return min(max(x, lo), hi)
 
 
+def quantize_threshold(value: float) -> float:
+    """``value`` rounded as the API rounds a graph threshold (THRESHOLD_DIGITS significant
+    digits, 0 below THRESHOLD_FLOOR): the threshold a graph applies for ``value``."""
+    value = float(value)
+    if not math.isfinite(value) or abs(value) < THRESHOLD_FLOOR:
+        return 0.0 if math.isfinite(value) else value
+    return float(f"{value:.{THRESHOLD_DIGITS}g}")
+
+
+def format_threshold(value: float | None) -> str:
+    """A threshold as the page prints it: rounded as the API applies it, printed as the API's
+    ``rule`` prints it (``:g``, so at most THRESHOLD_DIGITS significant digits)."""
+    return "–" if value is None else f"{quantize_threshold(value):g}"
+
+
+def clean_threshold(value: float | None, on: str) -> float | None:
+    """A threshold for scale ``on`` as the graph applies it: rounded; an FDR q kept in
+    FDR_Q_RANGE and defaulting to FDR_DEFAULT_Q (the API's default), so the state names it."""
+    if on == "fdr":
+        q = FDR_DEFAULT_Q if value is None else min(max(float(value), FDR_Q_RANGE[0]), FDR_Q_RANGE[1])
+        return quantize_threshold(q)
+    return None if value is None else quantize_threshold(value)
+
+
+def _legacy_on(metric: str | None) -> str:
+    """The scale a link from before ``rank_on``/``threshold_on`` used: its ``metric`` (CS: PK)."""
+    return {"raw": "pk", "normalized": "normalized", "z": "z"}.get(metric or "", "pk")
+
+
 def parse_query(search: str | None, vocab: Vocabulary,
                 label_sets: list[dict[str, Any]] | None = None) -> ViewState:
     """ViewState from a URL query string such as ``?model=demo&view=heatmap&pairing=OV``.
 
     A query without ``overlay`` gets the model's ``default_overlay`` (from ``label_sets``, the
-    API's label-set list, when known); ``overlay=`` (blank) means no overlay.
+    API's label-set list, when known); ``overlay=`` (blank) means no overlay. A link without
+    ``rank_on`` / ``threshold_on`` (written before they existed) ranks and, when it names a
+    threshold, thresholds on its ``metric`` as it did then; otherwise the scales' defaults.
     """
     q = {key: vals[-1] for key, vals in parse_qs((search or "").lstrip("?"), keep_blank_values=True).items()}
     d = default_state(vocab)
@@ -111,6 +160,9 @@ def parse_query(search: str | None, vocab: Vocabulary,
         pair = (parts[0], parts[1])
     k = _number(q.get("k"), d.k, 1, vocab.k_max)
     model = q.get("model") or d.model
+    rank_on = _choice(q.get("rank_on"), RANK_ON, _legacy_on(q.get("metric")) if "metric" in q else d.rank_on)
+    legacy = _legacy_on(q.get("metric")) if "metric" in q and "threshold" in q else d.threshold_on
+    on = _choice(q.get("threshold_on"), THRESHOLD_ON, legacy)
     return ViewState(
         model=model,
         view=_choice(q.get("view"), VIEWS, d.view),
@@ -118,7 +170,9 @@ def parse_query(search: str | None, vocab: Vocabulary,
         pairings=pairings if "pairings" in q else d.pairings,
         k=int(k if k is not None else d.k),
         rule=_choice(q.get("rule"), RULES, d.rule),
-        threshold=_number(q.get("threshold"), None, -1e6, 1e6),
+        rank_on=rank_on,
+        threshold_on=on,
+        threshold=clean_threshold(_number(q.get("threshold"), None, -1e6, 1e6), on),
         metric=_choice(q.get("metric"), vocab.metrics, d.metric),
         layout=_choice(q.get("layout"), LAYOUTS, d.layout),
         overlay=q["overlay"] if "overlay" in q else default_overlay(model, label_sets),
@@ -139,9 +193,11 @@ def to_query(state: ViewState) -> str:
         ("pairings", ",".join(state.pairings)),
         ("k", str(state.k)),
         ("rule", state.rule),
+        ("rank_on", state.rank_on),
+        ("threshold_on", state.threshold_on),
     ]
     if state.threshold is not None:
-        items.append(("threshold", repr(float(state.threshold))))  # exact: thresholds compare with >=
+        items.append(("threshold", repr(quantize_threshold(state.threshold))))  # as the API applies it
     items += [
         ("metric", state.metric),
         ("layout", state.layout),
@@ -157,16 +213,18 @@ def to_query(state: ViewState) -> str:
     return "?" + urlencode(items, safe=",/")
 
 
-def threshold_on(metric: str) -> str:
-    """The API's ``threshold_on`` for a metric switch value (CS edges are thresholded on PK)."""
-    return {"raw": "pk", "normalized": "normalized", "z": "z"}.get(metric, "pk")
+def graph_on(params: dict[str, Any] | ViewState) -> str:
+    """The API's ``threshold_on`` for a graph: the threshold scale in threshold mode, else the
+    top-k ranking scale (GET /api/graph ranks top-k by ``threshold_on``)."""
+    d = params.to_dict() if isinstance(params, ViewState) else params
+    return d["threshold_on"] if d["rule"] == "threshold" else d["rank_on"]
 
 
 # -- what each view renders from ------------------------------------------------------------
 
 VIEW_PARAMS: dict[str, tuple[str, ...]] = {
-    "graph": ("model", "pairings", "k", "rule", "threshold", "metric", "layout", "overlay", "head", "pair",
-              "pairing"),
+    "graph": ("model", "pairings", "k", "rule", "rank_on", "threshold_on", "threshold", "layout", "overlay",
+              "head", "pair", "pairing"),
     "heatmap": ("model", "pairing", "metric", "overlay"),
     "head-grid": ("model", "pairing", "metric", "direction"),
     "scatter": ("model", "pairing", "top_percent"),

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from headgraph.frontend.state import (DIRECTIONS, LAYOUTS, RULES, VIEWS, ViewState, default_overlay,
-                                      focus_head)
+from headgraph.frontend.state import (DIRECTIONS, LAYOUTS, RANK_ON, RULES, THRESHOLD_ON, VIEWS, ViewState,
+                                      clean_threshold, default_overlay, focus_head)
 from headgraph.frontend.vocab import Vocabulary
 
 # Control component id -> the ViewState field it edits.
@@ -20,7 +20,10 @@ CONTROL_FIELDS: dict[str, str] = {
     "pairings-check": "pairings",
     "k-input": "k",
     "rule-radio": "rule",
+    "rank-on-radio": "rank_on",
+    "threshold-on-radio": "threshold_on",
     "threshold-slider": "threshold",
+    "fdr-q-input": "threshold",
     "metric-radio": "metric",
     "layout-radio": "layout",
     "overlay-select": "overlay",
@@ -35,6 +38,7 @@ UPLOAD_SOURCE = "uploaded-store"
 
 def _allowed(field: str, vocab: Vocabulary) -> tuple[str, ...] | None:
     return {"view": VIEWS, "pairing": vocab.pairings, "rule": RULES, "metric": vocab.metrics,
+            "rank_on": RANK_ON, "threshold_on": THRESHOLD_ON,
             "layout": LAYOUTS, "direction": DIRECTIONS, "role": vocab.roles}.get(field)
 
 
@@ -57,8 +61,8 @@ def set_field(state: ViewState, field: str, value: Any, vocab: Vocabulary) -> Vi
         return state
     if field == "k":
         return state.with_(k=int(min(max(number, 1), vocab.k_max)))
-    if field == "threshold":
-        return state.with_(threshold=number)
+    if field == "threshold":  # rounded as the API applies it (an FDR q kept in its range)
+        return state.with_(threshold=clean_threshold(number, state.threshold_on))
     if field == "top_percent":
         return state.with_(top_percent=min(max(number, 0.1), 100.0))
     return state
@@ -70,7 +74,9 @@ def apply_control(state: ViewState, field: str, value: Any, vocab: Vocabulary,
 
     A model change clears the selection; an overlay that was the old model's default
     (``default_overlay`` over ``label_sets``) becomes the new model's default, while one the
-    user picked stays.
+    user picked stays. A threshold or its scale selects threshold mode (a new scale drops the
+    old scale's threshold: its default applies, for FDR q = FDR_DEFAULT_Q); k or the ranking
+    scale selects top-k.
     """
     new = set_field(state, field, value, vocab)
     if new == state:
@@ -79,12 +85,12 @@ def apply_control(state: ViewState, field: str, value: Any, vocab: Vocabulary,
         if state.overlay == default_overlay(state.model, label_sets):
             new = new.with_(overlay=default_overlay(new.model, label_sets))
         return new.with_(head=None, pair=None)
-    if field == "k":
+    if field in ("k", "rank_on"):
         return new.with_(rule="topk")
     if field == "threshold":
         return new.with_(rule="threshold")
-    if field == "metric":
-        return new.with_(threshold=None)
+    if field == "threshold_on":
+        return new.with_(rule="threshold", threshold=clean_threshold(None, new.threshold_on))
     return new
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from dash import Input, Output, html, no_update
@@ -11,9 +12,10 @@ from headgraph.frontend.callbacks.common import WAITING, api, error_note, stat, 
 from headgraph.frontend.callbacks.registry import callback
 from headgraph.frontend.figures import empty_figure, graph_figure
 from headgraph.frontend.graph_layout import grid_positions, positions
-from headgraph.frontend.state import threshold_on, view_params
+from headgraph.frontend.state import FDR_DEFAULT_Q, format_threshold, graph_on, quantize_threshold, view_params
 
-SLIDER_STEPS = 200
+DEFAULT_FRACTION = 0.8  # threshold mode without a threshold: this far from the scale's min to its max
+API_METRIC = {"pk": "raw", "normalized": "normalized", "z": "z"}  # threshold_on -> GET /api/pk metric
 
 
 def all_head_nodes(info: dict[str, Any]) -> list[dict[str, Any]]:
@@ -33,12 +35,12 @@ def all_head_nodes(info: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def metric_range(client: Any, model: str, pairings: list[str], metric: str) -> tuple[float, float]:
-    """(min, max) of the thresholded metric over the valid pairs of the chosen pairings."""
-    api_metric = {"raw": "raw", "normalized": "normalized", "z": "z"}.get(metric, "raw")
+def metric_range(client: Any, model: str, pairings: list[str], on: str) -> tuple[float, float]:
+    """(min, max) of the threshold scale ``on`` (pk, normalized, z) over the valid pairs of the
+    chosen pairings."""
     lo, hi = float("inf"), float("-inf")
     for p in pairings:
-        g = client.pk(model, p, api_metric)
+        g = client.pk(model, p, API_METRIC.get(on, "raw"))
         if g.get("min") is not None:
             lo, hi = min(lo, g["min"]), max(hi, g["max"])
     if lo > hi:
@@ -46,7 +48,32 @@ def metric_range(client: Any, model: str, pairings: list[str], metric: str) -> t
     return lo, hi
 
 
-def summary(data: dict[str, Any], threshold: float | None) -> list[Any]:
+def slider_range(lo: float, hi: float) -> dict[str, Any]:
+    """The threshold slider over a scale's span [lo, hi]: {"min", "max", "step", "marks", "value"}.
+
+    Every slider position is a threshold the API applies unchanged (at most THRESHOLD_DIGITS
+    significant digits): the step is the last kept digit of the span's largest magnitude, the
+    ends are ``lo`` and ``hi`` cut down to that step (so the maximum keeps the best edge), and
+    ``value`` (the default threshold) is DEFAULT_FRACTION of the way, on the step grid.
+    """
+    mag = max(abs(lo), abs(hi))
+    exp = max(math.floor(math.log10(mag)) - 2, -6) if mag > 0 else -3  # -6: THRESHOLD_FLOOR
+    step, digits = 10.0 ** exp, max(0, -exp)
+
+    def snap(x: float, fn: Any = math.floor) -> float:
+        return quantize_threshold(round(fn(x / step + 1e-9) * step, digits))
+
+    smin, smax = snap(lo), snap(hi)
+    if smax <= smin:
+        smax = quantize_threshold(round(smin + step, digits))
+    value = min(max(snap(lo + DEFAULT_FRACTION * (hi - lo), round), smin), smax)
+    return {"min": smin, "max": smax, "step": step, "value": value,
+            "marks": {smin: format_threshold(smin), smax: format_threshold(smax)}}
+
+
+def summary(data: dict[str, Any], threshold: float | None, on: str | None = None) -> list[Any]:
+    """Summary chips of a graph; ``threshold`` the one it applied on scale ``on`` (printed as the
+    API's rule prints it: rounded to THRESHOLD_DIGITS significant digits)."""
     counts = data.get("edge_counts", {})
     total = sum(counts.values())
     hubs = data.get("hubs", {}).get("hubs", [])
@@ -55,7 +82,7 @@ def summary(data: dict[str, Any], threshold: float | None) -> list[Any]:
              stat("hubs", ", ".join(hubs), "hubs"),
              stat("nodes", len(data["graph"].get("nodes", [])), "nodes")]
     if threshold is not None:
-        parts.append(stat("threshold", f"{threshold:.4g}", "threshold"))
+        parts.append(stat("FDR q" if on == "fdr" else "threshold", format_threshold(threshold), "threshold"))
     cc = data.get("class_counts")
     if cc:
         parts += [stat("in-class", cc.get("in_class"), "in-class"),
@@ -64,7 +91,8 @@ def summary(data: dict[str, Any], threshold: float | None) -> list[Any]:
     capped = data.get("capped") or {}
     if capped:
         kept = ", ".join(f"{p}: best {counts.get(p, 0)} of {n}" for p, n in capped.items())
-        parts.append(html.Span(f"edges capped ({kept}); raise the threshold to see all",
+        fix = "lower q" if on == "fdr" else "raise the threshold"
+        parts.append(html.Span(f"edges capped ({kept}); {fix} to see all",
                                className="hint warn", id="graph-capped"))
     if data.get("overlay_note"):
         parts.append(html.Span(data["overlay_note"], className="hint", id="graph-overlay-note"))
@@ -75,29 +103,32 @@ def summary(data: dict[str, Any], threshold: float | None) -> list[Any]:
 
 def load_graph(client: Any, params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], float | None,
                                                                dict[str, Any] | None]:
-    """(graph JSON, model info, threshold used, slider range or None) for view params.
+    """(graph JSON, model info, threshold applied, slider range or None) for view params.
 
-    The slider range ({"key", "min", "max", "step", "marks"}) is the thresholded metric's
-    span over the chosen pairings; ``key`` names the (model, pairings, metric) it is for.
-
-    In threshold mode without a chosen threshold, 80% of the way from the metric's minimum to
-    its maximum is used (deterministic, so a link without one still reproduces the view).
+    The slider range (:func:`slider_range` plus ``key``) is the threshold scale's span over
+    the chosen pairings; ``key`` names the (model, pairings, scale, URL threshold) it is for.
+    In threshold mode without a chosen threshold the range's ``value`` is applied (a fixed
+    fraction of the span, so a link without one still reproduces the view); on the FDR scale
+    (no slider) the q level, FDR_DEFAULT_Q by default. Thresholds are rounded as the API
+    rounds them, so the one returned is the one the graph applied.
     """
     model, pairings = params["model"], list(params["pairings"])
     info = client.model_info(model)["info"]
+    on = graph_on(params)
     threshold = None
     slider = None
     if params["rule"] == "threshold":
-        lo, hi = metric_range(client, model, pairings, params["metric"])
         threshold = params["threshold"]
-        if threshold is None:
-            threshold = lo + 0.8 * (hi - lo)
-        slider = {"key": [model, pairings, params["metric"]], "min": lo, "max": hi,
-                  "step": (hi - lo) / SLIDER_STEPS or 0.01, "marks": {lo: f"{lo:.3g}", hi: f"{hi:.3g}"}}
+        if on == "fdr":
+            threshold = FDR_DEFAULT_Q if threshold is None else threshold
+        else:
+            slider = {"key": [model, pairings, on, threshold],
+                      **slider_range(*metric_range(client, model, pairings, on))}
+            threshold = slider["value"] if threshold is None else threshold
+        threshold = quantize_threshold(threshold)
     data, note = with_overlay(
         lambda labels: client.graph(model, pairings, k=None if threshold is not None else params["k"],
-                                    threshold=threshold, threshold_on=threshold_on(params["metric"]),
-                                    labels=labels),
+                                    threshold=threshold, threshold_on=on, labels=labels),
         params.get("overlay"))
     if note:
         data = {**data, "overlay_note": note}
@@ -138,4 +169,5 @@ def graph_view(params: dict[str, Any] | None) -> tuple:
                        selected_edge=(*params["pair"], params["pairing"]) if params.get("pair") else None)
     total = sum(data.get("edge_counts", {}).values())
     hubs = ",".join(data.get("hubs", {}).get("hubs", []))
-    return (fig, summary(data, threshold), no_update if slider is None else slider, str(total), hubs)
+    return (fig, summary(data, threshold, graph_on(params)), no_update if slider is None else slider,
+            str(total), hubs)

@@ -18,7 +18,7 @@ from dash import Input, Output, State, ctx, no_update
 from headgraph.frontend.callbacks.common import state_of, vocab
 from headgraph.frontend.callbacks.registry import callback
 from headgraph.frontend.controls import VIEW_CONTROLS, control_groups, model_dropdown, tab_links
-from headgraph.frontend.state import VIEWS, ViewState, default_state, parse_query, to_query
+from headgraph.frontend.state import VIEWS, ViewState, default_state, parse_query, quantize_threshold, to_query
 from headgraph.frontend.transitions import CLICK_SOURCES, CONTROL_FIELDS, UPLOAD_SOURCE, next_state
 from headgraph.frontend.vocab import Vocabulary
 
@@ -33,38 +33,57 @@ HIDE = {"display": "none"}
 
 
 def next_query(search: str | None, changes: list[tuple[str, Any]], vocab: Vocabulary,
-               label_sets: list[dict[str, Any]] | None = None) -> str | None:
+               label_sets: list[dict[str, Any]] | None = None,
+               slider_range: dict[str, Any] | None = None) -> str | None:
     """The new URL query after ``changes`` ((source id, new value), in order), or None if the
-    state stays the same (values equal to the URL's, a component just rendered)."""
+    state stays the same (values equal to the URL's, a component just rendered).
+
+    ``slider_range``: the graph view's slider record; the slider reporting the default
+    threshold the graph applied for a URL without one (the slider showing it, just rendered)
+    is no change, so that URL stays as it is (and Back still leaves it).
+    """
     state = parse_query(search, vocab, label_sets)
+    applied = (slider_for(state, slider_range) or {}).get("value") if state.threshold is None else None
     new = state
     for source, value in changes:
+        if source == "threshold-slider" and applied is not None and _same_threshold(value, applied):
+            continue
         new = next_state(new, source, value, vocab, label_sets)
     return None if new == state else to_query(new)
 
 
+def _same_threshold(value: Any, applied: float) -> bool:
+    try:
+        return quantize_threshold(float(value)) == applied
+    except (TypeError, ValueError):
+        return False
+
+
 @callback(Output("url", "search"),
           [Input(cid, prop) for cid, prop in WRITER_INPUTS],
-          State("url", "search"), State("labels-store", "data"),
+          State("url", "search"), State("labels-store", "data"), State("slider-range", "data"),
           prevent_initial_call=True)
 def write_url(*args: Any) -> Any:
     """The single URL writer: current URL + what the user just changed -> new URL."""
     n = len(WRITER_INPUTS)
     values = dict(zip((cid for cid, _ in WRITER_INPUTS), args[:n]))
     search, label_sets = args[n], args[n + 1]
+    slider_range = args[n + 2] if len(args) > n + 2 else None
     changed = [pid.rpartition(".")[0] for pid in ctx.triggered_prop_ids]
     changes = [(cid, values[cid]) for cid in changed if cid in values]
     if not changes:
         return no_update
-    query = next_query(search, changes, vocab(), label_sets)
+    query = next_query(search, changes, vocab(), label_sets, slider_range)
     return no_update if query is None else query
 
 
 def slider_for(state: ViewState, slider_range: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The graph view's threshold-slider range when it was computed for this state's graph."""
+    """The graph view's threshold-slider range when it was computed for this state's graph
+    (same model, pairings, threshold scale and URL threshold: its ``value`` is then the
+    threshold that graph applied)."""
     if not slider_range:
         return None
-    if slider_range.get("key") != [state.model, list(state.pairings), state.metric]:
+    if slider_range.get("key") != [state.model, list(state.pairings), state.threshold_on, state.threshold]:
         return None
     return slider_range
 
