@@ -112,3 +112,20 @@ def test_benjamini_hochberg_matches_reference_and_is_monotone():
     assert int(benjamini_hochberg(grid, valid, 0.05).sum()) > 0
     high = torch.full((3,), 0.9, dtype=torch.float64)
     assert not bool(benjamini_hochberg(high, torch.ones(3, dtype=torch.bool)).any())
+
+
+def test_bh_qvalues_match_scipy_and_the_step_up_masks():
+    import numpy as np
+    from scipy.stats import false_discovery_control
+
+    from headgraph.core.nulls import benjamini_hochberg, bh_qvalues
+
+    gen = torch.Generator().manual_seed(7)
+    p = torch.rand(3, 5, 3, 5, generator=gen, dtype=torch.float64) ** 3
+    valid = torch.rand(3, 5, 3, 5, generator=gen) > 0.3
+    q = bh_qvalues(p, valid)
+    want = false_discovery_control(p[valid].numpy(), method="bh")
+    assert np.allclose(q[valid].numpy(), want, rtol=0, atol=1e-12)
+    assert torch.isnan(q[~valid]).all()
+    for alpha in (0.001, 0.01, 0.05, 0.2, 0.5):
+        assert torch.equal((q <= alpha) & valid, benjamini_hochberg(p, valid, alpha))

@@ -170,6 +170,31 @@ def test_graph_threshold_role_granularity_and_labels(api, ref):
     assert sum(lg["class_counts"].values()) == len(nodes)
 
 
+def test_fdr_graph_keeps_the_pairs_whose_bh_q_value_is_within_the_level(api):
+    """threshold_on=fdr: edges are the pairs whose BH-adjusted p-value (against the
+    anisotropic null, scipy's false_discovery_control as the reference) is <= q."""
+    from scipy.stats import false_discovery_control
+
+    pair = ok(api.get("/api/pair", params={"model": "demo", "pairing": "OK", "source": "L0H0",
+                                           "target": "L1H0"}))
+    assert pair["p_floor"] > 0
+    counts = []
+    for q in (0.001, 0.05, 0.2):
+        g = ok(api.get("/api/graph", params={"model": "demo", "pairings": "OK", "threshold_on": "fdr",
+                                             "threshold": q}))
+        assert g["rule"] == f"FDR q <= {q:g}"
+        counts.append(g["edge_counts"]["OK"])
+        assert all(e["q"] <= q for e in g["graph"]["edges"])
+    assert counts == sorted(counts)  # a looser level never keeps fewer pairs
+    # The same count from the p-values of every forward pair (GET /api/pair per pair is slow;
+    # the scatter's pairs are the forward pairs, each with its p from /api/pair's null).
+    top = ok(api.get("/api/top", params={"model": "demo", "pairing": "OK", "k": 1000}))["pairs"]
+    ps = [ok(api.get("/api/pair", params={"model": "demo", "pairing": "OK", "source": t["source"],
+                                          "target": t["target"]}))["p_anisotropic"] for t in top]
+    qs = false_discovery_control(ps, method="bh")
+    assert counts[1] == int((qs <= 0.05).sum())
+
+
 def test_scatter_matches_scipy_spearman(api, ref):
     s = ok(api.get("/api/scatter", params={"model": "demo", "pairing": "OK", "top_percent": 10}))
     pts = s["points"]

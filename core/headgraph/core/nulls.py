@@ -170,6 +170,29 @@ def pair_pvalues(pk: PairScores, null: NullResult) -> torch.Tensor:
     return torch.where(pk.valid, p, 1.0)
 
 
+def bh_qvalues(pvalues: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """Benjamini-Hochberg adjusted p-values (q-values) over the valid cells, NaN elsewhere.
+
+    q_(i) = min over j >= i of m p_(j) / j, capped at 1; a cell is BH-significant at level
+    alpha exactly when its q-value is <= alpha (so one grid serves every FDR level).
+    """
+    if pvalues.shape != valid.shape:
+        raise InvalidInput(f"pvalues {tuple(pvalues.shape)} and valid {tuple(valid.shape)} differ in shape")
+    p = pvalues[valid].to(torch.float64)
+    out = torch.full(valid.shape, torch.nan, dtype=torch.float64, device=pvalues.device)
+    m = p.numel()
+    if m == 0:
+        return out
+    ordered, order = torch.sort(p)
+    ks = torch.arange(1, m + 1, dtype=torch.float64, device=p.device)
+    scaled = ordered * m / ks
+    q_sorted = torch.flip(torch.cummin(torch.flip(scaled, [0]), 0).values, [0]).clamp(max=1.0)
+    q = torch.empty_like(p)
+    q[order] = q_sorted
+    out[valid] = q
+    return out
+
+
 def benjamini_hochberg(pvalues: torch.Tensor, valid: torch.Tensor, alpha: float = 0.05) -> torch.Tensor:
     """Benjamini-Hochberg step-up at FDR level ``alpha`` over the valid cells: bool, same shape.
 

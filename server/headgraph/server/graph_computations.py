@@ -46,9 +46,11 @@ def head_graph(src: Inputs, *, pairings: tuple[str, ...], granularity: str, k: i
     values = None
     if threshold_on == "z":
         values = {p: torch.from_numpy(src.result("z", pairing=p, order="forward")) for p in pairings}
-    elif threshold_on == "fdr":
-        values = {p: torch.from_numpy(src.result("null", pairing=p, samples=NULL_SAMPLES)["significant"])
-                  for p in pairings}
+    elif threshold_on == "fdr":  # BH q-values from the anisotropic null's p-values
+        from headgraph.core.nulls import bh_qvalues
+
+        values = {p: bh_qvalues(torch.from_numpy(src.result("null", pairing=p, samples=NULL_SAMPLES)["p"]),
+                                results[p].valid) for p in pairings}
     return build_graph(results, granularity=granularity, k=k, threshold=threshold,
                        threshold_on=threshold_on, values=values, cs=cs or None,
                        labels=label_set, info=src.info, max_edges=MAX_EDGES)
@@ -81,9 +83,12 @@ GRAPH_CHECKS = {"pairings": _pairings, "granularity": str, "k": optional(positiv
 
 
 def _graph_key(p: dict[str, Any]) -> dict[str, Any]:
-    return {"pairings": ",".join(p["pairings"]), "granularity": p["granularity"], "k": p["k"],
-            "threshold": p["threshold"], "threshold_on": p["threshold_on"],
-            "labels": label_key(p["label_set"])}
+    key = {"pairings": ",".join(p["pairings"]), "granularity": p["granularity"], "k": p["k"],
+           "threshold": p["threshold"], "threshold_on": p["threshold_on"],
+           "labels": label_key(p["label_set"])}
+    if p["threshold_on"] == "fdr":
+        key["fdr"] = "bh-q"  # selected by BH q-values at the given level (was one 0.05 mask)
+    return key
 
 
 def graph_computations() -> list[Computation]:
