@@ -200,3 +200,26 @@ def test_dash_is_mounted_after_the_api(http: TestClient) -> None:
     assert r.status_code == 200, r.text[:500]
     search = r.json()["response"]["url"]["search"]
     assert parse_query(search, VOCAB) == default_state(VOCAB, view="heatmap", metric="z")
+
+
+def test_dense_heatmaps_have_no_gaps_and_grow_with_their_rows():
+    """Issue 17: 144-270 rows in ~420 px with white gaps washed the colour out."""
+    from headgraph.frontend.figures.heatmaps import cell_gap, grid_height, score_heatmap
+
+    for n_layers, n_heads in ((2, 8), (12, 12), (30, 9)):
+        rows = n_layers * n_heads
+        labels = [f"L{layer}H{h}" for layer in range(n_layers) for h in range(n_heads)]
+        grid = {"model": "m", "pairing": "OK", "order": "forward", "kind": "pk",
+                "source_role": "O", "target_role": "K", "source_labels": labels,
+                "target_labels": labels, "layer_indices": list(range(n_layers)),
+                "grid": [[[[1.0] * n_heads for _ in range(n_layers)] for _ in range(n_heads)]
+                         for _ in range(n_layers)],
+                "valid": [[[[True] * n_heads for _ in range(n_layers)] for _ in range(n_heads)]
+                          for _ in range(n_layers)]}
+        fig = score_heatmap(grid, metric="raw")
+        trace = fig.data[0]
+        assert trace.xgap == trace.ygap == cell_gap(rows)
+        assert (trace.xgap == 0) == (rows > 64)
+        assert fig.layout.height == grid_height(rows) >= 560
+        usable = fig.layout.height - 160  # margins, title and axis
+        assert rows <= 64 or usable / rows >= 2.9  # at least ~3 px per row when dense

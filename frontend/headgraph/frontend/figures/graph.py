@@ -135,6 +135,7 @@ def graph_figure(data: dict[str, Any], pos: Positions, *, layout: str,
                 textposition=["bottom center" if layout == "grid" and round(pos[n["id"]][1]) == bottom
                               else "top center" for n in group],
                 textfont=dict(size=11 if hub else 10, color="#222"),
+                cliponaxis=False,  # labels of the top and bottom rows are never cut off
                 customdata=[["node", n["id"], n.get("degree", 0), n.get("in_degree", 0),
                              n.get("out_degree", 0), "yes" if hub else "no", cls or "–", kv_note(n)]
                             for n in group],

@@ -120,6 +120,20 @@ def _layer_blocks(labels: Sequence[str]) -> list[tuple[str, int, int]]:
     return out
 
 
+DENSE_CELLS = 64  # more cells than this on an axis: no white gaps (they wash the colour out)
+
+
+def cell_gap(cells: int) -> float:
+    """Pixels between heatmap cells: a hairline for small grids, none for dense ones."""
+    return 0.5 if cells <= DENSE_CELLS else 0.0
+
+
+def grid_height(rows: int) -> int:
+    """Figure height for a grid of ``rows`` source heads: 560 px, growing ~3 px a row past
+    that (a 270-head model gets ~970 px instead of 1.5 px rows), at most 2000 px."""
+    return int(max(560, min(2000, 160 + 3 * rows)))
+
+
 def score_heatmap(grid: dict[str, Any], *, metric: str, hover_grids: dict[str, dict[str, Any]] | None = None,
                   classes: dict[str, str] | None = None) -> go.Figure:
     """Full source-head x target-head grid of one pairing, blocked by layer with layer ticks.
@@ -142,7 +156,7 @@ def score_heatmap(grid: dict[str, Any], *, metric: str, hover_grids: dict[str, d
     fig = go.Figure(go.Heatmap(
         z=z, x=list(tgt), y=list(src), customdata=custom,
         colorscale="Viridis", colorbar=dict(title=dict(text=label, side="right"), thickness=14),
-        hoverongaps=False, xgap=0.5, ygap=0.5,
+        hoverongaps=False, xgap=cell_gap(len(tgt)), ygap=cell_gap(len(src)),
         hovertemplate=("source %{customdata[0]} (%{customdata[2]})<br>target %{customdata[1]} "
                        f"(%{{customdata[3]}})<br>{label}: %{{z:.4g}}{extra_hover}<extra></extra>")))
     for axis, labels in (("x", tgt), ("y", src)):
@@ -163,7 +177,7 @@ def score_heatmap(grid: dict[str, Any], *, metric: str, hover_grids: dict[str, d
     title = f"{grid['pairing']}: {label} of every (source, target) head pair ({grid['model']}, {grid['order']})"
     if grid.get("kind") == "cs":
         title = f"CS mode {grid['target_role']}: Composition Score ({grid['model']}, {grid['order']})"
-    return base_layout(fig, title, height=560)
+    return base_layout(fig, title, height=grid_height(len(src)))
 
 
 def axis_head(grid: dict[str, Any], head: str, direction: str) -> str:
