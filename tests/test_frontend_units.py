@@ -343,3 +343,29 @@ def test_graph_view_shows_the_applied_threshold(in_app: None, api: ApiClient, co
     radio = find(groups, "rank-on-radio")
     assert radio.value == "z" and [o["value"] for o in radio.options] == ["pk", "normalized", "z"]
     assert find(groups, "ctl-metric").style == {"display": "none"}  # the heatmap metric (with CS) is not shown
+
+
+def test_the_api_client_acts_for_one_browser_user():
+    """Each callback's client carries that browser's own token and address, nothing else:
+    the dashboard has no token of its own, and the API's per-client limits count browsers."""
+    import httpx
+
+    from headgraph.frontend.api_client import ApiClient
+
+    seen: list[httpx.Headers] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers)
+        return httpx.Response(200, json={"mode": "token", "authorized": True, "can": []})
+
+    base = ApiClient("http://api", http=httpx.Client(base_url="http://api",
+                                                     transport=httpx.MockTransport(answer)))
+    base.auth()
+    alice = base.as_user("alice-token-0123456789", "10.0.0.7")
+    alice.auth()
+    base.as_user(None, None).auth()
+    assert "authorization" not in seen[0] and "x-forwarded-for" not in seen[0]
+    assert seen[1]["authorization"] == "Bearer alice-token-0123456789"
+    assert seen[1]["x-forwarded-for"] == "10.0.0.7"
+    assert "authorization" not in seen[2]  # the shared client never kept alice's token
+    assert base.as_user(None, None) is base

@@ -55,13 +55,19 @@ class ApiClient:
         self._http = http or httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
         self._user_headers: dict[str, str] = {}
 
-    def as_user(self, token: str | None) -> ApiClient:
-        """This client sending ``Authorization: Bearer <token>`` (the browser user's own
-        credential) on every request; the same connection pool. No token: ``self``."""
-        if not token:
+    def as_user(self, token: str | None, forwarded_for: str | None = None) -> ApiClient:
+        """This client acting for one browser user: ``Authorization: Bearer <token>`` (their
+        own credential) and ``X-Forwarded-For`` (their address, so the API's per-client limits
+        count each browser, not the dashboard) on every request; the same connection pool."""
+        headers = {}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        if forwarded_for:
+            headers["X-Forwarded-For"] = forwarded_for
+        if not headers:
             return self
         other = copy.copy(self)
-        other._user_headers = {"Authorization": f"Bearer {token}"}
+        other._user_headers = headers
         return other
 
     def close(self) -> None:

@@ -47,11 +47,12 @@ def api_provider(api_url: str | None = None) -> ApiProvider:
     def get() -> ApiClient:
         import flask
 
-        cookie = flask.request.cookies.get(TOKEN_COOKIE) if flask.has_request_context() else None
+        if not flask.has_request_context():
+            return pool.get(fixed) if fixed else pool.get(local_base_url({}))
+        cookie = flask.request.cookies.get(TOKEN_COOKIE)
         user_token = unquote(cookie) if cookie else None  # the page sets it URI-encoded
-        if fixed:
-            return pool.get(fixed).as_user(user_token)
-        return pool.get(local_base_url(flask.request.environ)).as_user(user_token)
+        client = pool.get(fixed) if fixed else pool.get(local_base_url(flask.request.environ))
+        return client.as_user(user_token, flask.request.remote_addr)
 
     return get
 
