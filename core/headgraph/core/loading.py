@@ -3,6 +3,8 @@
 Spec forms:
 
 - ``"demo"``: the built-in trained demo model (core/data/demo), always offline, no TL needed;
+- a ``.gguf`` file, or a folder holding one and no config.json: llama.cpp weights, attention
+  tensors dequantized one at a time (``core.gguf_model``; processing "raw", no pattern source);
 - a local folder: a Hugging Face checkpoint (booted with ``TransformerBridge.boot_transformers``)
   or a folder holding a demo-format config (our own loader);
 - a hub name (``gpt2``, ``Qwen/Qwen2-0.5B-Instruct``, ...): booted from the local HF cache
@@ -35,6 +37,7 @@ import torch
 
 from headgraph.core.byte_tokenizer import byte_level_tokenizer, has_tokenizer
 from headgraph.core.errors import HeadgraphError, InvalidInput, PathNotAllowed, UnsupportedModel
+from headgraph.core.gguf_model import GGUF_SUFFIX, is_gguf_spec, load_heads_gguf
 from headgraph.core.hf_hub import (
     cached_snapshot,
     hub_cache_dir,
@@ -117,8 +120,12 @@ def load_model(
     if spec.startswith(RANDOM_PREFIX):
         return _load_random(spec, device=device, processing=processing, dtype=torch_dtype,
                             model_root=model_root)
-    if _looks_like_path(spec, expand=model_root is None):
+    if _looks_like_path(spec, expand=model_root is None) or _names_gguf(spec, model_root):
         folder = _check_root(spec, model_root, shown=name)
+        if is_gguf_spec(folder):
+            return _load_gguf(folder, name=name or str(folder), device=device,
+                              processing=processing, model_root=model_root,
+                              shown=name or _shown(spec))
         if not folder.is_dir() or not (folder / "config.json").is_file():
             raise HeadgraphError(f"{name or _shown(spec)} is not a model folder "
                                  "(no config.json in it)")
@@ -157,6 +164,13 @@ def _as_dtype(dtype: torch.dtype | str | None) -> torch.dtype:
     if not isinstance(value, torch.dtype):
         raise InvalidInput(f"unknown dtype {dtype!r}")
     return value
+
+
+def _names_gguf(spec: str, model_root: str | None) -> bool:
+    """A relative spec naming a ``.gguf`` file (``model.gguf``, ``sub/model.gguf``)."""
+    if not spec.lower().endswith(GGUF_SUFFIX):
+        return False
+    return os.path.isfile(os.path.expanduser(spec) if model_root is None else spec)
 
 
 def _looks_like_path(spec: str, *, expand: bool = True) -> bool:
@@ -237,6 +251,28 @@ def _load_demo_folder(folder: Path, *, name: str, device: str, processing: str) 
     model = load_demo_model(folder, device=device)
     heads = model.head_weights(name=name, device=device)
     return LoadedModel(heads=heads, patterns=model, tokenizer=model, info=heads.info)
+
+
+# -- GGUF ---------------------------------------------------------------------------------
+
+def _load_gguf(path: Path, *, name: str, device: str, processing: str, model_root: str | None,
+               shown: str) -> LoadedModel:
+    """A ``.gguf`` file or a folder holding one: attention tensors dequantized one at a time
+    (``core.gguf_model``), processing "raw", tokenizer from the file, no pattern source.
+    Under a model root the file (or every file of the folder) must resolve inside it."""
+    if processing == "processed":
+        raise UnsupportedModel(f"{shown}: GGUF models give raw weights only; use processing "
+                               "'raw' or 'bridge'")
+    if model_root is not None:
+        check_model_folder(path, model_root, shown=shown)
+    try:
+        heads = load_heads_gguf(path, device=device, name=name)
+    except HeadgraphError as err:
+        clean = _scrubbed(err, name, path, model_root)
+        if clean is err:
+            raise
+        raise clean from err
+    return LoadedModel(heads=heads, patterns=None, tokenizer=heads.tokenizer, info=heads.info)
 
 
 # -- bridges ------------------------------------------------------------------------------

