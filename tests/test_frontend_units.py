@@ -369,3 +369,74 @@ def test_the_api_client_acts_for_one_browser_user():
     assert seen[1]["x-forwarded-for"] == "10.0.0.7"
     assert "authorization" not in seen[2]  # the shared client never kept alice's token
     assert base.as_user(None, None) is base
+
+
+def test_views_fill_as_their_own_results_are_cached():
+    """Issue 17: a cold model showed nothing until the whole job ended. With a running job's
+    partial record each view renders once what it reads is cached; panels wait for the end."""
+    from functools import partial as bind
+
+    from headgraph.frontend.state import ViewState, needed_stages, view_params
+
+    VS = bind(ViewState, model="demo", pairings=("OQ", "OK", "OV"), k=20)
+
+    plan = ["pk", "pk OQ", "pk OK", "pk OV", "cs Q", "cs K", "cs V", "patterns", "z OQ", "z OK",
+            "z OV", "reference", "null OQ", "null OK", "null OV", "tokens O", "tokens V",
+            "tokens Q", "tokens K"]
+
+    def partial(n: int) -> dict:
+        return {"model": "demo", "token": f"job1:{n}", "partial": True, "computed": plan[:n],
+                "plan": plan}
+
+    heat = VS(view="heatmap", pairing="OK", metric="raw", overlay="")
+    first = next(n for n in range(len(plan) + 1) if view_params(heat, "heatmap", partial(n)))
+    assert plan[first - 1] == "cs V"  # PK and CS (its hover) are all a plain heatmap needs
+    assert view_params(heat, "heatmap", partial(first))["ready"] == "job1:partial"
+    assert view_params(heat, "heatmap", partial(first + 3)) == view_params(heat, "heatmap",
+                                                                            partial(first))
+    z = VS(view="heatmap", pairing="OK", metric="z", overlay="")
+    assert not view_params(z, "heatmap", partial(plan.index("z OK")))
+    assert view_params(z, "heatmap", partial(plan.index("z OK") + 1))
+    graph = VS(view="graph")  # default overlay: the model's patterns
+    assert needed_stages(graph, "graph") is not None and "patterns" in needed_stages(graph, "graph")
+    assert not view_params(graph, "graph", partial(plan.index("patterns")))
+    assert view_params(graph, "graph", partial(plan.index("patterns") + 1))
+    ref = VS(view="reference")
+    assert not view_params(ref, "reference", partial(plan.index("null OV")))
+    assert view_params(ref, "reference", partial(plan.index("null OV") + 1))
+    pair = VS(view="graph", pairing="OK", pair="L0H0,L1H0")
+    assert not view_params(pair, "pair-panel", partial(len(plan) - 1))  # waits for the job
+    done = {"model": "demo", "token": "job1"}
+    assert view_params(pair, "pair-panel", done)["ready"] == "job1"
+    assert not view_params(heat, "heatmap", {**partial(len(plan)), "model": "other"})
+
+
+def test_a_busy_get_waits_its_turn_and_a_post_does_not():
+    import httpx
+
+    from headgraph.frontend.api_client import ApiClient, ApiError
+
+    answers = {"GET": [429, 429, 200], "POST": [429, 200]}
+    calls: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        calls.append(request.method)
+        status = answers[request.method].pop(0)
+        body = {"ok": True} if status == 200 else {"error": {"status": 429, "message": "busy"}}
+        return httpx.Response(status, json=body)
+
+    client = ApiClient("http://api", http=httpx.Client(base_url="http://api",
+                                                       transport=httpx.MockTransport(answer)))
+    assert client.get("/api/pk") == {"ok": True} and calls == ["GET"] * 3
+    try:
+        client.request("POST", "/api/models/compute")
+        raise AssertionError("a POST must not be repeated")
+    except ApiError as err:
+        assert err.status == 429 and calls.count("POST") == 1
+    impatient = ApiClient("http://api", busy_wait_s=0, http=httpx.Client(
+        base_url="http://api", transport=httpx.MockTransport(lambda r: httpx.Response(429, json={}))))
+    try:
+        impatient.get("/api/pk")
+        raise AssertionError("429 must surface once the wait is over")
+    except ApiError as err:
+        assert err.status == 429

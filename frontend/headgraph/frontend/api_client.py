@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import copy
 import threading
+import time
 from typing import Any
 
 import httpx
+
+
+BUSY_POLL_S = 0.25  # how often a GET answered 429 (busy) is tried again
 
 
 class ApiError(Exception):
@@ -48,12 +52,13 @@ class ApiClient:
     """Typed-ish wrappers over the JSON endpoints of one headgraph server."""
 
     def __init__(self, base_url: str, *, token: str | None = None, timeout: float = 120.0,
-                 http: httpx.Client | None = None) -> None:
+                 http: httpx.Client | None = None, busy_wait_s: float = 60.0) -> None:
         """``http`` lets a caller supply the transport (e.g. an in-process test client)."""
         self.base_url = base_url.rstrip("/")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = http or httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
         self._user_headers: dict[str, str] = {}
+        self.busy_wait_s = busy_wait_s
 
     def as_user(self, token: str | None, forwarded_for: str | None = None) -> ApiClient:
         """This client acting for one browser user: ``Authorization: Bearer <token>`` (their
@@ -78,12 +83,20 @@ class ApiClient:
                 **kwargs: Any) -> httpx.Response:
         """Send a request; raise ApiError with the API's message on any non-2xx or transport error."""
         clean = {k: v for k, v in (params or {}).items() if v is not None and v != ""}
-        try:
-            if self._user_headers:
-                kwargs["headers"] = {**kwargs.get("headers", {}), **self._user_headers}
-            resp = self._http.request(method, path, params=clean, **kwargs)
-        except httpx.HTTPError as err:
-            raise ApiError(0, f"API unreachable at {self.base_url}: {err}") from err
+        if self._user_headers:
+            kwargs["headers"] = {**kwargs.get("headers", {}), **self._user_headers}
+        waited = 0.0
+        while True:
+            try:
+                resp = self._http.request(method, path, params=clean, **kwargs)
+            except httpx.HTTPError as err:
+                raise ApiError(0, f"API unreachable at {self.base_url}: {err}") from err
+            # 429: this browser's other cold computations hold its slots; a GET waits its turn
+            # (a view of a page opening several at once), briefly, instead of failing.
+            if resp.status_code != 429 or method != "GET" or waited >= self.busy_wait_s:
+                break
+            time.sleep(BUSY_POLL_S)
+            waited += BUSY_POLL_S
         if resp.status_code >= 400:
             try:
                 payload = resp.json()

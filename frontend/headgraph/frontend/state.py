@@ -247,9 +247,51 @@ def focus_head(state: ViewState) -> str | None:
     return None
 
 
-def is_ready(state: ViewState, ready: dict[str, Any] | None) -> bool:
-    """True when ``ready`` (the model-status callback's record) says the state's model is done."""
-    return bool(ready) and ready.get("model") == state.model and bool(ready.get("token"))
+def needed_stages(state: ViewState, view: str) -> tuple[str, ...] | None:
+    """Job stages (names, or prefixes ending in a blank) whose results ``view`` reads; None
+    for the panels, which read a bit of everything (they wait for the whole job)."""
+    base = ("pk", "pk ", "cs ")
+    overlay = ("patterns",) if state.overlay == PATTERN_OVERLAY else ()
+    if view == "graph":
+        scale = state.threshold_on if state.rule == "threshold" else state.rank_on
+        extra = {"z": ("z ",), "fdr": ("null ",)}.get(scale, ())
+        return base + overlay + extra
+    if view in ("heatmap", "head-grid"):
+        extra = (f"z {state.pairing}",) if state.metric == "z" else ()
+        return base + (overlay if view == "heatmap" else ()) + extra
+    if view == "scatter":
+        return base
+    if view == "reference":
+        return ("reference", "null ")
+    if view == "tokens":
+        return ("tokens ", "patterns")
+    return None
+
+
+def is_ready(state: ViewState, ready: dict[str, Any] | None, view: str | None = None) -> bool:
+    """True when ``ready`` (the model-status callback's record) says what ``view`` reads exists:
+    the whole job is done, or (a running job's partial record) every stage of its plan that
+    ``view`` needs is cached."""
+    if not (ready and ready.get("model") == state.model and ready.get("token")):
+        return False
+    if not ready.get("partial"):
+        return True
+    needs = None if view is None else needed_stages(state, view)
+    if needs is None:
+        return False
+    done = set(ready.get("computed") or ())
+    required = [s for s in ready.get("plan") or ()
+                if any(s == n or (n.endswith(" ") and s.startswith(n)) for n in needs)]
+    return bool(required) and all(s in done for s in required)
+
+
+def ready_token(ready: dict[str, Any] | None) -> str | None:
+    """The token a view renders with: one per job while it runs (a view shown early renders
+    again only once, when the job is done), the job's own when done."""
+    token = (ready or {}).get("token")
+    if token and (ready or {}).get("partial"):
+        return str(token).split(":", 1)[0] + ":partial"
+    return token
 
 
 def view_params(state: ViewState, view: str, ready: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -262,11 +304,11 @@ def view_params(state: ViewState, view: str, ready: dict[str, Any] | None) -> di
         return None
     if (view == "head-panel" and not state.head) or (view == "pair-panel" and not state.pair):
         return None
-    if not is_ready(state, ready):
+    if not is_ready(state, ready, view):
         return None
     d = state.to_dict()
     out = {f: d[f] for f in VIEW_PARAMS[view]}
     if view == "head-grid":
         out["head"] = focus_head(state)
-    out["ready"] = (ready or {}).get("token")
+    out["ready"] = ready_token(ready)
     return out

@@ -89,6 +89,7 @@ class JobState:
     heartbeat: float = field(default_factory=time.time)
     error: str | None = None
     computed: list[str] = field(default_factory=list)
+    plan: list[str] = field(default_factory=list)
     owner: dict[str, Any] | None = None  # this_process() of the process running it (not in the API)
 
     def to_dict(self) -> dict[str, Any]:
@@ -117,32 +118,43 @@ def compute_plan(scores: ScoresService, catalog: ModelCatalog, ref: ModelRef, pa
         ("pk", lambda: scores.pk_together(ref, pairings, "forward"))]
     for p in pairings:
         plan.append((f"pk {p}", lambda p=p: scores.pk(ref, p, "forward")))
-        plan.append((f"z {p}", lambda p=p: scores.zscores(ref, p, "forward")))
+    # What the graph, heatmaps and scatter need comes first (CS and the default "patterns"
+    # overlay), so those views fill while the slow reference, nulls and tokens still compute.
     for mode in scores.cs_modes_for(pairings):
         plan.append((f"cs {mode}", lambda m=mode: scores.cs(ref, m, "forward")))
+    plan.append(("patterns", lambda: scores.patterns_or_none(ref)))
+    for p in pairings:
+        plan.append((f"z {p}", lambda p=p: scores.zscores(ref, p, "forward")))
     plan.append(("reference", lambda: scores.reference(ref)))
     for p in pairings:
         plan.append((f"null {p}", lambda p=p: scores.null(ref, p)))
     if info.get("d_vocab"):
         for role in ("O", "V", "Q", "K"):
             plan.append((f"tokens {role}", lambda r=role: scores.tokens(ref, r)))
-    plan.append(("patterns", lambda: scores.patterns_or_none(ref)))
     return plan
 
 
 def run_compute(scores: ScoresService, catalog: ModelCatalog, ref: ModelRef, pairings: list[str],
-                progress: Progress) -> list[str]:
-    """Load the model and compute the plan, reporting (stage, fraction, message) after each step."""
+                progress: Progress, finished: Callable[[list[str], list[str]], None] | None = None
+                ) -> list[str]:
+    """Load the model and compute the plan, reporting (stage, fraction, message) after each step
+    and ``finished(done stages, planned stages)`` after each stage, so clients can show each
+    result as soon as it exists."""
     progress("load", 0.0, f"loading {ref.id}")
     catalog.identity(ref)  # loads the model (in a compute process for the API) when unknown
     plan = compute_plan(scores, catalog, ref, pairings)
     total = len(plan) + 1
     progress("load", 1 / total, f"loaded {ref.id}")
     done: list[str] = []
+    planned = [stage for stage, _ in plan]
+    if finished is not None:
+        finished([], planned)
     for i, (stage, thunk) in enumerate(plan, start=1):
         progress(stage, i / total, f"computing {stage}")
         thunk()
         done.append(stage)
+        if finished is not None:
+            finished(list(done), planned)
     progress("done", 1.0, f"{len(done)} computations cached")
     return done
 
@@ -273,8 +285,11 @@ class JobManager:
             self._update(job_id, state="running", stage=stage,
                          fraction=round(min(max(fraction, 0.0), 1.0), 4), message=message)
 
+        def finished(done: list[str], planned: list[str]) -> None:
+            self._update(job_id, computed=done, plan=planned)
+
         try:
-            done = run_compute(self.scores, self.catalog, ref, pairings, progress)
+            done = run_compute(self.scores, self.catalog, ref, pairings, progress, finished)
         except Exception as err:
             msg = one_line(err) or type(err).__name__
             expected = isinstance(err, (HeadgraphError, ApiError))

@@ -84,7 +84,8 @@ class Job(BaseModel):
     updated: float
     heartbeat: float
     error: str | None = None
-    computed: list[str] = Field(default_factory=list)
+    computed: list[str] = Field(default_factory=list, description="stages cached so far, in order")
+    plan: list[str] = Field(default_factory=list, description="every stage this job computes")
 
 
 class JobSubmitted(BaseModel):

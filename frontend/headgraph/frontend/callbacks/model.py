@@ -101,7 +101,7 @@ def model_status_step(client: ApiClient, vocab: Vocabulary, model: str, trigger:
     keep = [no_update] * len(_SLOTS)
     try:
         if trigger == "job-poll":
-            return tuple(_poll(client, job, keep))
+            return tuple(_poll(client, job, keep, ready))
         if trigger == "compute-btn":
             return tuple(_start(client, pairings, model, keep))
         # URL changed (or first load): nothing to do while the model stays the same.
@@ -130,7 +130,8 @@ def model_status_step(client: ApiClient, vocab: Vocabulary, model: str, trigger:
         return tuple(_set(keep, message=f"{model}: {err.message}", poll=True))
 
 
-def _poll(client: ApiClient, job: dict | None, keep: list[Any]) -> list[Any]:
+def _poll(client: ApiClient, job: dict | None, keep: list[Any],
+          ready: dict | None = None) -> list[Any]:
     if not job:
         return _set(keep, poll=True)
     rec = client.job(job["id"])
@@ -141,6 +142,14 @@ def _poll(client: ApiClient, job: dict | None, keep: list[Any]) -> list[Any]:
         info = client.model_info(job["model"])
         out = _set(out, poll=True, info=describe(info.get("info")) + " · cached ✓",
                    ready={"model": job["model"], "token": rec["id"]}, message="")
+    elif state == "running" and rec.get("computed") and rec.get("plan"):
+        # Partly done: views whose own results exist render now (state.is_ready); the
+        # record changes only when another stage is cached, so views re-render only then.
+        token = f"{rec['id']}:{len(rec['computed'])}"
+        if (ready or {}).get("token") != token:
+            out = _set(out, ready={"model": job["model"], "token": token,
+                                   "partial": True, "computed": list(rec["computed"]),
+                                   "plan": list(rec["plan"])})
     elif state == "failed":
         out = _set(out, poll=True, message=label)
     return out
