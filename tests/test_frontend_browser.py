@@ -176,12 +176,23 @@ def test_graph_node_and_edge_clicks_open_panels_and_update_url(server: Server, p
     page.locator("#head-panel").wait_for(state="visible", timeout=10_000)
     # A partner button in the head panel opens that pair (strongest OK source of L1H4).
     best = head["partners"]["OK"]["in"][0]["head"]
+    # Record every moment the pair panel shows, unmarked, a pair other than the URL's.
+    page.evaluate("""() => { window.__wrongPanel = [];
+      new MutationObserver(() => {
+        const panel = document.getElementById("pair-panel");
+        const title = document.getElementById("pair-panel-title");
+        const want = new URLSearchParams(location.search).get("pair");
+        if (panel && title && panel.style.display !== "none" && !panel.classList.contains("stale")
+            && want && title.dataset.pair !== want) window.__wrongPanel.push(title.dataset.pair + " for " + want);
+      }).observe(document.body, {subtree: true, childList: true, attributes: true}); }""")
     page.locator("#head-partners a.partner", has_text=best).filter(
         has_text=f"{head['partners']['OK']['in'][0]['pk']:.3g}").first.click()
     wait_until(lambda: query_of(page.url).get("pair") == f"{best},L1H4" and query_of(page.url).get("pairing") == "OK",
                10, message="partner pair in URL", page=page)
-    page.locator("#pair-panel-title").wait_for(timeout=30_000)
+    # Until the new pair's content arrives the panel is marked stale; then it shows that pair.
+    page.locator("#pair-panel:not(.stale) #pair-panel-title").wait_for(timeout=30_000)
     assert page.locator("#pair-panel-title").get_attribute("data-pair") == f"{best},L1H4"
+    assert page.evaluate("window.__wrongPanel") == []
     # The panel's close link drops the pair from the URL and keeps the rest (the head stays selected).
     page.locator("#pair-close").click()
     wait_until(lambda: "pair" not in query_of(page.url) and query_of(page.url).get("head") == "L1H4", 10,

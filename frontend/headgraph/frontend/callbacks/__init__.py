@@ -19,3 +19,4 @@ def register_callbacks(app: Dash) -> None:
     """Register every callback of the dashboard on ``app``."""
     register_all(app)
     auth.register_clientside(app)
+    panels.register_clientside(app)

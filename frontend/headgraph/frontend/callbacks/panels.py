@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dash import Input, Output, dcc, html
+from dash import Dash, Input, Output, dcc, html
 
 from headgraph.frontend.api_client import ApiError
 from headgraph.frontend.callbacks.common import api, error_note, state_of, with_overlay
@@ -136,6 +136,32 @@ def pair_body(d: dict[str, Any], state: ViewState) -> list[Any]:
 
 def waiting(title: str, link: dcc.Link, note: Any) -> list[Any]:
     return [link, html.H3(title), note]
+
+
+STALE_JS = """
+function(search, headBody, pairBody) {
+  const q = new URLSearchParams(search || "");
+  const up = (v) => (v || "").toUpperCase();
+  const title = (body, id) => (Array.isArray(body) ? body : [body]).find(
+      (c) => c && c.props && c.props.id === id);
+  const head = title(headBody, "head-panel-title");
+  const pair = title(pairBody, "pair-panel-title");
+  const headStale = !!head && up(head.props["data-head"]) !== up(q.get("head"));
+  const pairStale = !!pair && (up(pair.props["data-pair"]) !== up(q.get("pair"))
+      || up(pair.props["data-pairing"]) !== up(q.get("pairing") || pair.props["data-pairing"]));
+  return [headStale ? "panel stale" : "panel", pairStale ? "panel stale" : "panel"];
+}
+"""
+
+
+def register_clientside(app: Dash) -> None:
+    """Marks a panel ``stale`` (dimmed, ``aria-busy``) from the moment the URL selects another
+    head or pair until its new content arrives, so the previous selection is never shown as
+    the current one."""
+    app.clientside_callback(
+        STALE_JS,
+        Output("head-panel", "className"), Output("pair-panel", "className"),
+        Input("url", "search"), Input("head-panel-body", "children"), Input("pair-panel-body", "children"))
 
 
 @callback(Output("head-panel-body", "children"),
