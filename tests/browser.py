@@ -39,7 +39,15 @@ def figure(page: Any, graph_id: str) -> dict[str, Any]:
             const el = document.getElementById(id);
             const gd = el && el.querySelector('.js-plotly-plot');
             if (!gd || !gd.data) return null;
-            return {data: JSON.parse(JSON.stringify(gd.data)),
+            // Binary arrays (plotly's typed-array specs, decoded into _inputArray) as lists.
+            const plain = (k, v) => {
+                if (ArrayBuffer.isView(v)) return Array.from(v);
+                if (v && typeof v === "object" && v.bdata !== undefined && v._inputArray) {
+                    const a = v._inputArray;
+                    return ArrayBuffer.isView(a) ? Array.from(a) : a;
+                }
+                return v; };
+            return {data: JSON.parse(JSON.stringify(gd.data, plain)),
                     layout: {title: gd.layout.title, height: gd.layout.height}};
         }""", graph_id)
 

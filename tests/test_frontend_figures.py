@@ -39,16 +39,17 @@ def _grid(data: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
 def test_score_heatmap_is_the_api_grid(api: ApiClient) -> None:
     data = api.pk("demo", "OK", "normalized")
     fig = score_heatmap(data, metric="normalized", hover_grids={"CS": api.cs("demo", "K")})
-    z = np.array([[np.nan if v is None else v for v in row] for row in fig.data[0].z])
+    z = np.asarray(fig.data[0].z, dtype=float)
     grid, valid = _grid(data)
     assert z.shape == (16, 16)
-    np.testing.assert_allclose(z[valid], grid[valid], rtol=0)
+    np.testing.assert_allclose(z[valid], grid[valid], rtol=1e-6)  # float32 on the wire
     assert np.isnan(z[~valid]).all()
     assert list(fig.data[0].x) == data["target_labels"] and list(fig.data[0].y) == data["source_labels"]
     assert list(fig.layout.xaxis.ticktext) == ["L0", "L1"]
     cs_grid, _ = _grid(api.cs("demo", "K"))
     i, j = np.argwhere(valid)[0]
-    assert float(fig.data[0].customdata[i][j][4]) == pytest.approx(cs_grid[i, j], rel=1e-3)
+    assert float(fig.data[0].customdata[i][j][0]) == pytest.approx(cs_grid[i, j], rel=1e-6)
+    assert "CS: %{customdata[0]:.4g}" in fig.data[0].hovertemplate
 
 
 @pytest.mark.parametrize("direction", ["out", "in"])

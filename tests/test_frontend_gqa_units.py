@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 
 from headgraph.core.vocabulary import vocabulary
@@ -141,12 +142,14 @@ def test_heatmap_hovers_translate_between_query_and_kv_axes() -> None:
     src, tgt = list(fig.data[0].y), list(fig.data[0].x)
     i, j = src.index("L0H1"), tgt.index("L6KV1")
     mean = (cs["grid"][0][1][2][2] + cs["grid"][0][1][2][3]) / 2
-    assert fig.data[0].customdata[i][j][4] == f"{mean:.4g} (mean over L6H2, L6H3)"
+    assert float(fig.data[0].customdata[i][j][0]) == pytest.approx(mean, rel=1e-6)
+    assert "CS (KV group: mean over its query heads): %{customdata[0]:.4g}" in fig.data[0].hovertemplate
     fig = score_heatmap(cs, metric="cs", hover_grids={"PK": pk})  # PK hover on the CS grid
     tgt = list(fig.data[0].x)
     assert tgt == names(False)
-    assert fig.data[0].customdata[i][tgt.index("L6H3")][4] == f"{pk['grid'][0][1][2][1]:.4g}"
-    assert fig.data[0].customdata[i][tgt.index("L0H3")][4] == "–"  # not forward
+    assert float(fig.data[0].customdata[i][tgt.index("L6H3")][0]) == pytest.approx(pk['grid'][0][1][2][1], rel=1e-6)
+    assert np.isnan(fig.data[0].customdata[i][tgt.index("L0H3")][0])  # not forward
+    assert "PK: %{customdata[0]:.4g}" in fig.data[0].hovertemplate  # one query head: no mean
 
 
 # -- panels ------------------------------------------------------------------------------------

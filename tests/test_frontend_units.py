@@ -12,6 +12,7 @@ from typing import Any
 from collections.abc import Iterator
 
 import dash
+import numpy as np
 from dash.development.base_component import Component
 
 import pytest
@@ -176,10 +177,13 @@ def test_view_callbacks_render_the_api_data(in_app: None, api: ApiClient, comput
     search = "?model=demo&view=heatmap&pairing=OV&metric=normalized&pair=L0H0,L1H3"
     fig, _chips, cells = render_heatmap(search, READY, None)
     grid = api.pk("demo", "OV", "normalized")
-    z = [[v if ok else None for v, ok in zip(r, o)] for r, o in
-         zip([[v for tl in sh for v in tl] for sl in grid["grid"] for sh in sl],
-             [[v for tl in sh for v in tl] for sl in grid["valid"] for sh in sl])]
-    assert [list(r) for r in fig.data[0].z] == z and cells == "256"
+    want = np.array(grid["grid"], dtype=float).reshape(16, 16)
+    valid = np.array(grid["valid"], dtype=bool).reshape(16, 16)
+    shown = np.asarray(fig.data[0].z)
+    assert shown.dtype == np.float32 and cells == "256"  # binary float32 on the wire
+    np.testing.assert_allclose(shown[valid], want[valid], rtol=1e-6)
+    assert np.isnan(shown[~valid]).all()
+    assert '"bdata"' in fig.to_json()  # typed array, not a list of numbers
     assert render_heatmap(search.replace("heatmap", "graph", 1), READY, None)[0].data == ()  # other tab
     body, _ = render_pair_panel(search, READY, None)
     title = next(c for c in body if getattr(c, "id", None) == "pair-panel-title")

@@ -10,9 +10,12 @@ builds them from the URL (controls.py).
 
 from __future__ import annotations
 
+from typing import Any
+
 from dash import dcc, html
 
 from headgraph.frontend.controls import control_groups, model_dropdown, tab_links
+from headgraph.frontend.state import ROUTED_PARTS, ROUTED_VIEWS
 
 GRAPH_CONFIG = {"displaylogo": False, "toImageButtonOptions": {"format": "png", "scale": 2},
                 "modeBarButtonsToRemove": ["select2d", "lasso2d"]}
@@ -117,6 +120,23 @@ def side_panels() -> html.Div:
     ], id="side", className="side")
 
 
+def initial_labels() -> Any:
+    """The API's label sets, read while the page's layout is served (for this browser's own
+    credential), so the views need not wait for a first callback to list them; None when the
+    API cannot answer (the labels callback then fills the store)."""
+    import flask
+
+    if not flask.has_request_context():
+        return None
+    from headgraph.frontend.api_client import ApiError
+    from headgraph.frontend.context import api
+
+    try:
+        return api().labels()
+    except (ApiError, RuntimeError, KeyError):
+        return None
+
+
 def build_layout() -> html.Div:
     """The whole page; state comes from the URL, so the initial values are only defaults."""
     return html.Div([
@@ -124,11 +144,12 @@ def build_layout() -> html.Div:
         dcc.Store(id="models-store"),
         dcc.Store(id="job-store"),
         dcc.Store(id="ready-store"),
-        dcc.Store(id="labels-store"),
+        dcc.Store(id="labels-store", data=initial_labels()),
         dcc.Store(id="uploaded-store"),
         dcc.Store(id="slider-range"),
         dcc.Store(id="auth-store"),
         dcc.Interval(id="job-poll", interval=700, disabled=True),
+        *[dcc.Store(id=f"in-{v}-{part}") for v in ROUTED_VIEWS for part in ROUTED_PARTS],  # callbacks/router.py
         model_bar(),
         html.Nav(tab_links(None), id="view-tabs", className="tabs"),
         controls(),

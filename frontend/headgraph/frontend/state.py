@@ -233,6 +233,10 @@ VIEW_PARAMS: dict[str, tuple[str, ...]] = {
     "head-panel": ("model", "head", "overlay"),
     "pair-panel": ("model", "pairing", "pair", "overlay"),
 }
+# Views the browser-side router feeds (callbacks/router.py): each renders from its own stores
+# ``in-<view>-<part>``, written only while the view is shown.
+ROUTED_VIEWS: tuple[str, ...] = tuple(VIEW_PARAMS)
+ROUTED_PARTS: tuple[str, ...] = ("search", "ready", "labels", "rendered")
 # The tab each figure block belongs to (panels show on every tab).
 TAB_OF = {"graph": "graph", "heatmap": "heatmap", "head-grid": "heatmap", "scatter": "scatter",
           "reference": "reference", "tokens": "tokens"}

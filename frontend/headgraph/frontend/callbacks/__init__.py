@@ -11,7 +11,7 @@ from __future__ import annotations
 from dash import Dash
 
 from headgraph.frontend.callbacks import (auth, downloads, graph, heatmap, labels, model, navigation,  # noqa: F401
-                                          panels, reference, scatter, tokens)
+                                          panels, reference, router, scatter, tokens)
 from headgraph.frontend.callbacks.registry import register_all
 
 
@@ -20,3 +20,4 @@ def register_callbacks(app: Dash) -> None:
     register_all(app)
     auth.register_clientside(app)
     panels.register_clientside(app)
+    router.register_clientside(app)

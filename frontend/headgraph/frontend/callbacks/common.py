@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 from dash import html
 
 from headgraph.frontend.api_client import ApiClient, ApiError
+from headgraph.frontend.callbacks.router import mark_error
 from headgraph.frontend.context import api, vocab
 from headgraph.frontend.controls import UNAVAILABLE
 from headgraph.frontend.state import PATTERN_OVERLAY, ViewState, parse_query
@@ -59,4 +60,6 @@ def stat(label: str, value: Any, key: str, fmt: str = "{}") -> html.Span:
 
 
 def error_note(message: str) -> html.Div:
+    """An error shown in a view (the router then retries that view's render next time)."""
+    mark_error()
     return html.Div(message, className="error-note")

@@ -5,11 +5,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from dash import Input, Output, html, no_update
+from dash import Output, html, no_update
 
 from headgraph.frontend.api_client import ApiError
 from headgraph.frontend.callbacks.common import WAITING, api, error_note, stat, state_of, with_overlay
-from headgraph.frontend.callbacks.registry import callback
+from headgraph.frontend.callbacks.router import view_callback
 from headgraph.frontend.figures import empty_figure, graph_figure
 from headgraph.frontend.graph_layout import grid_positions, positions
 from headgraph.frontend.state import FDR_DEFAULT_Q, format_threshold, graph_on, quantize_threshold, view_params
@@ -135,9 +135,9 @@ def load_graph(client: Any, params: dict[str, Any]) -> tuple[dict[str, Any], dic
     return data, info, threshold, slider
 
 
-@callback(Output("graph", "figure"), Output("graph-summary", "children"), Output("slider-range", "data"),
-          Output("graph-summary", "data-edges"), Output("graph-summary", "data-hubs"),
-          Input("url", "search"), Input("ready-store", "data"), Input("labels-store", "data"))
+@view_callback("graph", Output("graph", "figure"), Output("graph-summary", "children"),
+               Output("slider-range", "data"), Output("graph-summary", "data-edges"),
+               Output("graph-summary", "data-hubs"))
 def render_graph(search: str | None, ready: dict | None, label_sets: list | None) -> tuple:
     """The head graph of the URL's pairings, rule, metric, layout, overlay and selection."""
     return graph_view(view_params(state_of(search, label_sets), "graph", ready))

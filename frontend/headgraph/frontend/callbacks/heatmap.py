@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from dash import Input, Output
+from dash import Output
 
 from headgraph.frontend.api_client import ApiClient, ApiError
 from headgraph.frontend.callbacks.common import WAITING, api, error_note, overlay_classes, stat, state_of, vocab
-from headgraph.frontend.callbacks.registry import callback
+from headgraph.frontend.callbacks.router import view_callback
 from headgraph.frontend.figures import empty_figure, head_grid_figure, score_heatmap
 from headgraph.frontend.figures.heatmaps import grid_labels
 from headgraph.frontend.state import view_params
@@ -37,9 +37,8 @@ def hover_grids(client: ApiClient, model: str, pairing: str, metric: str) -> dic
     return out
 
 
-@callback(Output("heatmap", "figure"), Output("heatmap-summary", "children"),
-          Output("heatmap-summary", "data-cells"),
-          Input("url", "search"), Input("ready-store", "data"), Input("labels-store", "data"))
+@view_callback("heatmap", Output("heatmap", "figure"), Output("heatmap-summary", "children"),
+               Output("heatmap-summary", "data-cells"))
 def render_heatmap(search: str | None, ready: dict | None, label_sets: list | None) -> tuple:
     """The full pair grid of the URL's pairing and metric (when the heatmap tab shows)."""
     return heatmap_view(view_params(state_of(search, label_sets), "heatmap", ready))
@@ -65,9 +64,8 @@ def heatmap_view(params: dict[str, Any] | None) -> tuple:
     return fig, chips, str(rows * cols)
 
 
-@callback(Output("head-grid", "figure"), Output("head-grid-summary", "children"),
-          Output("head-grid-box", "style"),
-          Input("url", "search"), Input("ready-store", "data"), Input("labels-store", "data"))
+@view_callback("head-grid", Output("head-grid", "figure"), Output("head-grid-summary", "children"),
+               Output("head-grid-box", "style"))
 def render_head_grid(search: str | None, ready: dict | None, label_sets: list | None) -> tuple:
     """One head's outgoing / incoming scores (the selected head, else the pair's end)."""
     return head_grid_view(view_params(state_of(search, label_sets), "head-grid", ready))

@@ -23,9 +23,10 @@ def decode_upload(contents: str) -> bytes:
         raise ApiError(422, f"could not read the uploaded file: {err}") from err
 
 
-@callback(Output("labels-store", "data"), Input("models-store", "data"), Input("uploaded-store", "data"))
-def list_overlays(_models: Any, _uploaded: Any) -> Any:
-    """The API's label sets (the controls turn them into dropdown options)."""
+@callback(Output("labels-store", "data"), Input("uploaded-store", "data"))
+def list_overlays(_uploaded: Any) -> Any:
+    """The API's label sets (the controls turn them into dropdown options): on load, in
+    parallel with the model bar (the layout usually brings them already), and after an upload."""
     try:
         return api().labels()
     except ApiError:

@@ -12,7 +12,7 @@ from dash import Dash, Input, Output, dcc, html
 
 from headgraph.frontend.api_client import ApiError
 from headgraph.frontend.callbacks.common import api, error_note, state_of, with_overlay
-from headgraph.frontend.callbacks.registry import callback
+from headgraph.frontend.callbacks.router import view_callback
 from headgraph.frontend.figures import PAIRING_COLORS, cosines_figure, empty_figure
 from headgraph.frontend.state import ViewState, to_query, view_params
 
@@ -164,8 +164,7 @@ def register_clientside(app: Dash) -> None:
         Input("url", "search"), Input("head-panel-body", "children"), Input("pair-panel-body", "children"))
 
 
-@callback(Output("head-panel-body", "children"),
-          Input("url", "search"), Input("ready-store", "data"), Input("labels-store", "data"))
+@view_callback("head-panel", Output("head-panel-body", "children"))
 def render_head_panel(search: str | None, ready: dict | None, label_sets: list | None) -> list[Any]:
     """The selected head's panel (empty when no head is selected)."""
     state = state_of(search, label_sets)
@@ -183,8 +182,7 @@ def render_head_panel(search: str | None, ready: dict | None, label_sets: list |
     return head_body(data, state)
 
 
-@callback(Output("pair-panel-body", "children"), Output("cosines", "figure"),
-          Input("url", "search"), Input("ready-store", "data"), Input("labels-store", "data"))
+@view_callback("pair-panel", Output("pair-panel-body", "children"), Output("cosines", "figure"))
 def render_pair_panel(search: str | None, ready: dict | None, label_sets: list | None) -> tuple:
     """The selected pair's panel and its principal-angle cosines (empty when none is selected)."""
     state = state_of(search, label_sets)

@@ -5,19 +5,19 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from dash import Input, Output
+from dash import Output
 
 from headgraph.frontend.api_client import ApiError
 from headgraph.frontend.callbacks.common import WAITING, api, error_note, stat, state_of
-from headgraph.frontend.callbacks.registry import callback
+from headgraph.frontend.callbacks.router import view_callback
 from headgraph.frontend.figures import (empty_figure, kl_grid_figure, null_figure, null_summary,
                                         reference_figure)
 from headgraph.frontend.state import view_params
 
 
-@callback(Output("kl-grid", "figure"), Output("ref-hist", "figure"), Output("null-fig", "figure"),
-          Output("reference-summary", "children"), Output("reference-summary", "data-kl"),
-          Input("url", "search"), Input("ready-store", "data"))
+@view_callback("reference", Output("kl-grid", "figure"), Output("ref-hist", "figure"),
+               Output("null-fig", "figure"), Output("reference-summary", "children"),
+               Output("reference-summary", "data-kl"), labels=False)
 def render_reference(search: str | None, ready: dict | None) -> tuple:
     """KL grid, PK histogram against the Haar density, and the anisotropic null."""
     return reference_view(view_params(state_of(search), "reference", ready))

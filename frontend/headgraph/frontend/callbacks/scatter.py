@@ -4,18 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from dash import Input, Output
+from dash import Output
 
 from headgraph.frontend.api_client import ApiError
 from headgraph.frontend.callbacks.common import WAITING, api, error_note, stat, state_of, vocab
-from headgraph.frontend.callbacks.registry import callback
+from headgraph.frontend.callbacks.router import view_callback
 from headgraph.frontend.figures import empty_figure, scatter_figure
 from headgraph.frontend.state import view_params
 
 
-@callback(Output("scatter", "figure"), Output("scatter-summary", "children"),
-          Output("scatter-summary", "data-points"),
-          Input("url", "search"), Input("ready-store", "data"))
+@view_callback("scatter", Output("scatter", "figure"), Output("scatter-summary", "children"),
+               Output("scatter-summary", "data-points"), labels=False)
 def render_scatter(search: str | None, ready: dict | None) -> tuple:
     """PK against CS for every pair of the URL's pairing (O -> Q/K/V only)."""
     return scatter_view(view_params(state_of(search), "scatter", ready))

@@ -4,20 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from dash import Input, Output
+from dash import Output
 
 from headgraph.frontend.api_client import ApiError
 from headgraph.frontend.callbacks.common import WAITING, api, error_note, stat, state_of
-from headgraph.frontend.callbacks.registry import callback
+from headgraph.frontend.callbacks.router import view_callback
 from headgraph.frontend.figures import empty_figure, patterns_figure, token_grid_figure
 from headgraph.frontend.state import view_params
 
 TOKENS_SHOWN = 5
 
 
-@callback(Output("token-grid", "figure"), Output("patterns", "figure"),
-          Output("tokens-summary", "children"), Output("tokens-summary", "data-heads"),
-          Input("url", "search"), Input("ready-store", "data"), Input("labels-store", "data"))
+@view_callback("tokens", Output("token-grid", "figure"), Output("patterns", "figure"),
+               Output("tokens-summary", "children"), Output("tokens-summary", "data-heads"))
 def render_tokens(search: str | None, ready: dict | None, label_sets: list | None) -> tuple:
     """Top tokens of the URL's role per head, and the attention-pattern scores."""
     return tokens_view(view_params(state_of(search, label_sets), "tokens", ready))

@@ -12,9 +12,10 @@ import re
 from typing import Any
 from collections.abc import Sequence
 
+import numpy as np
 import plotly.graph_objects as go
 
-from headgraph.frontend.figures.common import METRIC_TITLES, base_layout, fmt_value
+from headgraph.frontend.figures.common import METRIC_TITLES, NO_CLASS_COLOR, base_layout, class_colors
 
 _NAME_RE = re.compile(r"^L(\d+)(H|KV)(\d+)$")
 
@@ -83,29 +84,36 @@ def align_axis(main: Sequence[str], other: Sequence[str], *, group: int | None =
     return out
 
 
-def _hover_values(main: dict[str, Any], other: dict[str, Any]) -> list[list[str]]:
-    """``other``'s valid scores at ``main``'s cells, as hover strings (KV groups translated:
-    a mean over several query heads says so)."""
-    other = grid_labels(other)
-    vals, ok = flatten_grid(other["grid"]), flatten_grid(other["valid"])
-    rows = align_axis(main["source_labels"], other["source_labels"])
-    cols = align_axis(main["target_labels"], other["target_labels"])
-    names = other["target_labels"]
-    out: list[list[str]] = []
-    for ri in rows:
-        line = []
-        for cj in cols:
-            cells = [(v, j) for i in ri for j in cj if ok[i][j] and (v := vals[i][j]) is not None]
-            if not cells:
-                line.append("–")
-            elif len(cells) == 1:
-                line.append(fmt_value(cells[0][0], 4))
-            else:
-                mean = sum(float(v) for v, _ in cells) / len(cells)
-                heads = ", ".join(dict.fromkeys(names[j] for _, j in cells))
-                line.append(f"{fmt_value(mean, 4)} (mean over {heads})")
-        out.append(line)
+def dense(grid: dict[str, Any]) -> np.ndarray:
+    """A /api/pk or /api/cs answer as a [(L*Hs), (L*Ht)] float64 array, NaN where not valid."""
+    g = np.array(grid["grid"], dtype=float)
+    ok = np.array(grid["valid"], dtype=bool)
+    rows = g.shape[0] * g.shape[1] if g.ndim == 4 else 0
+    g, ok = g.reshape(rows, -1), ok.reshape(rows, -1)
+    return np.where(ok & np.isfinite(g), g, np.nan)
+
+
+def _indicator(mapping: list[list[int]], n_other: int) -> np.ndarray:
+    out = np.zeros((len(mapping), n_other))
+    for i, hits in enumerate(mapping):
+        out[i, hits] = 1.0
     return out
+
+
+def hover_values(main: dict[str, Any], other: dict[str, Any]) -> tuple[np.ndarray, bool]:
+    """``other``'s valid scores at ``main``'s cells ([rows, cols], NaN where none), and whether
+    any cell is a mean over several query heads (a KV group of a grouped-query model reads
+    the mean of its query heads' scores, as the pair panel and the scatter do)."""
+    other = grid_labels(other)
+    vals = dense(other)
+    ok = np.isfinite(vals)
+    rows = _indicator(align_axis(main["source_labels"], other["source_labels"]), vals.shape[0])
+    cols = _indicator(align_axis(main["target_labels"], other["target_labels"]), vals.shape[1])
+    total = rows @ np.where(ok, vals, 0.0) @ cols.T
+    count = rows @ ok.astype(float) @ cols.T
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(count > 0, total / count, np.nan)
+    return mean, bool((count > 1).any())
 
 
 def _layer_blocks(labels: Sequence[str]) -> list[tuple[str, int, int]]:
@@ -134,31 +142,60 @@ def grid_height(rows: int) -> int:
     return int(max(560, min(2000, 160 + 3 * rows)))
 
 
+def class_strips(fig: go.Figure, src: Sequence[str], tgt: Sequence[str], classes: dict[str, str]) -> None:
+    """The head-class overlay as two thin strips beside the grid: one cell per source head
+    (left) and per target head (top), coloured by class, hovering the class name. Per head,
+    not per cell: a 270 x 90 grid carries 360 class names, not 24,300."""
+    names = list(dict.fromkeys(classes.get(h, "no class") for h in [*src, *tgt]))
+    colors = class_colors([n for n in names if n != "no class"])
+    colors["no class"] = NO_CLASS_COLOR
+    n = len(names)
+    scale = [[edge, colors[name]] for k, name in enumerate(names)
+             for edge in (k / n, (k + 1) / n)]
+    code = {name: k for k, name in enumerate(names)}
+    common = dict(colorscale=scale, zmin=-0.5, zmax=n - 0.5, showscale=False, hoverongaps=False)
+    fig.add_trace(go.Heatmap(
+        z=np.array([[code[classes.get(h, "no class")]] for h in src], dtype=np.int16), y=list(src), x=["class"],
+        text=[[classes.get(h, "no class")] for h in src], xaxis="x2", yaxis="y",
+        hovertemplate="%{y}: %{text}<extra>class</extra>", name="source class", **common))
+    fig.add_trace(go.Heatmap(
+        z=np.array([[code[classes.get(h, "no class")] for h in tgt]], dtype=np.int16), x=list(tgt), y=["class"],
+        text=[[classes.get(h, "no class") for h in tgt]], xaxis="x", yaxis="y2",
+        hovertemplate="%{x}: %{text}<extra>class</extra>", name="target class", **common))
+    fig.update_layout(xaxis=dict(domain=[0.035, 1.0]), yaxis=dict(domain=[0.0, 0.965]),
+                      xaxis2=dict(domain=[0.0, 0.025], anchor="y", showticklabels=False, showgrid=False,
+                                  zeroline=False, fixedrange=True),
+                      yaxis2=dict(domain=[0.975, 1.0], anchor="x", showticklabels=False, showgrid=False,
+                                  zeroline=False, fixedrange=True))
+
+
 def score_heatmap(grid: dict[str, Any], *, metric: str, hover_grids: dict[str, dict[str, Any]] | None = None,
                   classes: dict[str, str] | None = None) -> go.Figure:
     """Full source-head x target-head grid of one pairing, blocked by layer with layer ticks.
 
     ``grid`` is a /api/pk or /api/cs answer; ``hover_grids`` adds other metrics to the hover
-    (e.g. {"CS": cs_json, "PK": pk_json}); invalid cells are blank.
+    (e.g. {"CS": cs_json, "PK": pk_json}); invalid cells are blank. The cells travel as
+    binary float32 arrays (z, and the other metrics as numeric customdata [rows, cols, k]),
+    not per-cell strings: exact values are in the pair panel and the downloads. ``classes``
+    (head -> class) draws the class strips (:func:`class_strips`).
     """
     grid = grid_labels(grid)
     src, tgt = grid["source_labels"], grid["target_labels"]
-    z = flatten_grid(grid["grid"])
-    valid = flatten_grid(grid["valid"])
-    z = [[v if ok else None for v, ok in zip(row, vrow)] for row, vrow in zip(z, valid)]
-    classes = classes or {}
-    extra = {name: _hover_values(grid, g) for name, g in (hover_grids or {}).items()}
-    custom = [[[s, t, classes.get(s, "–"), classes.get(t, "–")]
-               + [extra[n][i][j] for n in extra] for j, t in enumerate(tgt)]
-              for i, s in enumerate(src)]
-    extra_hover = "".join(f"<br>{n}: %{{customdata[{4 + k}]}}" for k, n in enumerate(extra))
+    z = dense(grid)
     label = METRIC_TITLES.get(metric, metric)
+    extra_hover, custom = "", None
+    if hover_grids:
+        layers = [hover_values(grid, g) for g in hover_grids.values()]
+        custom = np.stack([v for v, _ in layers], axis=-1).astype(np.float32)
+        extra_hover = "".join(
+            f"<br>{name}{' (KV group: mean over its query heads)' if averaged else ''}: "
+            f"%{{customdata[{k}]:.4g}}"
+            for k, (name, (_, averaged)) in enumerate(zip(hover_grids, layers)))
     fig = go.Figure(go.Heatmap(
-        z=z, x=list(tgt), y=list(src), customdata=custom,
+        z=z.astype(np.float32), x=list(tgt), y=list(src), customdata=custom,
         colorscale="Viridis", colorbar=dict(title=dict(text=label, side="right"), thickness=14),
         hoverongaps=False, xgap=cell_gap(len(tgt)), ygap=cell_gap(len(src)),
-        hovertemplate=("source %{customdata[0]} (%{customdata[2]})<br>target %{customdata[1]} "
-                       f"(%{{customdata[3]}})<br>{label}: %{{z:.4g}}{extra_hover}<extra></extra>")))
+        hovertemplate=f"source %{{y}}<br>target %{{x}}<br>{label}: %{{z:.4g}}{extra_hover}<extra></extra>"))
     for axis, labels in (("x", tgt), ("y", src)):
         blocks = _layer_blocks(labels)
         ticks = dict(type="category", tickmode="array", tickvals=[(a + b) / 2 for _, a, b in blocks],
@@ -173,6 +210,8 @@ def score_heatmap(grid: dict[str, Any], *, metric: str, hover_grids: dict[str, d
                 fig.add_shape(x0=a - 0.5, x1=a - 0.5, y0=-0.5, y1=len(src) - 0.5, **line)
             else:
                 fig.add_shape(y0=a - 0.5, y1=a - 0.5, x0=-0.5, x1=len(tgt) - 0.5, **line)
+    if classes:
+        class_strips(fig, src, tgt, classes)
     fig.update_layout(plot_bgcolor="#f1f3f6")
     title = f"{grid['pairing']}: {label} of every (source, target) head pair ({grid['model']}, {grid['order']})"
     if grid.get("kind") == "cs":

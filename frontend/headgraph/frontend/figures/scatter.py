@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import plotly.graph_objects as go
 
 from headgraph.frontend.figures.common import base_layout, fmt_value
@@ -33,7 +34,8 @@ def scatter_figure(data: dict[str, Any]) -> go.Figure:
         idx = [i for i, q in enumerate(quad) if q == code]
         trace = go.Scattergl if len(quad) > 5000 else go.Scatter
         fig.add_trace(trace(
-            x=[pts["cs"][i] for i in idx], y=[pts["pk"][i] for i in idx], mode="markers",
+            x=np.array([pts["cs"][i] for i in idx], dtype=np.float32),  # binary on the wire
+            y=np.array([pts["pk"][i] for i in idx], dtype=np.float32), mode="markers",
             name=f"{name} ({len(idx)})",
             customdata=[[pts["source"][i], pts["target"][i]] for i in idx],
             marker=dict(size=7 if code else 5, color=color, opacity=0.9 if code else 0.55,

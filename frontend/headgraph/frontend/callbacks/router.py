@@ -1,0 +1,120 @@
+"""Only the visible view's callbacks run: a browser-side router in front of every view.
+
+Every view (a figure block or a side panel) renders from three per-view stores,
+``in-<view>-search``, ``in-<view>-ready`` and ``in-<view>-labels``, instead of the URL, the
+ready record and the label sets themselves. The clientside ``ROUTER_JS`` copies those three
+into a view's stores only when that view is shown (its tab is open; a panel has a head or a
+pair selected) and what it renders from changed (its URL fields, the ready record, the label
+sets). A hidden view costs no request; a view whose inputs did not change is not redrawn.
+
+``view_callback`` registers a view's server callback on those stores and adds one more
+guard: the view's parameters as last rendered (``in-<view>-rendered``). While a job runs,
+the ready record changes with every cached stage, but a view already drawn from its own
+results keeps the same parameters (state.ready_token) and is left as it is, not redrawn.
+A render that hit an API error (``common.error_note``) is not recorded, so it is retried.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Callable
+from typing import Any
+
+import flask
+from dash import Dash, Input, Output, State, no_update
+
+from headgraph.frontend.callbacks.registry import callback
+from headgraph.frontend.state import (ROUTED_VIEWS, TAB_OF, VIEW_PARAMS, VIEWS, ViewState, parse_query,
+                                      view_params)
+
+ROUTED = ROUTED_VIEWS  # graph, heatmap, head-grid, ..., head-panel, pair-panel
+# The URL fields each view renders from (the head grid also follows the selected head / pair).
+URL_FIELDS: dict[str, tuple[str, ...]] = {v: VIEW_PARAMS[v] + (("head", "pair") if v == "head-grid" else ())
+                                          for v in ROUTED}
+ERROR_FLAG = "headgraph_view_error"
+DEFAULT_VIEW = next(f.default for f in dataclasses.fields(ViewState) if f.name == "view")
+
+ROUTER_JS = """
+function(search, ready, labels) {
+  const cfg = __CONFIG__;
+  const nu = window.dash_clientside.no_update;
+  const q = new URLSearchParams(search || "");
+  const view = cfg.views.includes(q.get("view")) ? q.get("view") : cfg.default_view;
+  const last = (window.__headgraphRouted = window.__headgraphRouted || {});
+  const out = [];
+  for (const v of cfg.routed) {
+    const shown = v === "head-panel" ? !!q.get("head")
+        : v === "pair-panel" ? !!q.get("pair") : cfg.tab_of[v] === view;
+    const key = JSON.stringify([cfg.fields[v].map((f) => q.has(f) ? q.get(f) : cfg.defaults[f]), ready || null,
+                                cfg.labels[v] ? (labels || null) : null]);
+    if (!shown || last[v] === key) { out.push(nu, nu, nu); continue; }
+    last[v] = key;
+    out.push(search || "", ready || null, labels || null);
+  }
+  return out;
+}
+"""
+
+
+def router_config() -> dict[str, Any]:
+    return {"views": list(VIEWS), "default_view": DEFAULT_VIEW, "routed": list(ROUTED),
+            "tab_of": TAB_OF, "fields": {v: list(f) for v, f in URL_FIELDS.items()},
+            "labels": {v: True for v in ROUTED},
+            # A field absent from the URL reads its static default (a link and its normalized
+            # form then give the same key); fields without one read null.
+            "defaults": {f.name: f.default for f in dataclasses.fields(ViewState)
+                         if isinstance(f.default, str) and f.name != "overlay"}}
+
+
+def register_clientside(app: Dash) -> None:
+    """The router, run in the browser on every URL, ready-record and label-set change."""
+    outputs = [Output(f"in-{v}-{part}", "data") for v in ROUTED for part in ("search", "ready", "labels")]
+    app.clientside_callback(ROUTER_JS.replace("__CONFIG__", json.dumps(router_config())), *outputs,
+                            Input("url", "search"), Input("ready-store", "data"), Input("labels-store", "data"))
+
+
+def render_key(view: str, search: str | None, ready: dict | None, label_sets: list | None) -> str:
+    """What ``view`` draws from: its parameters (None while waiting) and the label sets' digest."""
+    params = view_params(parse_query(search, _vocab(), label_sets), view, ready)
+    digest = hashlib.blake2b(json.dumps(label_sets, sort_keys=True, default=str).encode(), digest_size=8)
+    return json.dumps([params, digest.hexdigest()], sort_keys=True, default=str)
+
+
+def _vocab() -> Any:
+    from headgraph.frontend.context import vocab
+
+    return vocab()
+
+
+def mark_error() -> None:
+    """Called by ``common.error_note``: this render showed an error, so do not record it."""
+    if flask.has_request_context():
+        setattr(flask.g, ERROR_FLAG, True)
+
+
+def view_callback(view: str, *outputs: Output, labels: bool = True) -> Callable[[Callable[..., tuple]], Callable[..., tuple]]:
+    """Register ``func(search, ready[, label_sets]) -> tuple of outputs`` as ``view``'s callback,
+    fed by the router's stores and skipped when its parameters are those last rendered.
+    Returns ``func`` unchanged (tests call it directly)."""
+    def decorate(func: Callable[..., tuple]) -> Callable[..., tuple]:
+        inputs = [Input(f"in-{view}-search", "data"), Input(f"in-{view}-ready", "data")]
+        if labels:
+            inputs.append(Input(f"in-{view}-labels", "data"))
+
+        def routed(*args: Any) -> tuple:
+            *given, rendered = args
+            key = render_key(view, given[0], given[1], given[2] if labels else None)
+            if key == rendered:
+                return tuple([no_update] * (len(outputs) + 1))
+            result = func(*given)
+            result = result if isinstance(result, tuple) else (result,)
+            failed = flask.has_request_context() and getattr(flask.g, ERROR_FLAG, False)
+            return (*result, None if failed else key)
+
+        routed.__name__ = f"routed_{func.__name__}"
+        callback(*outputs, Output(f"in-{view}-rendered", "data"), *inputs,
+                 State(f"in-{view}-rendered", "data"), prevent_initial_call=True)(routed)
+        return func
+    return decorate

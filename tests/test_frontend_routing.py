@@ -1,0 +1,117 @@
+"""Browser: only the visible view's callbacks run, a view whose inputs did not change is not
+redrawn, and large grids travel as binary arrays (issue 17, item 3).
+
+A real server on the demo (computed through the API first), Debian's chromium; every
+callback request the page makes is recorded with the outputs it asked for.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+from playwright.sync_api import Page
+
+from browser import Server, figure, query_of, start_server, wait_figure, wait_until
+
+pytestmark = pytest.mark.timeout(300)
+VIEW_FIGURES = {"graph": "graph.figure", "heatmap": "heatmap.figure", "scatter": "scatter.figure",
+                "reference": "kl-grid.figure", "tokens": "token-grid.figure"}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    srv = start_server(tmp_path_factory.mktemp("routing") / "cache")
+    try:
+        with httpx.Client(base_url=srv.url, timeout=120) as http:
+            job = http.post("/api/models/compute", params={"model": "demo"}).json()["job"]
+            while (rec := http.get(f"/api/jobs/{job['id']}").json())["state"] in ("queued", "running"):
+                time.sleep(0.2)
+            assert rec["state"] == "done", rec
+        yield srv
+    finally:
+        srv.stop()
+
+
+class Calls:
+    """Every /_dash-update-component request of a page: its outputs and response body."""
+
+    def __init__(self, page: Page) -> None:
+        self.records: list[tuple[str, str]] = []
+        page.on("requestfinished", self._done)
+
+    def _done(self, request: Any) -> None:
+        if "/_dash-update-component" not in request.url:
+            return
+        output = json.loads(request.post_data or "{}").get("output", "")
+        response = request.response()
+        self.records.append((output, response.text() if response else ""))
+
+    def outputs(self) -> list[str]:
+        return [o for o, _ in self.records]
+
+    def views(self) -> set[str]:
+        return {v for v, fig in VIEW_FIGURES.items() for o in self.outputs() if fig in o}
+
+
+@pytest.fixture()
+def page(browser: Any) -> Iterator[Page]:
+    ctx = browser.new_context(viewport={"width": 1500, "height": 1000})
+    pg = ctx.new_page()
+    yield pg
+    ctx.close()
+
+
+def settle(page: Page) -> None:
+    """Let late callbacks (controls, the URL write) finish."""
+    page.wait_for_timeout(1500)
+
+
+def test_a_warm_load_runs_only_the_visible_views_callbacks(server: Server, page: Page) -> None:
+    calls = Calls(page)
+    page.goto(server.url + "/?model=demo&view=heatmap&pairing=OK&overlay=patterns")
+    fig = wait_figure(page, "heatmap", lambda f: f["data"] and f["data"][0]["type"] == "heatmap")
+    settle(page)
+    assert calls.views() == {"heatmap"}, calls.outputs()
+    assert not any("head-panel-body" in o or "pair-panel-body" in o for o in calls.outputs())
+    # The grid travels as a binary typed array, not as a list of numbers.
+    body = next(text for o, text in calls.records if "heatmap.figure" in o)
+    assert '"bdata"' in body and '"dtype":"f4"' in body.replace(" ", "")
+    grid = httpx.get(server.url + "/api/pk", params={"model": "demo", "pairing": "OK"}, timeout=60).json()
+    want = np.array(grid["grid"], dtype=float).reshape(16, 16)
+    valid = np.array(grid["valid"], dtype=bool).reshape(16, 16)
+    shown = np.array([[np.nan if v is None else v for v in row] for row in fig["data"][0]["z"]], dtype=float)
+    np.testing.assert_allclose(shown[valid], want[valid], rtol=1e-6)
+    assert np.isnan(shown[~valid]).all()
+    # The class overlay is drawn as one strip cell per head, with the API's classes.
+    classes = httpx.get(server.url + "/api/labels/patterns", params={"model": "demo"}, timeout=60).json()["classes"]
+    rows = next(t for t in fig["data"] if t.get("name") == "source class")
+    cols = next(t for t in fig["data"] if t.get("name") == "target class")
+    assert [r[0] for r in rows["text"]] == [classes.get(h, "no class") for h in grid["source_labels"]]
+    assert cols["text"][0] == [classes.get(h, "no class") for h in grid["target_labels"]]
+
+
+def test_switching_tabs_runs_the_shown_view_only_and_keeps_an_unchanged_one(server: Server, page: Page) -> None:
+    page.goto(server.url + "/?model=demo&view=heatmap&pairing=OK&overlay=")
+    wait_figure(page, "heatmap", lambda f: f["data"] and f["data"][0]["type"] == "heatmap")
+    settle(page)
+    calls = Calls(page)
+    page.click("#tab-scatter")
+    wait_until(lambda: query_of(page.url).get("view") == "scatter", 15, message="scatter tab", page=page)
+    wait_figure(page, "scatter", lambda f: any(len(t.get("x") or []) for t in f["data"]))
+    settle(page)
+    assert calls.views() == {"scatter"}, calls.outputs()
+    calls.records.clear()
+    page.click("#tab-heatmap")
+    wait_until(lambda: query_of(page.url).get("view") == "heatmap", 15, message="heatmap tab", page=page)
+    settle(page)
+    # Same pairing, metric and overlay as drawn before: the heatmap is shown again as it was,
+    # without a request for it.
+    assert "heatmap" not in calls.views(), calls.outputs()
+    fig = figure(page, "heatmap")
+    assert fig and fig["data"][0]["type"] == "heatmap" and "OK" in fig["layout"]["title"]["text"]
