@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from playwright.sync_api import Page
 
-from browser import Server, figure, query_of, start_server, wait_figure, wait_until
+from browser import Server, click_point, figure, query_of, start_server, wait_figure, wait_until
 
 pytestmark = pytest.mark.timeout(300)
 VIEW_FIGURES = {"graph": "graph.figure", "heatmap": "heatmap.figure", "scatter": "scatter.figure",
@@ -115,3 +115,38 @@ def test_switching_tabs_runs_the_shown_view_only_and_keeps_an_unchanged_one(serv
     assert "heatmap" not in calls.views(), calls.outputs()
     fig = figure(page, "heatmap")
     assert fig and fig["data"][0]["type"] == "heatmap" and "OK" in fig["layout"]["title"]["text"]
+
+
+def test_layer_overview_drills_down_to_a_block_of_heads(server: Server, page: Page) -> None:
+    """Dense models: the heatmap's layer overview (one cell per layer block, its mean) and a
+    click on a block opening that block's head pairs."""
+    page.goto(server.url + "/?model=demo&view=heatmap&pairing=OK&grain=layers&overlay=")
+    fig = wait_figure(page, "heatmap", lambda f: f["data"] and f["data"][0]["x"] == ["L0", "L1"])
+    grid = httpx.get(server.url + "/api/pk", params={"model": "demo", "pairing": "OK"}, timeout=60).json()
+    g, ok = grid["grid"], grid["valid"]
+    for si in range(2):  # the block means, from the API's nested lists in plain Python
+        for ti in range(2):
+            vals = [g[si][sh][ti][th] for sh in range(8) for th in range(8) if ok[si][sh][ti][th]]
+            shown = fig["data"][0]["z"][si][ti]
+            if vals:
+                assert shown == pytest.approx(sum(vals) / len(vals), rel=1e-6)
+            else:
+                assert shown is None  # no forward pair in the block (layer 1 -> layer 0)
+    assert fig["data"][0]["z"][0][1] is not None
+    click_point(page, "heatmap", 1, 0)  # source L0 -> target L1
+    wait_until(lambda: query_of(page.url).get("zoom") == "L0,L1" and query_of(page.url).get("grain") == "heads",
+               15, message="zoom in the URL", page=page)
+    block = wait_figure(page, "heatmap", lambda f: len(f["data"][0]["x"]) == 8)
+    assert block["data"][0]["y"] == grid["source_labels"][:8] and block["data"][0]["x"] == grid["target_labels"][8:]
+    want = [[g[0][sh][1][th] for th in range(8)] for sh in range(8)]
+    assert [v for row in block["data"][0]["z"] for v in row] == pytest.approx([v for row in want for v in row],
+                                                                             rel=1e-6)
+    # A cell of the block opens its pair, as in the whole grid.
+    title = page.locator("#pair-panel-title")
+    click_point(page, "heatmap", 2, 3, expect=title)
+    assert title.get_attribute("data-pair") == f"{grid['source_labels'][3]},{grid['target_labels'][8 + 2]}"
+    # The overview control goes back (and leaves the block).
+    page.check("#grain-radio input[value='layers']")
+    wait_until(lambda: query_of(page.url).get("grain") == "layers" and "zoom" not in query_of(page.url), 15,
+               message="back to the overview", page=page)
+    wait_figure(page, "heatmap", lambda f: f["data"][0]["x"] == ["L0", "L1"])

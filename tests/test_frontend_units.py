@@ -109,7 +109,8 @@ def test_bad_query_values_fall_back_to_defaults() -> None:
 def test_view_params_only_for_the_shown_ready_view() -> None:
     s = parse_query("?model=demo&view=heatmap&pairing=OV&metric=normalized&pair=L0H1,L1H2", VOCAB)
     assert view_params(s, "heatmap", READY) == {"model": "demo", "pairing": "OV", "metric": "normalized",
-                                                "overlay": "patterns", "ready": "t1"}
+                                                "overlay": "patterns", "grain": "heads", "zoom": None,
+                                                "ready": "t1"}
     assert view_params(s, "head-grid", READY)["head"] == "L0H1"  # the pair's source (outgoing)
     assert view_params(s, "graph", READY) is None  # another tab
     assert view_params(s, "heatmap", None) is None  # not ready
@@ -444,3 +445,15 @@ def test_a_busy_get_waits_its_turn_and_a_post_does_not():
         raise AssertionError("429 must surface once the wait is over")
     except ApiError as err:
         assert err.status == 429
+
+
+def test_heatmap_grain_and_zoom_round_trip_and_clicks() -> None:
+    s = parse_query("?model=demo&view=heatmap&grain=layers", VOCAB)
+    assert s.grain == "layers" and s.zoom is None
+    zoomed = apply_click(s, "heatmap", {"points": [{"x": "L1", "y": "L0"}]}, VOCAB)
+    assert (zoomed.grain, zoomed.zoom) == ("heads", ("L0", "L1"))
+    assert parse_query(to_query(zoomed), VOCAB) == zoomed
+    assert parse_query("?zoom=L0,H1", VOCAB).zoom is None and parse_query("?grain=bogus", VOCAB).grain == "heads"
+    assert apply_click(zoomed, "heatmap", {"points": [{"x": "L1H2", "y": "L0H3"}]}, VOCAB).pair == ("L0H3", "L1H2")
+    back = next_state(zoomed, "grain-radio", "layers", VOCAB)
+    assert (back.grain, back.zoom) == ("layers", None)

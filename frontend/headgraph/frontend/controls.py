@@ -22,12 +22,12 @@ VIEW_LABELS: dict[str, str] = {"graph": "Head graph", "heatmap": "Heatmaps", "sc
 # Which control groups each view shows.
 VIEW_CONTROLS: dict[str, tuple[str, ...]] = {
     "graph": ("pairings", "rule", "layout", "overlay"),  # the rule group holds the graph's scales
-    "heatmap": ("pairing", "metric", "direction", "overlay"),
+    "heatmap": ("pairing", "metric", "grain", "direction", "overlay"),
     "scatter": ("pairing", "top_percent"),
     "reference": ("pairing",),
     "tokens": ("role",),
 }
-CONTROL_GROUPS = ("pairing", "pairings", "rule", "metric", "layout", "direction", "top_percent",
+CONTROL_GROUPS = ("pairing", "pairings", "rule", "metric", "grain", "layout", "direction", "top_percent",
                   "role", "overlay")
 METRIC_LABELS = {"raw": "raw", "normalized": "normalized", "z": "z", "cs": "CS"}
 # The graph's scales (the API's threshold_on): no CS, which GET /api/graph cannot rank by.
@@ -161,6 +161,10 @@ def control_groups(state: ViewState | None, vocab: Vocabulary | None,
         _group("metric", "metric", "metric" in shown, dcc.RadioItems(
             id="metric-radio", value=state.metric if state else None, inline=True,
             options=_opts(vocab.metrics if vocab else (), METRIC_LABELS))),
+        _group("grain", "cells", "grain" in shown, dcc.RadioItems(
+            id="grain-radio", value=state.grain if state else None, inline=True,
+            options=[{"label": "head pairs", "value": "heads"},
+                     {"label": "layer overview", "value": "layers"}])),
         _group("layout", "layout", "layout" in shown, dcc.RadioItems(
             id="layout-radio", value=state.layout if state else None, inline=True,
             options=[{"label": "layer × head", "value": "grid"}, {"label": "force", "value": "force"}])),

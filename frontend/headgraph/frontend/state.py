@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any
+import re
 from urllib.parse import parse_qs, urlencode
 
 from headgraph.frontend.vocab import Vocabulary
@@ -21,6 +22,10 @@ VIEWS: tuple[str, ...] = ("graph", "heatmap", "scatter", "reference", "tokens")
 LAYOUTS: tuple[str, ...] = ("grid", "force")
 RULES: tuple[str, ...] = ("topk", "threshold")
 DIRECTIONS: tuple[str, ...] = ("out", "in")
+# Heatmap grain: every head pair, or the layer-aggregated overview (one cell per layer pair,
+# its mean; a click drills down to that block's heads, ``zoom``).
+GRAINS: tuple[str, ...] = ("heads", "layers")
+_LAYER_RE = re.compile(r"^L\d+$")
 # The graph's edge scales (the API's ``threshold_on``): top-k ranks by one of RANK_ON, threshold
 # mode keeps the pairs at or above a threshold on one of THRESHOLD_ON ("fdr": BH q level, edges
 # are the pairs significant at q). Normalized PK (in [0, 1]) compares across pairings, so it is
@@ -81,6 +86,8 @@ class ViewState:
     direction: str = "out"  # head grid: outgoing or incoming scores of `head`
     top_percent: float = 5.0
     role: str = DEFAULT_ROLE  # token view role
+    grain: str = "heads"  # heatmap: "heads" (every pair) | "layers" (layer-block overview)
+    zoom: tuple[str, str] | None = None  # heatmap drill-down: (source layer, target layer), "L3"
 
     def with_(self, **changes: Any) -> ViewState:
         """Copy with some fields changed (frozen dataclass helper)."""
@@ -181,7 +188,14 @@ def parse_query(search: str | None, vocab: Vocabulary,
         direction=_choice(q.get("direction"), DIRECTIONS, d.direction),
         top_percent=float(_number(q.get("top_percent"), d.top_percent, 0.1, 100.0) or d.top_percent),
         role=_choice((q.get("role") or "").upper(), vocab.roles, d.role),
+        grain=_choice(q.get("grain"), GRAINS, d.grain),
+        zoom=_zoom(q.get("zoom")),
     )
+
+
+def _zoom(value: str | None) -> tuple[str, str] | None:
+    parts = (value or "").upper().split(",")
+    return (parts[0], parts[1]) if len(parts) == 2 and all(_LAYER_RE.match(p) for p in parts) else None
 
 
 def to_query(state: ViewState) -> str:
@@ -205,7 +219,10 @@ def to_query(state: ViewState) -> str:
         ("direction", state.direction),
         ("top_percent", f"{state.top_percent:g}"),
         ("role", state.role),
+        ("grain", state.grain),
     ]
+    if state.zoom:
+        items.append(("zoom", ",".join(state.zoom)))
     if state.head:
         items.append(("head", state.head))
     if state.pair:
@@ -225,7 +242,7 @@ def graph_on(params: dict[str, Any] | ViewState) -> str:
 VIEW_PARAMS: dict[str, tuple[str, ...]] = {
     "graph": ("model", "pairings", "k", "rule", "rank_on", "threshold_on", "threshold", "layout", "overlay",
               "head", "pair", "pairing"),
-    "heatmap": ("model", "pairing", "metric", "overlay"),
+    "heatmap": ("model", "pairing", "metric", "overlay", "grain", "zoom"),
     "head-grid": ("model", "pairing", "metric", "direction"),
     "scatter": ("model", "pairing", "top_percent"),
     "reference": ("model", "pairing"),

@@ -7,11 +7,14 @@ changed one control, clicked a figure, or uploaded a label set. The single URL w
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from headgraph.frontend.state import (DIRECTIONS, LAYOUTS, RANK_ON, RULES, THRESHOLD_ON, VIEWS, ViewState,
+from headgraph.frontend.state import (DIRECTIONS, GRAINS, LAYOUTS, RANK_ON, RULES, THRESHOLD_ON, VIEWS, ViewState,
                                       clean_threshold, default_overlay, focus_head)
 from headgraph.frontend.vocab import Vocabulary
+
+_LAYER_RE = re.compile(r"^L\d+$")
 
 # Control component id -> the ViewState field it edits.
 CONTROL_FIELDS: dict[str, str] = {
@@ -30,6 +33,7 @@ CONTROL_FIELDS: dict[str, str] = {
     "direction-radio": "direction",
     "top-percent-input": "top_percent",
     "role-radio": "role",
+    "grain-radio": "grain",
 }
 # Figures whose clicks select something (their clickData goes to the URL writer).
 CLICK_SOURCES: tuple[str, ...] = ("graph", "heatmap", "head-grid", "scatter", "kl-grid")
@@ -39,7 +43,7 @@ UPLOAD_SOURCE = "uploaded-store"
 def _allowed(field: str, vocab: Vocabulary) -> tuple[str, ...] | None:
     return {"view": VIEWS, "pairing": vocab.pairings, "rule": RULES, "metric": vocab.metrics,
             "rank_on": RANK_ON, "threshold_on": THRESHOLD_ON,
-            "layout": LAYOUTS, "direction": DIRECTIONS, "role": vocab.roles}.get(field)
+            "layout": LAYOUTS, "direction": DIRECTIONS, "role": vocab.roles, "grain": GRAINS}.get(field)
 
 
 def set_field(state: ViewState, field: str, value: Any, vocab: Vocabulary) -> ViewState:
@@ -89,6 +93,8 @@ def apply_control(state: ViewState, field: str, value: Any, vocab: Vocabulary,
         return new.with_(rule="topk")
     if field == "threshold":
         return new.with_(rule="threshold")
+    if field == "grain":  # the grain control leaves a drill-down (back to the whole grid)
+        return new.with_(zoom=None)
     if field == "threshold_on":
         return new.with_(rule="threshold", threshold=clean_threshold(None, new.threshold_on))
     return new
@@ -112,6 +118,8 @@ def apply_click(state: ViewState, source: str, click: Any, vocab: Vocabulary) ->
     is_head = vocab.is_head
     if source == "heatmap":  # categorical axes: y = source head, x = target head
         s, t = str(_point(click).get("y", "")), str(_point(click).get("x", ""))
+        if state.grain == "layers" and _LAYER_RE.match(s) and _LAYER_RE.match(t):  # overview cell
+            return state.with_(grain="heads", zoom=(s, t))
         return state.with_(pair=(s, t)) if is_head(s) and is_head(t) else state
     if source == "head-grid":  # categorical axes: y = "L1", x = "H3" (or "KV1")
         other = str(_point(click).get("y", "")) + str(_point(click).get("x", ""))

@@ -10,7 +10,7 @@ from headgraph.frontend.api_client import ApiClient, ApiError
 from headgraph.frontend.callbacks.common import WAITING, api, error_note, overlay_classes, stat, state_of, vocab
 from headgraph.frontend.callbacks.router import view_callback
 from headgraph.frontend.figures import empty_figure, head_grid_figure, score_heatmap
-from headgraph.frontend.figures.heatmaps import grid_labels
+from headgraph.frontend.figures.heatmaps import block_grid, grid_labels, layer_overview
 from headgraph.frontend.state import view_params
 
 
@@ -40,7 +40,8 @@ def hover_grids(client: ApiClient, model: str, pairing: str, metric: str) -> dic
 @view_callback("heatmap", Output("heatmap", "figure"), Output("heatmap-summary", "children"),
                Output("heatmap-summary", "data-cells"))
 def render_heatmap(search: str | None, ready: dict | None, label_sets: list | None) -> tuple:
-    """The full pair grid of the URL's pairing and metric (when the heatmap tab shows)."""
+    """The full pair grid of the URL's pairing and metric (when the heatmap tab shows), its
+    layer overview, or one layer block of it."""
     return heatmap_view(view_params(state_of(search, label_sets), "heatmap", ready))
 
 
@@ -52,15 +53,26 @@ def heatmap_view(params: dict[str, Any] | None) -> tuple:
     model, pairing, metric = params["model"], params["pairing"], params["metric"]
     try:
         grid = metric_grid(client, model, pairing, metric)
+        if params.get("grain") == "layers":
+            fig = layer_overview(grid, metric=metric)
+            n = len(grid["layer_indices"])
+            return fig, [stat("blocks", n * n, "cells"), stat("min", grid.get("min"), "min", "{:.4g}"),
+                         stat("max", grid.get("max"), "max", "{:.4g}")], str(n * n)
         extra = hover_grids(client, model, pairing, metric)
-    except ApiError as err:
-        return empty_figure(err.message), [error_note(err.message)], None
+        if params.get("zoom"):
+            grid = block_grid(grid, tuple(params["zoom"]))
+    except (ApiError, KeyError) as err:
+        message = err.message if isinstance(err, ApiError) else str(err.args[0])
+        return empty_figure(message), [error_note(message)], None
     classes = overlay_classes(client, params.get("overlay"), model)
     fig = score_heatmap(grid, metric=metric, hover_grids=extra, classes=classes)
     rows, cols = len(grid["source_labels"]), len(grid["target_labels"])
     n_valid = sum(v for a in grid["valid"] for b in a for c in b for v in c)
     chips = [stat("cells", rows * cols, "cells"), stat("valid", n_valid, "valid"),
              stat("min", grid.get("min"), "min", "{:.4g}"), stat("max", grid.get("max"), "max", "{:.4g}")]
+    if params.get("zoom"):
+        s, t = params["zoom"]
+        chips.insert(0, stat("block", f"{s} → {t} (back: cells = layer overview)", "zoom"))
     return fig, chips, str(rows * cols)
 
 

@@ -219,6 +219,67 @@ def score_heatmap(grid: dict[str, Any], *, metric: str, hover_grids: dict[str, d
     return base_layout(fig, title, height=grid_height(len(src)))
 
 
+def layer_blocks(grid: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per (source layer, target layer) block of a grid: the mean and the max of its valid
+    cells and their count, each [L, L] (NaN where a block has none, e.g. backward layers)."""
+    grid = grid_labels(grid)
+    n_layers = len(grid["layer_indices"])
+    flat = dense(grid)
+    cells = flat.reshape(n_layers, flat.shape[0] // n_layers, n_layers, flat.shape[1] // n_layers)
+    ok = np.isfinite(cells)
+    count = ok.sum(axis=(1, 3))
+    total = np.where(ok, cells, 0.0).sum(axis=(1, 3))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(count > 0, total / count, np.nan)
+    peak = np.where(count > 0, np.where(ok, cells, -np.inf).max(axis=(1, 3)), np.nan)
+    return mean, peak, count
+
+
+def layer_overview(grid: dict[str, Any], *, metric: str) -> go.Figure:
+    """Layer-aggregated heatmap: one cell per (source layer, target layer) block, its mean
+    score (hover: max and valid pairs). A click drills down to the block's heads: on a
+    1024-head model the whole grid is 10^6 cells, the overview L^2."""
+    grid = grid_labels(grid)
+    mean, peak, count = layer_blocks(grid)
+    layers = [f"L{layer}" for layer in grid["layer_indices"]]
+    label = METRIC_TITLES.get(metric, metric)
+    fig = go.Figure(go.Heatmap(
+        z=mean.astype(np.float32), x=layers, y=layers,
+        customdata=np.stack([peak, count.astype(float)], axis=-1).astype(np.float32),
+        colorscale="Viridis", colorbar=dict(title=dict(text=f"mean {label}", side="right"), thickness=14),
+        hoverongaps=False, xgap=cell_gap(len(layers)), ygap=cell_gap(len(layers)),
+        hovertemplate=(f"source layer %{{y}} → target layer %{{x}}<br>mean {label}: %{{z:.4g}}"
+                       f"<br>max: %{{customdata[0]:.4g}}<br>valid pairs: %{{customdata[1]}}"
+                       "<br>click: this block's heads<extra></extra>")))
+    fig.update_xaxes(title=f"target layer ({grid['target_role']})", type="category", showgrid=False,
+                     zeroline=False)
+    fig.update_yaxes(title=f"source layer ({grid['source_role']})", type="category", autorange="reversed",
+                     showgrid=False, zeroline=False)
+    fig.update_layout(plot_bgcolor="#f1f3f6")
+    return base_layout(fig, f"{grid['pairing']}: mean {label} per layer block ({grid['model']}, "
+                            f"{grid['order']}) · click a block for its heads",
+                       height=int(max(520, min(1000, 160 + 16 * len(layers)))))
+
+
+def block_grid(grid: dict[str, Any], zoom: tuple[str, str]) -> dict[str, Any]:
+    """The (source layer, target layer) block of a /api/pk or /api/cs answer, in the same
+    shape ([1][Hs][1][Ht] with the block's labels). KeyError for a layer the grid lacks."""
+    grid = grid_labels(grid)
+    layers = list(grid["layer_indices"])
+    try:
+        i, j = (layers.index(int(name[1:])) for name in zoom)
+    except ValueError as err:
+        raise KeyError(f"{zoom[0]} → {zoom[1]} is not a layer block of this model "
+                       f"(layers {layers[0]}..{layers[-1]})") from err
+    n_src, n_tgt = len(grid["source_labels"]) // len(layers), len(grid["target_labels"]) // len(layers)
+    return {**grid, "grid": [[[sh[j]] for sh in grid["grid"][i]]],
+            "valid": [[[sh[j]] for sh in grid["valid"][i]]],
+            "layer_indices": [layers[i]],
+            "source_labels": grid["source_labels"][i * n_src:(i + 1) * n_src],
+            "target_labels": grid["target_labels"][j * n_tgt:(j + 1) * n_tgt],
+            "zoom": list(zoom)}
+
+
 def axis_head(grid: dict[str, Any], head: str, direction: str) -> str:
     """The name ``head`` has on the grid's source (out) or target (in) axis: itself, or on a
     KV axis of a grouped-query model the KV group a query head reads (L6H4 -> L6KV1).
