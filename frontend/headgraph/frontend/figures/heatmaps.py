@@ -196,20 +196,19 @@ def score_heatmap(grid: dict[str, Any], *, metric: str, hover_grids: dict[str, d
         colorscale="Viridis", colorbar=dict(title=dict(text=label, side="right"), thickness=14),
         hoverongaps=False, xgap=cell_gap(len(tgt)), ygap=cell_gap(len(src)),
         hovertemplate=f"source %{{y}}<br>target %{{x}}<br>{label}: %{{z:.4g}}{extra_hover}<extra></extra>"))
+    shapes: list[dict[str, Any]] = []  # layer separators, set at once (add_shape revalidates all: O(n^2))
+    line = dict(type="line", line=dict(color="white", width=2), layer="above")
     for axis, labels in (("x", tgt), ("y", src)):
         blocks = _layer_blocks(labels)
         ticks = dict(type="category", tickmode="array", tickvals=[(a + b) / 2 for _, a, b in blocks],
                      ticktext=[name for name, _, _ in blocks], showgrid=False, zeroline=False)
         if axis == "x":
             fig.update_xaxes(title=f"target head ({grid['target_role']})", **ticks)
+            shapes += [dict(x0=a - 0.5, x1=a - 0.5, y0=-0.5, y1=len(src) - 0.5, **line) for _, a, _ in blocks[1:]]
         else:
             fig.update_yaxes(title=f"source head ({grid['source_role']})", autorange="reversed", **ticks)
-        for _, a, _ in blocks[1:]:
-            line = dict(type="line", line=dict(color="white", width=2), layer="above")
-            if axis == "x":
-                fig.add_shape(x0=a - 0.5, x1=a - 0.5, y0=-0.5, y1=len(src) - 0.5, **line)
-            else:
-                fig.add_shape(y0=a - 0.5, y1=a - 0.5, x0=-0.5, x1=len(tgt) - 0.5, **line)
+            shapes += [dict(y0=a - 0.5, y1=a - 0.5, x0=-0.5, x1=len(tgt) - 0.5, **line) for _, a, _ in blocks[1:]]
+    fig.update_layout(shapes=shapes)
     if classes:
         class_strips(fig, src, tgt, classes)
     fig.update_layout(plot_bgcolor="#f1f3f6")
