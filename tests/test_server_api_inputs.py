@@ -197,7 +197,9 @@ def test_local_gqa_model_under_the_root(api, model_root):
     top_cs = ok(api.get("/api/top", params={"model": "local:qwen2-tiny", "pairing": "OK", "k": 3,
                                             "metric": "cs"}))
     cs_vals = [p["cs"] for p in top_cs["pairs"]]
-    assert cs_vals == sorted(cs_vals, reverse=True) and "KV" not in top_cs["pairs"][0]["target"]
+    # ranked by the KV-level CS (the scatter's): rows stay the pairing's own KV pairs
+    assert cs_vals == sorted(cs_vals, reverse=True) and "KV" in top_cs["pairs"][0]["target"]
+    assert all(p["cs_of"].startswith("mean over ") for p in top["pairs"] + top_cs["pairs"])
 
 
 # -- bad input ------------------------------------------------------------------------------------

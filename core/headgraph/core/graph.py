@@ -31,7 +31,7 @@ from headgraph.core.head_graph import HeadGraph
 from headgraph.core.hubs import hub_table
 from headgraph.core.labels import LabelSet, class_counts, class_recovery
 from headgraph.core.pk import projection_kernel
-from headgraph.core.ranking import top_pairs
+from headgraph.core.ranking import kv_level_cs, top_pairs
 from headgraph.core.types import HeadWeights, ModelInfo, PairScores
 from headgraph.core.vocabulary import ROLES, head_label
 
@@ -60,22 +60,6 @@ def _expand(t: torch.Tensor, dims: tuple[int, ...], reps: tuple[int, ...]) -> to
         if r > 1:
             t = t.repeat_interleave(r, dim=d)
     return t
-
-
-def _align_heads(t: torch.Tensor, dim: int, size: int, *, reduce_valid: bool) -> torch.Tensor:
-    """Bring a CS grid's head axis to ``size`` heads: repeat KV heads onto query heads, or
-    average query heads over their KV group (``any`` for a validity mask)."""
-    n = t.shape[dim]
-    if n == size:
-        return t
-    if size % n == 0:
-        return t.repeat_interleave(size // n, dim=dim)
-    if n % size == 0:
-        shape = list(t.shape)
-        shape[dim: dim + 1] = [size, n // size]
-        g = t.reshape(shape)
-        return g.any(dim=dim + 1) if reduce_valid else g.mean(dim=dim + 1)
-    raise InvalidInput(f"CS grid head axis {n} cannot be matched to {size} heads")
 
 
 def _n_query_heads(results: Mapping[str, PairScores], info: ModelInfo | None) -> int | None:
@@ -185,25 +169,25 @@ def _selected(ps: PairScores, grids: dict[str, torch.Tensor], on: str, k: int | 
 
 
 def _cs_cells(cs: Mapping[str, PairScores] | None, ps: PairScores, shape: torch.Size,
-              idx: torch.Tensor) -> list[float | None] | None:
-    """CS of the selected cells (None where CS is invalid), from the mode of the target role."""
+              idx: torch.Tensor) -> tuple[list[float | None], list[str | None]] | None:
+    """(CS, cs_of) of the selected cells (None where CS is invalid), from the mode of the
+    target role; a KV-group target gets the mean over its query heads (ranking.kv_level_cs)."""
     if cs is None or ps.source_role != "O" or ps.target_role not in ("Q", "K", "V"):
         return None
     cs_ps = cs.get(ps.target_role) or cs.get(ps.pairing)
     if cs_ps is None:
         return None
-    c, cv = cs_ps.scores.to(idx.device), cs_ps.valid.to(idx.device).to(torch.bool)
-    if c.shape[0] != shape[0] or c.shape[2] != shape[2]:
+    c = cs_ps.scores
+    if c.shape[0] != shape[0] or c.shape[1] != shape[1] or c.shape[2] != shape[2]:
         raise InvalidInput(f"CS grid {tuple(c.shape)} does not match {ps.pairing} {tuple(shape)}")
-    for dim in (1, 3):
-        c = _align_heads(c, dim, shape[dim], reduce_valid=False)
-        cv = _align_heads(cv, dim, shape[dim], reduce_valid=True)
-    return [float(x) if ok else None
-            for x, ok in zip(c.flatten()[idx].tolist(), cv.flatten()[idx].tolist())]
+    kv = kv_level_cs(cs_ps, int(shape[3]))
+    cells = torch.unravel_index(idx.to(kv.scores.device), tuple(shape))
+    return kv.cells(*cells)
 
 
 def _edge_rows(grids: dict[str, torch.Tensor], idx: torch.Tensor, on: str,
-               cs_vals: list[float | None] | None) -> list[dict[str, Any]]:
+               cs_cells: tuple[list[float | None], list[str | None]] | None
+               ) -> list[dict[str, Any]]:
     """Attributes of each selected edge, in rank order."""
     score = grids["score"].flatten()[idx].double()
     top = float(score.max())
@@ -217,8 +201,10 @@ def _edge_rows(grids: dict[str, torch.Tensor], idx: torch.Tensor, on: str,
     for i, s in enumerate(score.tolist()):
         row: dict[str, Any] = {"score": s, "normalized": float(norm[i]),
                                "opacity": float(opacity[i]), "rank": i + 1}
-        if cs_vals is not None and cs_vals[i] is not None:
-            row["cs"] = cs_vals[i]
+        if cs_cells is not None and cs_cells[0][i] is not None:
+            row["cs"] = cs_cells[0][i]
+            if cs_cells[1][i] is not None:
+                row["cs_of"] = cs_cells[1][i]
         if extra is not None:
             row[extra[0]] = float(extra[1][i])
         rows.append(row)
@@ -294,7 +280,9 @@ def build_graph(
         bool mask of significant cells (threshold may be None; ignored) or BH q-values (kept
         when <= threshold).
     cs: Composition Scores keyed by mode ("Q"/"K"/"V") or pairing; an O->X edge gets the CS of
-    the same head pair from mode X. labels/info: class overlay and model shape (for GQA).
+    the same head pair from mode X (to a KV-group node: the mean over the group's query heads,
+    ``ranking.kv_level_cs``, with ``cs_of`` naming them). labels/info: class overlay and model
+    shape (for GQA).
     kv_nodes: how grouped-query K/V heads become nodes (module docstring).
     max_edges: at most this many edges per pairing (the best ones); a pairing whose rule
     passed more is listed in ``capped`` with how many passed, so a low threshold cannot

@@ -26,8 +26,9 @@ class HeadGraph:
     head_class / in_class (with labels), in_degree, out_degree, degree, weighted_degree,
     pagerank, betweenness, hub_rank, is_hub. Edge attributes: pairing, score (raw), normalized,
     opacity (score / max selected score of the pairing, in (0, 1]), rank (1-based within the
-    pairing), cs (Composition Score of the same head pair, when given), z / q (when selected on
-    them), source_class / target_class (with labels).
+    pairing), cs (Composition Score of the same head pair, when given; for a KV-group target
+    the mean over its query heads, named in cs_of: "mean over L2H2, L2H3"), z / q (when
+    selected on them), source_class / target_class (with labels).
     """
 
     graph: nx.MultiDiGraph

@@ -157,27 +157,86 @@ def expand_heads(grid: torch.Tensor, n_source: int, n_target: int) -> torch.Tens
     return grid
 
 
-def group_heads(grid: torch.Tensor, valid: torch.Tensor, n_source: int, n_target: int
-                ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The inverse of :func:`expand_heads`: a query-head grid [L, Hs, L, Ht] averaged over
-    each KV group (consecutive query heads, the repeat_interleave layout) -> ([L, n_source, L,
-    n_target] float64 mean over the group's valid cells, valid where any member is).
+@dataclass(frozen=True)
+class KVLevelCS:
+    """Composition Scores on a pairing's KV-level target layout (:func:`kv_level_cs`).
 
-    Lets a per-query-head score (CS) sit on a PK grid whose K/V axis holds KV heads, so each
-    KV score is compared once rather than once per query head it serves.
+    CS depends on the target query head's own W_Q / W_O, so a CS grid has query heads on its
+    target axis even where the PK grid (OK / OV of a grouped-query model) has KV groups. Here
+    each (source head, target KV group) cell holds the mean CS over the group's served query
+    heads whose CS is valid; with ``group == 1`` (no grouping) a cell is the pair's own CS.
+
+    scores [L, Hs, L, Ht] float64, NaN where ``valid`` is False; count [L, Hs, L, Ht] int64:
+    how many query heads were averaged; query_valid [L, Hs, L, Ht * group]: the CS grid's own
+    validity (which query heads a cell averages); layer_indices: original block numbers.
     """
-    _, hs, _, ht = grid.shape
-    for have, want in ((hs, n_source), (ht, n_target)):
-        if want <= 0 or have % want:
-            raise InvalidInput(f"cannot group {have} heads into {want} KV groups")
-    w = valid.to(torch.float64)
+
+    scores: torch.Tensor
+    valid: torch.Tensor
+    count: torch.Tensor
+    query_valid: torch.Tensor
+    group: int
+    layer_indices: tuple[int, ...]
+
+    @property
+    def grouped(self) -> bool:
+        """Whether target cells are KV groups (averages over several query heads)."""
+        return self.group > 1
+
+    def describe(self) -> str:
+        """What a cell's CS is, in words (for a download's or a view's metadata)."""
+        return ("mean over the target KV group's query heads" if self.grouped
+                else "the pair's own Composition Score")
+
+    def members(self, sl: int, sh: int, tl: int, th: int) -> list[int]:
+        """Target query heads (indices on the CS grid) averaged into cell (sl, sh, tl, th)."""
+        lo = th * self.group
+        ok = self.query_valid[sl, sh, tl, lo: lo + self.group].tolist()
+        return [lo + j for j, v in enumerate(ok) if v]
+
+    def cs_of(self, sl: int, sh: int, tl: int, th: int) -> str | None:
+        """"mean over L2H2, L2H3" (the valid query heads averaged) for a grouped cell; None
+        for an ungrouped or invalid one."""
+        if not self.grouped:
+            return None
+        members = self.members(sl, sh, tl, th)
+        if not members:
+            return None
+        layer = self.layer_indices[tl]
+        return "mean over " + ", ".join(head_label(layer, h) for h in members)
+
+    def cells(self, sl: torch.Tensor, sh: torch.Tensor, tl: torch.Tensor, th: torch.Tensor
+              ) -> tuple[list[float | None], list[str | None]]:
+        """(CS, cs_of) of the cells at position tensors sl, sh, tl, th (None where invalid)."""
+        vals = self.scores[sl, sh, tl, th].tolist()
+        ok = self.valid[sl, sh, tl, th].tolist()
+        idx = zip(sl.tolist(), sh.tolist(), tl.tolist(), th.tolist())
+        cs = [float(v) if o else None for v, o in zip(vals, ok)]
+        of = [self.cs_of(*c) if o else None for c, o in zip(idx, ok)]
+        return cs, of
+
+
+def kv_level_cs(cs: PairScores, n_target: int) -> KVLevelCS:
+    """Map a per-query-head CS result ([L, H, L, Hq] scores and validity) onto a KV-level
+    target layout [L, H, L, n_target] (n_target = Hkv for a grouped K/V pairing, Hq
+    otherwise): each cell is the float64 mean over the valid query heads its KV group serves
+    (consecutive query heads, the repeat_interleave layout), valid where any is.
+
+    The one reduction every KV-level view of CS uses (scatter, pair panel, top tables and
+    exports, graph edges), so a KV score is compared once, not once per query head.
+    """
+    grid, valid = cs.scores, cs.valid.to(torch.bool)
+    L, hs, L2, hq = grid.shape
+    if n_target <= 0 or hq % n_target:
+        raise InvalidInput(f"cannot group {hq} query heads into {n_target} KV groups")
+    group = hq // n_target
     vals = torch.where(valid, grid.to(torch.float64), torch.zeros((), dtype=torch.float64))
-    L, _, L2, _ = grid.shape
-    gs, gt = hs // n_source, ht // n_target
-    total = vals.reshape(L, n_source, gs, L2, n_target, gt).sum(dim=(2, 5))
-    count = w.reshape(L, n_source, gs, L2, n_target, gt).sum(dim=(2, 5))
-    mean = torch.where(count > 0, total / count.clamp(min=1), torch.full_like(total, torch.nan))
-    return mean, count > 0
+    total = vals.reshape(L, hs, L2, n_target, group).sum(dim=-1)
+    count = valid.reshape(L, hs, L2, n_target, group).sum(dim=-1)
+    ok = count > 0
+    mean = torch.where(ok, total / count.clamp(min=1), torch.full_like(total, torch.nan))
+    return KVLevelCS(scores=mean, valid=ok, count=count.to(torch.int64), query_valid=valid,
+                     group=group, layer_indices=tuple(cs.layer_indices))
 
 
 @dataclass(frozen=True)
@@ -187,7 +246,8 @@ class Comparison:
     quadrant [Ls, Hs, Lt, Ht] int8: 0 in neither metric's top x%, 1 PK only, 2 CS only, 3 both
     (0 for invalid pairs too; see ``valid``), on the grid ``on`` names: "cs" (query heads on
     both axes; pk_values = PK with KV heads expanded) or "pk" (the PK grid's own axes, KV
-    heads once; cs_values = CS averaged over each KV group's query heads).
+    heads once; cs_values = CS averaged over each KV group's query heads, ``kv`` the
+    :class:`KVLevelCS` they come from).
     """
 
     rho_all: float
@@ -202,6 +262,7 @@ class Comparison:
     counts: dict[str, int]
     cs_values: torch.Tensor | None = None  # CS on the compared grid (None: the CS grid itself)
     on: str = "cs"
+    kv: KVLevelCS | None = None  # on="pk": the KV-level CS (cs_values = kv.scores)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-JSON summary (no grids)."""
@@ -228,7 +289,7 @@ def compare_metrics(
     query models) differ. ``on="cs"`` compares on the CS grid, PK expanded to query heads by
     repeat_interleave (each KV score counted once per query head it serves); ``on="pk"``
     compares on the PK grid, CS averaged over each KV group's query heads
-    (:func:`group_heads`), so every KV score counts once. Equal axes: the same either way.
+    (:func:`kv_level_cs`), so every KV score counts once. Equal axes: the same either way.
     """
     if not 0.0 < top_percent <= 100.0:
         raise InvalidInput(f"top_percent must lie in (0, 100], got {top_percent!r}")
@@ -239,10 +300,14 @@ def compare_metrics(
     _L, h_src, _L2, h_tgt = cs.scores.shape
     pk_grid = pk.scores if pk_metric == "pk" else pk.normalized
     cs_vals: torch.Tensor | None = None
+    kv: KVLevelCS | None = None
     if on == "pk":
         _, p_src, _, p_tgt = pk_grid.shape
+        if p_src != h_src:
+            raise InvalidInput(f"PK grid {tuple(pk.scores.shape)} cannot match CS grid {tuple(cs.scores.shape)}")
         pk_vals, pk_valid = pk_grid, pk.valid
-        cs_vals, cs_valid = group_heads(cs.scores, cs.valid, p_src, p_tgt)
+        kv = kv_level_cs(cs, p_tgt)
+        cs_vals, cs_valid = kv.scores, kv.valid
     else:
         pk_vals = expand_heads(pk_grid, h_src, h_tgt)
         pk_valid = expand_heads(pk.valid, h_src, h_tgt)
@@ -264,5 +329,5 @@ def compare_metrics(
         rho_top=spearman(pk_vals, cs_grid, union),
         n_valid=n_valid, n_top=n_top, n_union=int(union.sum()), top_percent=float(top_percent),
         quadrant=quadrant, valid=valid, pk_values=pk_vals, counts=counts,
-        cs_values=cs_vals, on=on,
+        cs_values=cs_vals, on=on, kv=kv,
     )

@@ -127,12 +127,16 @@ def cmd_compute(args: argparse.Namespace) -> int:
 
 def export_records(views: ViewService, ref: ModelRef, pairing: str, top: int, metric: str,
                    order: str) -> list[dict[str, Any]]:
-    """Ranked pairs with source, target, pk, normalized, cs (+ z when ranked by z)."""
+    """Ranked pairs with source, target, pk, normalized, cs (+ z when ranked by z); a pair
+    whose target is a grouped-query KV group also has cs_of (its CS is the mean over the
+    group's query heads, named there; ViewService.top)."""
     records = views.top(ref, pairing, top, metric, order)
     out = []
     for r in records:
         row = {"source": r["source"], "target": r["target"], "pk": r.get("pk"),
                "normalized": r.get("normalized"), "cs": r.get("cs")}
+        if "cs_of" in r:
+            row["cs_of"] = r["cs_of"]
         if metric == "z":
             row["z"] = r.get("z")
         out.append(row)
@@ -158,7 +162,9 @@ def cmd_export(args: argparse.Namespace) -> int:
                                "order": args.order, "pairs": rows}) + "\n"
         else:
             buf = io.StringIO()
-            cols = ["source", "target", "pk", "normalized", "cs"] + (["z"] if args.metric == "z" else [])
+            cols = ["source", "target", "pk", "normalized", "cs"]
+            cols += ["cs_of"] if any("cs_of" in r for r in rows) else []
+            cols += ["z"] if args.metric == "z" else []
             w = csv.DictWriter(buf, fieldnames=cols, lineterminator="\n")
             w.writeheader()
             for r in rows:

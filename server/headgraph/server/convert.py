@@ -98,6 +98,26 @@ def axis_labels(info: ModelInfo, role: str) -> list[str]:
     return [head_label(layer, h, kv=grouped) for layer in info.layer_indices for h in range(n)]
 
 
+def grid_axis_labels(info: ModelInfo, role: str, heads: int) -> list[str]:
+    """Axis names of a grid with ``heads`` heads per layer: a grouped K/V axis of PK has one
+    per KV group; a CS grid is on query heads even for K/V (its scores are per query head)."""
+    names = axis_labels(info, role)
+    return names if len(names) == heads * len(info.layer_indices) else axis_labels(info, "Q")
+
+
+CS_PER_QUERY_HEAD = ("per target query head: a grouped-query model's K/V weights are repeated "
+                     "to the query heads they serve; OK / OV views, top tables and graph edges "
+                     "give a KV group the mean over its query heads (cs_of)")
+
+
+def cs_grid_of(info: ModelInfo, ps: Any) -> str | None:
+    """What a CS grid's target axis is, for its download / API metadata: on a grouped-query
+    model (K/V modes) the grid is per target query head, not per KV group; None otherwise."""
+    if ps.kind != "cs" or not role_is_grouped(info, ps.target_role):
+        return None
+    return CS_PER_QUERY_HEAD
+
+
 def parse_node(name: str, role: str, info: ModelInfo) -> tuple[int, int]:
     """(layer position, head index on the role's axis) of a head name.
 

@@ -6,11 +6,13 @@ the per-pair principal angles (core.pk.pair_detail) are cached here.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import torch
 
 from headgraph.core.labels import LabelSet
+from headgraph.core.ranking import kv_level_cs
 from headgraph.core.types import ModelInfo
 from headgraph.core.vocabulary import GRAPH_PAIRINGS, ROLES, HeadRef, check_pairing, head_label
 from headgraph.server.catalog import ModelCatalog
@@ -53,18 +55,18 @@ class DetailService:
         cs = self.scores.cs_for(ref, pairing, "all")
         detail["cs"] = None
         if cs is not None:
-            # CS grids index query heads; a KV-group target gets the mean over its query
-            # heads (what the PK-vs-CS scatter shows for that pair), named in "cs_of".
-            if HeadRef.parse(target).kv:
-                members = [h for h in _members(info, tl, th) if bool(cs.valid[sl, sh, tl, h])]
-                if members:
-                    detail["cs"] = float(cs.scores[sl, sh, tl, members].double().mean())
-                    served = ", ".join(head_label(info.layer_indices[tl], h) for h in members)
-                    detail["cs_of"] = f"mean over {served}"
-            else:
-                tq = parse_node(target, "Q", info)[1]
-                if bool(cs.valid[sl, sh, tl, tq]):
-                    detail["cs"] = float(cs.scores[sl, sh, tl, tq])
+            # CS grids index query heads; a KV-group target (however the target was named)
+            # gets the mean over its valid query heads, named in "cs_of" (core.ranking.
+            # kv_level_cs, as the scatter, top tables and graph edges show it); only the
+            # source head's row of the grid is reduced.
+            row = replace(cs, scores=cs.scores[sl: sl + 1, sh: sh + 1],
+                          valid=cs.valid[sl: sl + 1, sh: sh + 1])
+            kv = kv_level_cs(row, ps.scores.shape[3])
+            if bool(kv.valid[0, 0, tl, th]):
+                detail["cs"] = float(kv.scores[0, 0, tl, th])
+                cs_of = kv.cs_of(0, 0, tl, th)
+                if cs_of is not None:
+                    detail["cs_of"] = cs_of
         z_all = self.scores.zscores(ref, pairing, "all")
         detail["z"] = jsonable(float(z_all[sl, sh, tl, th]))
         detail["p_haar"] = None

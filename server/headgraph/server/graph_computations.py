@@ -2,6 +2,7 @@
 
 Both build core.graph.build_graph from the model's cached forward PK (plus CS, z or FDR
 values to threshold on) and a label set; the label set's exact classes are part of the key.
+An edge's CS to a KV group is core.ranking.kv_level_cs's mean over its query heads.
 """
 
 from __future__ import annotations
@@ -88,6 +89,9 @@ def _graph_key(p: dict[str, Any]) -> dict[str, Any]:
            "labels": label_key(p["label_set"])}
     if p["threshold_on"] == "fdr":
         key["fdr"] = "bh-q"  # selected by BH q-values at the given level (was one 0.05 mask)
+    # Edge CS to a KV group: mean over its valid query heads, named in cs_of (graphs cached
+    # before had no cs_of; their keys are not read back).
+    key["cs"] = "kv-mean"
     return key
 
 

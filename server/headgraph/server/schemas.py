@@ -119,6 +119,8 @@ class ScoreGrid(BaseModel):
     target_ranks: list[list[int]]
     min: float | None = None
     max: float | None = None
+    cs_of: str | None = Field(None, description="CS grids of a grouped-query model's K / V modes: "
+                              "the target axis is per query head (KV-level views average a group)")
 
 
 class TopPair(BaseModel):
@@ -127,6 +129,8 @@ class TopPair(BaseModel):
     pk: float | None = None
     normalized: float | None = None
     cs: float | None = None
+    cs_of: str | None = Field(None, description="for a KV-group target: the query heads whose "
+                              "mean CS is given")
     z: float | None = None
 
 
@@ -135,7 +139,9 @@ class TopPairs(BaseModel):
     pairing: str
     metric: str
     k: int
-    pairs: list[dict[str, Any]] = Field(description="ranked records: source, target, pk, normalized, cs, ...")
+    pairs: list[dict[str, Any]] = Field(description="ranked records: source, target, pk, normalized, "
+                                        "cs (a KV-group target: the mean over its query heads, "
+                                        "named in cs_of), ...")
 
 
 class PairOut(BaseModel):

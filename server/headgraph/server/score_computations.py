@@ -119,7 +119,8 @@ def scatter(src: Inputs, *, pairing: str, top_percent: float) -> dict[str, Any]:
 
     Points are on the PK grid: one per (source head, target head) PK score, so on a
     grouped-query model an OK / OV point is one (source head, target KV group) pair, its CS
-    the mean over the group's query heads (``cs_of``), and rho and the quadrant counts count
+    the mean over the group's query heads (``cs_of``; core.ranking.kv_level_cs, inside
+    compare_metrics), and rho and the quadrant counts count
     each KV score once. quadrant: 0 neither top x%, 1 PK only, 2 CS only, 3 both.
     """
     from headgraph.core.ranking import compare_metrics
@@ -140,9 +141,10 @@ def scatter(src: Inputs, *, pairing: str, top_percent: float) -> dict[str, Any]:
               "pk": cmp.pk_values.reshape(n_src, n_tgt)[rows, cols].tolist(),
               "cs": cs_grid.reshape(n_src, n_tgt)[rows, cols].tolist(),
               "quadrant": cmp.quadrant.reshape(n_src, n_tgt)[rows, cols].tolist()}
-    grouped = tuple(cs_.scores.shape) != tuple(ps.scores.shape)
-    cs_of = ("mean over the target KV group's query heads (one point per KV score)" if grouped
-             else "the pair's own Composition Score")
+    kv = cmp.kv  # core.ranking.kv_level_cs: the KV-level CS the pair panel and top tables show
+    cs_of = "the pair's own Composition Score" if kv is None else kv.describe()
+    if kv is not None and kv.grouped:
+        cs_of += " (one point per KV score)"
     return {"pairing": pairing, "mode": mode, "top_percent": top_percent, "cs_of": cs_of,
             "points": jsonable(points), "comparison": jsonable(cmp.to_dict())}
 

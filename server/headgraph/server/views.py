@@ -53,47 +53,50 @@ class ViewService:
         """The k best valid pairs by pk | normalized | z | cs (core.ranking.top_pairs).
 
         Records: rank, source, target (L{block}H{head}; L{block}KV{g} for grouped K/V),
-        pk, normalized (of PK), z and cs (when the pairing has a CS mode and, for grouped-query
-        models, when ranked by CS, whose grid has query heads on both axes).
+        pk, normalized (of PK), z and cs (when the pairing has a CS mode). Rows are the
+        pairing's own pairs whatever the metric; for a grouped-query K/V target the CS is
+        the mean over the KV group's query heads (core.ranking.kv_level_cs, as the pair panel
+        and the scatter show it) and ``cs_of`` names them.
         """
-        from headgraph.core.ranking import expand_heads, top_pairs
+        from dataclasses import replace
+
+        from headgraph.core.ranking import kv_level_cs, top_pairs
 
         if metric not in RANK_METRICS:
             raise Invalid(f"unknown metric {metric!r}; allowed: {list(RANK_METRICS)}",
                           allowed=list(RANK_METRICS))
         ps = self.scores.pk(ref, pairing, order)
         cs = self.scores.cs_for(ref, pairing, order)
+        kv = None if cs is None else kv_level_cs(cs, ps.scores.shape[3])
         z = torch.from_numpy(self.scores.zscores(ref, pairing, order))
         info = self.catalog.model_info(ref)
+        extra = {"z": z}
         if metric == "cs":
-            if cs is None:
+            if kv is None:
                 raise Invalid(NO_CS.format(pairing))
-            hs, ht = cs.scores.shape[1], cs.scores.shape[3]
-            extra = {"pk": expand_heads(ps.scores, hs, ht),
-                     "pk_normalized": expand_heads(ps.normalized, hs, ht),
-                     "z": expand_heads(z, hs, ht)}
-            records = top_pairs(cs, k, metric="pk").to_records(extra)
-            for r in records:
-                r["normalized"] = r.pop("pk_normalized")
-            roles = (ps.source_role, "Q")  # CS axes are query heads
+            top = top_pairs(replace(ps, valid=kv.valid), k, values=kv.scores)
         else:
-            extra = {"z": z}
-            if cs is not None and cs.scores.shape == ps.scores.shape:
-                extra["cs"] = torch.where(cs.valid, cs.scores, torch.nan)
             values = z if metric == "z" else None
-            records = top_pairs(ps, k, metric="normalized" if metric == "normalized" else "pk",
-                                values=values).to_records(extra)
-            roles = (ps.source_role, ps.target_role)
-        src_names, tgt_names = axis_labels(info, roles[0]), axis_labels(info, roles[1])
-        n_s, n_t = info.heads_of(roles[0]), info.heads_of(roles[1])
+            top = top_pairs(ps, k, metric="normalized" if metric == "normalized" else "pk",
+                            values=values)
+        records = top.to_records(extra)
+        cs_vals: list[float | None] = [None] * len(records)
+        cs_of: list[str | None] = [None] * len(records)
+        if kv is not None:
+            cs_vals, cs_of = kv.cells(top.source_layer, top.source_head, top.target_layer,
+                                      top.target_head)
+        src_names = axis_labels(info, ps.source_role)
+        tgt_names = axis_labels(info, ps.target_role)
+        n_s, n_t = info.heads_of(ps.source_role), info.heads_of(ps.target_role)
         positions = {layer: i for i, layer in enumerate(info.layer_indices)}
-        for r in records:
+        for r, c, of in zip(records, cs_vals, cs_of):
             r.pop("value", None)
             r["source"] = src_names[positions[r["source_layer"]] * n_s + r["source_head"]]
             r["target"] = tgt_names[positions[r["target_layer"]] * n_t + r["target_head"]]
-            r.setdefault("cs", None)
+            r["cs"] = c
+            if of is not None:
+                r["cs_of"] = of
         return jsonable(records)
-
 
     def scatter(self, ref: ModelRef, pairing: str, top_percent: float) -> dict[str, Any]:
         """PK vs CS of every valid pair with quadrants and Spearman (registered "scatter")."""

@@ -14,7 +14,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response
 
 from headgraph.server.catalog import ModelCatalog
-from headgraph.server.convert import axis_labels, jsonable
+from headgraph.server.convert import cs_grid_of, grid_axis_labels, jsonable
 from headgraph.server.deps import cached_first, get_catalog, get_graphs, get_scores, get_views, model_ref
 from headgraph.server.graphs import GraphService
 from headgraph.server.params import (DEFAULT_K, K_MAX, CSMode, GridMetric, LayerOrder, Pairing,
@@ -35,16 +35,23 @@ def _safe(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "model"
 
 
-def _attachment(body: bytes | str, fmt: str, stem: str) -> Response:
+CS_OF_HEADER = "X-Headgraph-CS-Of"  # what a CS download's target axis is (grouped-query models)
+
+
+def _attachment(body: bytes | str, fmt: str, stem: str, cs_of: str | None = None) -> Response:
     data = body.encode() if isinstance(body, str) else body
-    return Response(data, media_type=MEDIA[fmt],
-                    headers={"Content-Disposition": f'attachment; filename="{stem}.{fmt}"'})
+    headers = {"Content-Disposition": f'attachment; filename="{stem}.{fmt}"'}
+    if cs_of is not None:
+        headers[CS_OF_HEADER] = cs_of
+    return Response(data, media_type=MEDIA[fmt], headers=headers)
 
 
 def _grid_csv(catalog: ModelCatalog, ref: ModelRef, grid: np.ndarray, valid: np.ndarray,
               source_role: str, target_role: str, column: str) -> str:
     info = catalog.model_info(ref)
-    src, tgt = axis_labels(info, source_role), axis_labels(info, target_role)
+    # a CS grid's K/V axis is per query head even on a grouped-query model
+    src = grid_axis_labels(info, source_role, grid.shape[1])
+    tgt = grid_axis_labels(info, target_role, grid.shape[3])
     flat, ok = grid.reshape(len(src), len(tgt)), valid.reshape(len(src), len(tgt))
     out = io.StringIO()
     w = csv.writer(out, lineterminator="\n")
@@ -66,12 +73,16 @@ FILE_RESPONSES: dict[int | str, dict[str, Any]] = {200: {"content": {m: {} for m
 
 def _grid_file(catalog: ModelCatalog, ref: ModelRef, ps: Any, grid: np.ndarray, metric: str,
                format: str, stem: str) -> Response:
+    """A grid as npy | json | csv; a grouped-query CS grid (per target query head) says so in
+    the X-Headgraph-CS-Of header and, in json, its cs_of field."""
+    cs_of = cs_grid_of(catalog.model_info(ref), ps)
     if format == "npy":
-        return _attachment(_npy(grid), format, stem)
+        return _attachment(_npy(grid), format, stem, cs_of)
     if format == "json":
-        return _attachment(json.dumps(grid_response(catalog, ref, ps, grid, metric)), format, stem)
+        return _attachment(json.dumps(grid_response(catalog, ref, ps, grid, metric)), format,
+                           stem, cs_of)
     return _attachment(_grid_csv(catalog, ref, grid, ps.valid.numpy(), ps.source_role,
-                                 ps.target_role, metric), format, stem)
+                                 ps.target_role, metric), format, stem, cs_of)
 
 
 # Each download reads results that may be cold: in a worker thread, cache-only first, a cold
@@ -94,7 +105,8 @@ async def download_pk(
 
 
 @router.get("/download/cs", responses=FILE_RESPONSES,
-            summary="A Composition Score grid (mode Q, K or V) as csv | json | npy")
+            summary="A Composition Score grid (mode Q, K or V) as csv | json | npy; per target "
+                    "query head (a grouped-query model's K/V modes say so in X-Headgraph-CS-Of)")
 async def download_cs(
     request: Request, ref: ModelRef = Depends(model_ref),
     format: Literal["csv", "json", "npy"] = "csv",
@@ -124,6 +136,8 @@ async def download_top(
             body = {"model": ref.id, "pairing": pairing, "metric": metric, "pairs": pairs}
             return _attachment(json.dumps(body), format, stem)
         cols = ["source", "target", "pk", "normalized", "cs"]
+        if any("cs_of" in p for p in pairs):  # KV-group targets: CS is the mean over cs_of
+            cols.append("cs_of")
         cols += [c for c in (pairs[0] if pairs else {}) if c not in cols]
         out = io.StringIO()
         w = csv.DictWriter(out, fieldnames=cols, lineterminator="\n", extrasaction="ignore")

@@ -15,7 +15,7 @@ from fastapi import APIRouter, Depends, Query, Request
 
 from headgraph.core.types import PairScores
 from headgraph.server.catalog import ModelCatalog
-from headgraph.server.convert import axis_labels, jsonable
+from headgraph.server.convert import cs_grid_of, grid_axis_labels, jsonable
 from headgraph.server.deps import get_catalog, get_details, get_scores, get_views, model_ref
 from headgraph.server.details import DetailService
 from headgraph.core.vocabulary import GraphPairing
@@ -34,13 +34,6 @@ def pairing_query() -> Any:
     return Query("OK", description="source role then target role, e.g. OK (QKVO x QKVO)")
 
 
-def _labels(info: Any, role: str, heads: int) -> list[str]:
-    """Axis names of a grid with ``heads`` heads per layer: a grouped K/V axis of PK has one
-    per KV group; a CS grid is on query heads even for K/V (its scores are per query head)."""
-    names = axis_labels(info, role)
-    return names if len(names) == heads * len(info.layer_indices) else axis_labels(info, "Q")
-
-
 def grid_response(catalog: ModelCatalog, ref: ModelRef, ps: PairScores, grid: np.ndarray,
                   metric: str) -> dict[str, Any]:
     """ScoreGrid JSON of one PairScores and the chosen metric's grid."""
@@ -52,12 +45,13 @@ def grid_response(catalog: ModelCatalog, ref: ModelRef, ps: PairScores, grid: np
         "model": ref.id, "kind": ps.kind, "pairing": ps.pairing, "metric": metric,
         "order": ps.order, "source_role": ps.source_role, "target_role": ps.target_role,
         "shape": list(grid.shape), "layer_indices": list(ps.layer_indices),
-        "source_labels": _labels(info, ps.source_role, grid.shape[1]),
-        "target_labels": _labels(info, ps.target_role, grid.shape[3]),
+        "source_labels": grid_axis_labels(info, ps.source_role, grid.shape[1]),
+        "target_labels": grid_axis_labels(info, ps.target_role, grid.shape[3]),
         "grid": jsonable(grid), "valid": valid.tolist(),
         "source_ranks": ps.source_ranks.tolist(), "target_ranks": ps.target_ranks.tolist(),
         "min": float(shown.min()) if shown.size else None,
         "max": float(shown.max()) if shown.size else None,
+        "cs_of": cs_grid_of(info, ps),
     }
 
 
