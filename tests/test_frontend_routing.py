@@ -150,3 +150,31 @@ def test_layer_overview_drills_down_to_a_block_of_heads(server: Server, page: Pa
     wait_until(lambda: query_of(page.url).get("grain") == "layers" and "zoom" not in query_of(page.url), 15,
                message="back to the overview", page=page)
     wait_figure(page, "heatmap", lambda f: f["data"][0]["x"] == ["L0", "L1"])
+
+
+def test_the_layout_brings_label_sets_and_a_cached_models_ready_record(server: Server) -> None:
+    """So a warm view's callback starts with the page, not after the model bar's answer."""
+    def stores(referer: str | None) -> dict[str, Any]:
+        headers = {"Referer": referer} if referer else {}
+        tree = httpx.get(server.url + "/_dash-layout", headers=headers, timeout=60).json()
+        found: dict[str, Any] = {}
+
+        def walk(node: Any) -> None:
+            if isinstance(node, dict):
+                props = node.get("props") or {}
+                if node.get("type") == "Store":
+                    found[props.get("id")] = props.get("data")
+                walk(props.get("children"))
+            elif isinstance(node, list):
+                for child in node:
+                    walk(child)
+        walk(tree)
+        return found
+
+    demo = next(m for m in httpx.get(server.url + "/api/models", timeout=60).json()["models"] if m["id"] == "demo")
+    got = stores(server.url + "/?model=demo&view=heatmap")
+    assert got["ready-initial"] == {"model": "demo", "token": demo.get("fingerprint") or "demo"}
+    listed = httpx.get(server.url + "/api/labels", timeout=60).json()["label_sets"]
+    assert [s["name"] for s in got["labels-store"]] == [s["name"] for s in listed]
+    assert stores("http://elsewhere.example/?model=demo")["ready-initial"] is None  # another site's link
+    assert stores(server.url + "/?model=random:nope")["ready-initial"] is None  # not cached

@@ -457,3 +457,14 @@ def test_heatmap_grain_and_zoom_round_trip_and_clicks() -> None:
     assert apply_click(zoomed, "heatmap", {"points": [{"x": "L1H2", "y": "L0H3"}]}, VOCAB).pair == ("L0H3", "L1H2")
     back = next_state(zoomed, "grain-radio", "layers", VOCAB)
     assert (back.grain, back.zoom) == ("layers", None)
+
+
+def test_rendered_views_is_a_bounded_lru() -> None:
+    from headgraph.frontend.context import RenderedViews
+
+    views = RenderedViews(capacity=2)
+    views.put("a", (1,))
+    views.put("b", (2,))
+    assert views.get("a") == (1,)  # a is now the most recent
+    views.put("c", (3,))
+    assert views.get("b") is None and views.get("a") == (1,) and views.get("c") == (3,)

@@ -21,6 +21,7 @@ from dash import Dash
 from headgraph.frontend.api_client import ApiClient, ClientPool
 from headgraph.frontend.auth import TOKEN_COOKIE, install_request_guards
 from headgraph.frontend.callbacks import register_callbacks
+from headgraph.frontend.callbacks.model import page_data
 from headgraph.frontend.context import CONFIG_KEY, ApiProvider, FrontendContext
 from headgraph.frontend.layout import build_layout
 
@@ -71,7 +72,7 @@ def create_dash(*, api_url: str | None = None, requests_pathname_prefix: str = "
     app.server.config[CONFIG_KEY] = FrontendContext(api_provider(api_url))
     app.server.config["HEADGRAPH_DASH_APP"] = app
     install_request_guards(app.server)
-    app.layout = build_layout
+    app.layout = lambda: build_layout(**page_data())
     register_callbacks(app)
     return app
 

@@ -120,31 +120,20 @@ def side_panels() -> html.Div:
     ], id="side", className="side")
 
 
-def initial_labels() -> Any:
-    """The API's label sets, read while the page's layout is served (for this browser's own
-    credential), so the views need not wait for a first callback to list them; None when the
-    API cannot answer (the labels callback then fills the store)."""
-    import flask
+def build_layout(labels: Any = None, ready: Any = None) -> html.Div:
+    """The whole page; state comes from the URL, so the initial values are only defaults.
 
-    if not flask.has_request_context():
-        return None
-    from headgraph.frontend.api_client import ApiError
-    from headgraph.frontend.context import api
-
-    try:
-        return api().labels()
-    except (ApiError, RuntimeError, KeyError):
-        return None
-
-
-def build_layout() -> html.Div:
-    """The whole page; state comes from the URL, so the initial values are only defaults."""
+    ``labels`` (the API's label sets) and ``ready`` (the ready record of the model the page's
+    link names, when it is fully cached) come with the layout when the app knows them
+    (callbacks/model.py ``page_data``), so a warm view need not wait for a first callback.
+    """
     return html.Div([
         dcc.Location(id="url", refresh=False),
         dcc.Store(id="models-store"),
         dcc.Store(id="job-store"),
         dcc.Store(id="ready-store"),
-        dcc.Store(id="labels-store", data=initial_labels()),
+        dcc.Store(id="labels-store", data=labels),
+        dcc.Store(id="ready-initial", data=ready),
         dcc.Store(id="uploaded-store"),
         dcc.Store(id="slider-range"),
         dcc.Store(id="auth-store"),

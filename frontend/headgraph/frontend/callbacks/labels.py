@@ -7,7 +7,7 @@ import binascii
 import time
 from typing import Any
 
-from dash import Input, Output, State, html, no_update
+from dash import Input, Output, State, ctx, html, no_update
 
 from headgraph.frontend.api_client import ApiError
 from headgraph.frontend.callbacks.common import api, state_of
@@ -23,10 +23,14 @@ def decode_upload(contents: str) -> bytes:
         raise ApiError(422, f"could not read the uploaded file: {err}") from err
 
 
-@callback(Output("labels-store", "data"), Input("uploaded-store", "data"))
-def list_overlays(_uploaded: Any) -> Any:
-    """The API's label sets (the controls turn them into dropdown options): on load, in
-    parallel with the model bar (the layout usually brings them already), and after an upload."""
+@callback(Output("labels-store", "data"), Input("uploaded-store", "data"), Input("models-store", "data"),
+          State("labels-store", "data"), prevent_initial_call=True)
+def list_overlays(_uploaded: Any, _models: Any, current: Any) -> Any:
+    """The API's label sets (the controls turn them into dropdown options): after an upload,
+    or once the model bar answered when the layout did not bring them (callbacks/model.py
+    ``page_data``; no initial call, so the views need not wait for one)."""
+    if ctx.triggered_id == "models-store" and current is not None:
+        return no_update
     try:
         return api().labels()
     except ApiError:

@@ -7,7 +7,7 @@ a token that changes when new results land) and fill in when the job is done.
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlparse
 
 from dash import Input, Output, State, ctx, no_update
 
@@ -18,6 +18,31 @@ from headgraph.frontend.callbacks.registry import callback
 from headgraph.frontend.vocab import Vocabulary
 
 HIDDEN = {"display": "none"}
+
+
+def page_data() -> dict[str, Any]:
+    """What the page's layout brings along (layout.build_layout): the API's label sets and, when
+    the model the page's link names (the layout request's Referer) is fully cached, its ready
+    record, as the model bar would write it. Read for this browser's own credential; empty
+    when the API cannot answer (the callbacks then fill both)."""
+    import flask
+
+    if not flask.has_request_context():
+        return {}
+    out: dict[str, Any] = {}
+    client = api()
+    try:
+        out["labels"] = client.labels()
+        referrer = urlparse(flask.request.referrer or "")
+        if referrer.netloc == flask.request.host:  # only this page's own link
+            vocab = client_vocab()
+            model = state_of("?" + referrer.query).model
+            entry = next((m for m in client.models() if m["id"] == model), None)
+            if entry and entry.get("status") != UNAVAILABLE and is_complete(entry.get("cached"), vocab.graph_pairings):
+                out["ready"] = {"model": model, "token": entry.get("fingerprint") or model}
+    except ApiError:
+        pass
+    return out
 
 
 def cached_names(cached: list[str] | None) -> set[tuple[str, tuple[tuple[str, str], ...]]]:

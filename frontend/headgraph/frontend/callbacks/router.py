@@ -26,7 +26,8 @@ import flask
 from dash import Dash, Input, Output, State, no_update
 
 from headgraph.frontend.callbacks.registry import callback
-from headgraph.frontend.state import (ROUTED_VIEWS, TAB_OF, VIEW_PARAMS, VIEWS, ViewState, parse_query,
+from headgraph.frontend.context import rendered_views, vocab
+from headgraph.frontend.state import (DEFAULT_MODEL, ROUTED_VIEWS, TAB_OF, VIEW_PARAMS, VIEWS, ViewState, parse_query,
                                       view_params)
 
 ROUTED = ROUTED_VIEWS  # graph, heatmap, head-grid, ..., head-panel, pair-panel
@@ -37,11 +38,14 @@ ERROR_FLAG = "headgraph_view_error"
 DEFAULT_VIEW = next(f.default for f in dataclasses.fields(ViewState) if f.name == "view")
 
 ROUTER_JS = """
-function(search, ready, labels) {
+function(search, labels, ready, readyInitial) {
   const cfg = __CONFIG__;
   const nu = window.dash_clientside.no_update;
   const q = new URLSearchParams(search || "");
   const view = cfg.views.includes(q.get("view")) ? q.get("view") : cfg.default_view;
+  const model = q.get("model") || cfg.default_model;
+  // The model bar's record; until its first answer, the one the page's layout came with.
+  if (!ready && readyInitial && readyInitial.model === model) ready = readyInitial;
   const last = (window.__headgraphRouted = window.__headgraphRouted || {});
   const out = [];
   for (const v of cfg.routed) {
@@ -56,10 +60,23 @@ function(search, ready, labels) {
   return out;
 }
 """
+# The same router when the model bar's ready record or the label sets change (its arguments
+# in another order): Dash holds a callback back while a producer of one of its Inputs may still
+# run, so the first routing reads those two as States and does not wait for the model bar.
+ROUTER_ON_READY_JS = """
+function(ready, search, labels, readyInitial) {
+  return (__ROUTER__)(search, labels, ready, readyInitial);
+}
+"""
+ROUTER_ON_LABELS_JS = """
+function(labels, search, ready, readyInitial) {
+  return (__ROUTER__)(search, labels, ready, readyInitial);
+}
+"""
 
 
 def router_config() -> dict[str, Any]:
-    return {"views": list(VIEWS), "default_view": DEFAULT_VIEW, "routed": list(ROUTED),
+    return {"views": list(VIEWS), "default_view": DEFAULT_VIEW, "default_model": DEFAULT_MODEL, "routed": list(ROUTED),
             "tab_of": TAB_OF, "fields": {v: list(f) for v, f in URL_FIELDS.items()},
             "labels": {v: True for v in ROUTED},
             # A field absent from the URL reads its static default (a link and its normalized
@@ -69,23 +86,28 @@ def router_config() -> dict[str, Any]:
 
 
 def register_clientside(app: Dash) -> None:
-    """The router, run in the browser on every URL, ready-record and label-set change."""
+    """The router, run in the browser on every URL change, and again when the model bar's
+    ready record or the label sets change. On a page load it routes at once with the ready record
+    the layout brought (``ready-initial``), so a warm view's callback starts while the model
+    bar's first answer and plotly.js are still loading."""
+    router = ROUTER_JS.replace("__CONFIG__", json.dumps(router_config())).strip()
     outputs = [Output(f"in-{v}-{part}", "data") for v in ROUTED for part in ("search", "ready", "labels")]
-    app.clientside_callback(ROUTER_JS.replace("__CONFIG__", json.dumps(router_config())), *outputs,
-                            Input("url", "search"), Input("ready-store", "data"), Input("labels-store", "data"))
+    again = [Output(o.component_id, o.component_property, allow_duplicate=True) for o in outputs]
+    app.clientside_callback(router, *outputs, Input("url", "search"), State("labels-store", "data"),
+                            State("ready-store", "data"), State("ready-initial", "data"))
+    app.clientside_callback(ROUTER_ON_READY_JS.replace("__ROUTER__", router), *again,
+                            Input("ready-store", "data"), State("url", "search"), State("labels-store", "data"),
+                            State("ready-initial", "data"), prevent_initial_call=True)
+    app.clientside_callback(ROUTER_ON_LABELS_JS.replace("__ROUTER__", router), *again,
+                            Input("labels-store", "data"), State("url", "search"), State("ready-store", "data"),
+                            State("ready-initial", "data"), prevent_initial_call=True)
 
 
 def render_key(view: str, search: str | None, ready: dict | None, label_sets: list | None) -> str:
     """What ``view`` draws from: its parameters (None while waiting) and the label sets' digest."""
-    params = view_params(parse_query(search, _vocab(), label_sets), view, ready)
+    params = view_params(parse_query(search, vocab(), label_sets), view, ready)
     digest = hashlib.blake2b(json.dumps(label_sets, sort_keys=True, default=str).encode(), digest_size=8)
     return json.dumps([params, digest.hexdigest()], sort_keys=True, default=str)
-
-
-def _vocab() -> Any:
-    from headgraph.frontend.context import vocab
-
-    return vocab()
 
 
 def mark_error() -> None:
@@ -108,9 +130,15 @@ def view_callback(view: str, *outputs: Output, labels: bool = True) -> Callable[
             key = render_key(view, given[0], given[1], given[2] if labels else None)
             if key == rendered:
                 return tuple([no_update] * (len(outputs) + 1))
+            views = rendered_views()
+            known = views.get(key) if json.loads(key)[0] is not None else None
+            if known is not None:
+                return (*known, key)
             result = func(*given)
             result = result if isinstance(result, tuple) else (result,)
             failed = flask.has_request_context() and getattr(flask.g, ERROR_FLAG, False)
+            if not failed and json.loads(key)[0] is not None:
+                views.put(key, result)
             return (*result, None if failed else key)
 
         routed.__name__ = f"routed_{func.__name__}"
