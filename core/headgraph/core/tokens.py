@@ -13,6 +13,19 @@ Decoded strings come in two forms: ``text``, the token's exact text (GPT-2 byte-
 -> " the", "Ċ" -> "\\n"; bytes that are not whole UTF-8 characters -> "\\xNN"), and ``display``,
 the same with whitespace made visible: space -> "␣", newline -> "↵", tab -> "⇥", CR -> "␍".
 A model with no tokenizer gets ``"#<id>"`` names.
+
+**Random-subspace baseline.** A list of top tokens is only informative when its scores beat
+what any subspace of the same rank gets: against a V-token unembedding in d_model dimensions
+even a random rank-r plane has tokens with scores well above sqrt(r / d_model), its extreme
+order statistics. ``token_baseline`` scores ``samples`` Haar-random rank-r subspaces (seeded,
+the same centred, normalised unembedding) and keeps their top-k scores; ``top_tokens`` then
+flags (BASELINE_RULE), with q = BASELINE_QUANTILE (0.95):
+
+* a head's list as ``above_baseline`` when the mean of its top-k scores exceeds the q-quantile
+  over the random subspaces of *their* mean top-k score (same k, same rank);
+* each token at list rank i as ``above_baseline`` when its score exceeds the q-quantile of the
+  random subspaces' i-th best score (rank-matched order statistics, so slicing a list to a
+  smaller k keeps every token's flag).
 """
 
 from __future__ import annotations
@@ -24,6 +37,7 @@ from typing import Any
 import torch
 
 from headgraph.core.errors import InvalidInput, UnsupportedModel
+from headgraph.core.reference import haar_basis
 from headgraph.core.subspaces import role_bases
 from headgraph.core.types import HeadWeights
 from headgraph.core.vocabulary import check_role, head_label
@@ -33,6 +47,43 @@ FORMULA = ("score(t) = ||U^T (u_t - mean_t u_t)|| / ||u_t - mean_t u_t||, "
 # Elements of one [heads*r, vocab-tile] product; bounds memory for 50k-token vocabularies.
 TILE_ELEMENTS = 1 << 24
 _VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"}
+BASELINE_SAMPLES = 40  # Haar-random subspaces per rank (seeded; a few dozen, as the 95% point needs)
+BASELINE_SEED = 0
+BASELINE_QUANTILE = 0.95
+BASELINE_RULE = ("a head's list is above baseline when the mean of its top-k scores exceeds the "
+                 "0.95-quantile of the mean top-k score of Haar-random subspaces of the same rank "
+                 "(same centred, normalised unembedding); a token at list rank i is above baseline "
+                 "when its score exceeds the 0.95-quantile of the random subspaces' i-th best score")
+
+
+@dataclass(frozen=True)
+class TokenBaseline:
+    """Top-k token scores of ``samples`` Haar-random rank-``rank`` subspaces (one unembedding).
+
+    scores: [samples, k] float64, best first, each row one random subspace. Per list depth
+    j = 1..k (index j - 1): rank_mean / rank_threshold [k] are the mean and the
+    ``quantile``-quantile (linear interpolation, as numpy's default) over the samples of the
+    j-th best score; mean_topk_mean / mean_topk_threshold [k] the same of the mean of the
+    j best scores.
+    """
+
+    rank: int
+    k: int
+    samples: int
+    seed: int
+    quantile: float
+    scores: torch.Tensor
+    rank_mean: torch.Tensor
+    rank_threshold: torch.Tensor
+    mean_topk_mean: torch.Tensor
+    mean_topk_threshold: torch.Tensor
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form: rank, k, and the four per-depth lists (index j - 1 = depth j)."""
+        return {"rank": self.rank, "k": self.k,
+                "rank_mean": self.rank_mean.tolist(), "rank_threshold": self.rank_threshold.tolist(),
+                "mean_topk_mean": self.mean_topk_mean.tolist(),
+                "mean_topk_threshold": self.mean_topk_threshold.tolist()}
 
 
 @dataclass(frozen=True)
@@ -42,6 +93,10 @@ class TokenTable:
     token_ids / scores: [n_layers, n_heads, k] (CPU), best first; layers: original block
     numbers of the rows; heads: head indices of the columns (KV heads for K/V under GQA);
     names: node names ("L4H7" or "L5KV1"); text / display: decoded strings [n_layers][n_heads][k].
+    Baseline (module docstring): ranks [n_layers, n_heads] measured rank of each head's
+    subspace; baselines: one TokenBaseline per distinct rank; mean_scores [n_layers, n_heads]
+    mean of the k scores; above_baseline [n_layers, n_heads] and token_above [n_layers,
+    n_heads, k] the flags of BASELINE_RULE.
     """
 
     role: str
@@ -53,23 +108,55 @@ class TokenTable:
     scores: torch.Tensor
     text: tuple[tuple[tuple[str, ...], ...], ...]
     display: tuple[tuple[tuple[str, ...], ...], ...]
+    ranks: torch.Tensor
+    baselines: tuple[TokenBaseline, ...]
+    mean_scores: torch.Tensor
+    above_baseline: torch.Tensor
+    token_above: torch.Tensor
     formula: str = FORMULA
+
+    def baseline_of(self, rank: int) -> TokenBaseline:
+        """The random-subspace baseline of one rank."""
+        for b in self.baselines:
+            if b.rank == rank:
+                return b
+        raise KeyError(rank)
 
     def for_head(self, layer: int, head: int) -> list[dict[str, Any]]:
         """Ranked tokens of one head (layer = original block number)."""
         i, j = self.layers.index(layer), self.heads.index(head)
+        thr = self.baseline_of(int(self.ranks[i, j])).rank_threshold.tolist()
+        above = self.token_above[i, j].tolist()
         return [{"id": int(t), "score": float(s), "text": self.text[i][j][n],
-                 "display": self.display[i][j][n]}
+                 "display": self.display[i][j][n], "baseline": float(thr[n]),
+                 "above_baseline": bool(above[n])}
                 for n, (t, s) in enumerate(zip(self.token_ids[i, j].tolist(),
                                                self.scores[i, j].tolist()))]
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON form: role, k, formula and one entry per head with its ranked tokens."""
+        """JSON form: role, k, formula, the baseline (rule, samples, seed, quantile, per-rank
+        lists), how many heads are above it, and one entry per head with its rank, mean score,
+        flag, the threshold it was compared with and its ranked tokens (each with its
+        rank-matched threshold ``baseline`` and flag ``above_baseline``)."""
+        heads = []
+        for i, layer in enumerate(self.layers):
+            for j, head in enumerate(self.heads):
+                rank = int(self.ranks[i, j])
+                b = self.baseline_of(rank)
+                heads.append({"name": self.names[i][j], "layer": layer, "head": head,
+                              "rank": rank, "mean_score": float(self.mean_scores[i, j]),
+                              "baseline_threshold": float(b.mean_topk_threshold[self.k - 1]),
+                              "above_baseline": bool(self.above_baseline[i, j]),
+                              "tokens": self.for_head(layer, head)})
+        first = self.baselines[0] if self.baselines else None
         return {"role": self.role, "k": self.k, "formula": self.formula,
-                "heads": [{"name": self.names[i][j], "layer": layer, "head": head,
-                           "tokens": self.for_head(layer, head)}
-                          for i, layer in enumerate(self.layers)
-                          for j, head in enumerate(self.heads)]}
+                "baseline": {"method": "haar", "rule": BASELINE_RULE,
+                             "samples": 0 if first is None else first.samples,
+                             "seed": BASELINE_SEED if first is None else first.seed,
+                             "quantile": BASELINE_QUANTILE if first is None else first.quantile,
+                             "by_rank": {str(b.rank): b.to_dict() for b in self.baselines}},
+                "n_above_baseline": int(self.above_baseline.sum()),
+                "heads": heads}
 
 
 def subspace_token_scores(U: torch.Tensor, W_U: torch.Tensor, k: int,
@@ -104,6 +191,100 @@ def subspace_token_scores(U: torch.Tensor, W_U: torch.Tensor, k: int,
         order = torch.sort(cat_s, dim=1, descending=True, stable=True).indices[:, :k]
         best_s, best_i = cat_s.gather(1, order), cat_i.gather(1, order)
     return best_s, best_i
+
+
+def haar_gaussians(d_model: int, rank: int, samples: int, seed: int) -> torch.Tensor:
+    """The seeded Gaussian draws behind ``token_baseline``: [samples, d_model, rank] float64 on
+    the CPU (torch.Generator(seed)); their QR bases (``reference.haar_basis``) are Haar-random
+    rank-``rank`` subspaces. Exposed so a test can rebuild the same subspaces independently."""
+    gen = torch.Generator().manual_seed(int(seed))
+    return torch.randn(samples, d_model, rank, generator=gen, dtype=torch.float64)
+
+
+def _check_baseline_args(rank: int, k: int, samples: int, quantile: float) -> None:
+    for name, value, low in (("rank", rank, 0), ("k", k, 1), ("samples", samples, 2)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise InvalidInput(f"{name} must be an integer >= {low}, got {value!r}")
+    if not 0.0 < float(quantile) < 1.0:
+        raise InvalidInput(f"quantile must lie in (0, 1), got {quantile!r}")
+
+
+def token_baseline(W_U: torch.Tensor, rank: int, k: int, *, samples: int = BASELINE_SAMPLES,
+                   seed: int = BASELINE_SEED, quantile: float = BASELINE_QUANTILE,
+                   tile_elements: int = TILE_ELEMENTS) -> TokenBaseline:
+    """Top-k scores of ``samples`` Haar-random rank-``rank`` subspaces against ``W_U`` [d_model, V].
+
+    Why: a head's top tokens always have *some* scores; this says what scores a random plane
+    of the same rank reaches (module docstring). Same score as ``subspace_token_scores`` (same
+    centring and normalisation): all samples are scored in one batched pass over vocabulary
+    tiles (``tile_elements`` bounds the [samples * rank, tile] product, so memory stays
+    bounded for 50k-token vocabularies). Bases: float64 QR of ``haar_gaussians``, scored in
+    float32 like the heads (float64 when W_U is). k is capped at V; rank 0 scores 0.
+    """
+    if W_U.ndim != 2:
+        raise InvalidInput(f"W_U must be [d_model, d_vocab], got shape {tuple(W_U.shape)}")
+    _check_baseline_args(rank, k, samples, quantile)
+    d, V = W_U.shape
+    if rank > d:
+        raise InvalidInput(f"rank {rank} exceeds d_model {d}")
+    k = min(int(k), V)
+    if rank == 0:
+        top = torch.zeros(samples, k, dtype=torch.float64)
+    else:
+        U = haar_basis(haar_gaussians(d, rank, samples, seed)).to(W_U.device)
+        U = U if W_U.dtype == torch.float64 else U.to(torch.float32)
+        top = subspace_token_scores(U, W_U, k, tile_elements=tile_elements)[0]
+        top = top.to("cpu", torch.float64)
+    q = torch.tensor(float(quantile), dtype=torch.float64)
+    depth = torch.arange(1, k + 1, dtype=torch.float64)
+    mean_topk = top.cumsum(dim=1) / depth  # [S, k]: mean of the j best scores
+    return TokenBaseline(rank=int(rank), k=k, samples=int(samples), seed=int(seed),
+                         quantile=float(quantile), scores=top, rank_mean=top.mean(dim=0),
+                         rank_threshold=torch.quantile(top, q, dim=0),
+                         mean_topk_mean=mean_topk.mean(dim=0),
+                         mean_topk_threshold=torch.quantile(mean_topk, q, dim=0))
+
+
+def baseline_flags(scores: torch.Tensor, baseline: TokenBaseline
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(mean score [N], list above baseline [N], tokens above baseline [N, k]) of ranked
+    scores [N, k] (best first, k <= baseline.k) against one baseline (BASELINE_RULE)."""
+    if scores.ndim != 2 or not 1 <= scores.shape[1] <= baseline.k:
+        raise InvalidInput(f"scores must be [N, k] with 1 <= k <= {baseline.k}, got "
+                           f"{tuple(scores.shape)}")
+    s = scores.to("cpu", torch.float64)
+    k = s.shape[1]
+    mean = s.mean(dim=1)
+    return (mean, mean > baseline.mean_topk_threshold[k - 1],
+            s > baseline.rank_threshold[:k][None, :])
+
+
+def slice_token_payload(payload: dict[str, Any], k: int) -> dict[str, Any]:
+    """A ``TokenTable.to_dict()`` payload cut to its first ``k`` tokens per head, with each
+    head's mean score, threshold and flag recomputed for depth k (token flags are rank-matched
+    and stay as they are) and the baseline's per-depth lists cut to k. Pure dict -> dict."""
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise InvalidInput(f"k must be an integer >= 1, got {k!r}")
+    k = min(k, int(payload["k"]))
+    base = payload.get("baseline")
+    by_rank = {} if base is None else base["by_rank"]
+    heads = []
+    for h in payload["heads"]:
+        row = dict(h, tokens=h["tokens"][:k])
+        b = by_rank.get(str(h.get("rank")))
+        if b is not None and row["tokens"]:
+            mean = sum(t["score"] for t in row["tokens"]) / len(row["tokens"])
+            thr = b["mean_topk_threshold"][len(row["tokens"]) - 1]
+            row.update(mean_score=mean, baseline_threshold=thr, above_baseline=bool(mean > thr))
+        heads.append(row)
+    out = dict(payload, k=k, heads=heads)
+    if base is not None:
+        out["baseline"] = dict(base, by_rank={
+            r: {**b, "k": min(k, b["k"]), **{f: b[f][:k] for f in (
+                "rank_mean", "rank_threshold", "mean_topk_mean", "mean_topk_threshold")}}
+            for r, b in by_rank.items()})
+        out["n_above_baseline"] = sum(bool(h.get("above_baseline")) for h in heads)
+    return out
 
 
 @lru_cache(maxsize=1)
@@ -186,11 +367,15 @@ def decode_tokens(tokenizer: Any, ids: list[int]) -> list[str]:
 
 
 def top_tokens(heads: HeadWeights, role: str, *, k: int = 10, layer: int | None = None,
-               head: int | None = None) -> TokenTable:
-    """Top-k tokens of every head's ``role`` subspace (optionally one layer and/or head).
+               head: int | None = None, baseline_samples: int = BASELINE_SAMPLES,
+               baseline_seed: int = BASELINE_SEED) -> TokenTable:
+    """Top-k tokens of every head's ``role`` subspace (optionally one layer and/or head), each
+    list flagged against the random-subspace baseline of its head's rank (module docstring).
 
     ``layer`` is an ORIGINAL block number (as in node names), ``head`` an index among the role's
-    heads (KV heads for K/V). Score: see the module docstring / ``FORMULA``.
+    heads (KV heads for K/V). Score: see the module docstring / ``FORMULA``. Baselines
+    (``token_baseline``, ``baseline_samples`` subspaces, seed ``baseline_seed``) depend only on
+    W_U, the rank and k, so they are cached in ``heads._cache`` and shared by all roles.
     Raises UnsupportedModel when the model has no unembedding W_U.
     """
     check_role(role)
@@ -199,8 +384,12 @@ def top_tokens(heads: HeadWeights, role: str, *, k: int = 10, layer: int | None 
                                "head subspaces need one")
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise InvalidInput(f"k must be an integer >= 1, got {k!r}")
+    if isinstance(baseline_samples, bool) or not isinstance(baseline_samples, int) \
+            or baseline_samples < 2:
+        raise InvalidInput(f"baseline_samples must be an integer >= 2, got {baseline_samples!r}")
     info = heads.info
-    U = role_bases(heads, role).U  # [L, H, d_model, r]
+    bases = role_bases(heads, role)
+    U = bases.U  # [L, H, d_model, r]
     rows = list(range(U.shape[0]))
     cols = list(range(U.shape[1]))
     if layer is not None:
@@ -225,8 +414,25 @@ def top_tokens(heads: HeadWeights, role: str, *, k: int = 10, layer: int | None 
     display = tuple(tuple(tuple(visible(x) for x in cell) for cell in row) for row in text)
     grouped = role in ("K", "V") and info.n_kv_heads < info.n_heads
     layers = tuple(info.layer_indices[i] for i in rows)
+    ranks = bases.ranks[rows][:, cols].to("cpu", torch.long)
+    baselines = []
+    mean = torch.zeros(nL, nH, dtype=torch.float64)
+    above = torch.zeros(nL, nH, dtype=torch.bool)
+    token_above = torch.zeros(nL, nH, kk, dtype=torch.bool)
+    for rank in sorted(set(ranks.flatten().tolist())):
+        key = ("token_baseline", int(rank), kk, baseline_samples, int(baseline_seed))
+        base = heads._cache.get(key)
+        if base is None:
+            base = token_baseline(heads.W_U, int(rank), kk, samples=baseline_samples,
+                                  seed=int(baseline_seed))
+            heads._cache[key] = base
+        baselines.append(base)
+        sel = ranks == rank
+        m, a, t = baseline_flags(s[sel], base)
+        mean[sel], above[sel], token_above[sel] = m, a, t
     return TokenTable(role=role, k=kk, layers=layers, heads=tuple(cols),
                       names=tuple(tuple(head_label(lay, h, kv=grouped) for h in cols)
                                   for lay in layers),
                       token_ids=ids, scores=s,
-                      text=text, display=display)
+                      text=text, display=display, ranks=ranks, baselines=tuple(baselines),
+                      mean_scores=mean, above_baseline=above, token_above=token_above)

@@ -228,7 +228,14 @@ class TokensOut(BaseModel):
     role: str
     k: int
     formula: str
-    heads: list[dict[str, Any]] = Field(description="per head: name, layer, head, tokens [{id, score, text, display}]")
+    baseline: dict[str, Any] | None = Field(None, description=(
+        "random-subspace baseline: method, rule, samples, seed, quantile, by_rank {rank: "
+        "{rank, k, rank_mean, rank_threshold, mean_topk_mean, mean_topk_threshold}} (lists "
+        "indexed by list depth - 1)"))
+    n_above_baseline: int | None = Field(None, description="heads listed whose list is above baseline")
+    heads: list[dict[str, Any]] = Field(description=(
+        "per head: name, layer, head, rank, mean_score, baseline_threshold, above_baseline, "
+        "tokens [{id, score, text, display, baseline, above_baseline}]"))
 
 
 class PatternsOut(BaseModel):

@@ -97,7 +97,8 @@ def reference(src: Inputs, *, samples: int) -> dict[str, Any]:
 
 
 def tokens(src: Inputs, *, role: str, k: int) -> dict[str, Any]:
-    """Top-k token table of one role for every head (core.tokens.top_tokens)."""
+    """Top-k token table of one role for every head, each list flagged against the
+    random-subspace baseline of its rank (core.tokens.top_tokens)."""
     from headgraph.core.tokens import top_tokens
 
     return jsonable(top_tokens(src.heads, role, k=k).to_dict())
@@ -172,7 +173,10 @@ def score_computations() -> list[Computation]:
         Computation("z", z, pairing_order),
         Computation("null", null, {"pairing": check_pairing, "samples": positive_int}),
         Computation("reference", reference, {"samples": positive_int}),
-        Computation("tokens", tokens, {"role": check_role, "k": positive_int}),
+        # "baseline": lists carry the random-subspace baseline and flags (older payloads lack
+        # them; their keys are not read back).
+        Computation("tokens", tokens, {"role": check_role, "k": positive_int},
+                    key=lambda p: {**p, "baseline": "haar-40-q95"}),
         Computation("patterns", patterns, {}),
         # "kv": points are on the PK grid, KV scores once (keys of the older per-query-head
         # scatter are not read back).

@@ -80,11 +80,15 @@ class ScoresService:
         n = info.heads_of(role)
         if head is not None and not 0 <= head < n:
             raise NotFound(f"unknown head {head} for role {role}; allowed 0..{n - 1}")
+        from headgraph.core.tokens import slice_token_payload
+
         table = self.tokens(ref, role)
-        rows = [dict(h, tokens=h["tokens"][:k]) for h in table["heads"]
+        rows = [h for h in table["heads"]
                 if (layer is None or h["layer"] == layer) and (head is None or h["head"] == head)]
-        return {"model": ref.id, "role": role, "k": min(k, table["k"]),
-                "formula": table.get("formula", ""), "heads": rows}
+        cut = slice_token_payload(dict(table, heads=rows), k)  # flags recomputed for depth k
+        return {"model": ref.id, "role": role, "k": cut["k"],
+                "formula": table.get("formula", ""), "baseline": cut.get("baseline"),
+                "n_above_baseline": cut.get("n_above_baseline"), "heads": cut["heads"]}
 
     def patterns(self, ref: ModelRef) -> dict[str, Any]:
         """Attention-pattern scores per head (core.patterns.pattern_scores), JSON data."""
