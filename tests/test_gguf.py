@@ -80,7 +80,7 @@ def test_gguf_model_info_and_tokenizer(gguf_path):
     assert info.quantization == "Q4_1" and info.source == "gguf" and info.processing == "raw"
     assert info.d_vocab == VOCAB and info.name == "smollm2"
     assert info.to_dict()["quantization"] == "Q4_1"
-    assert lm.patterns is None and lm.tokenizer is not None
+    assert lm.patterns is not None and not lm.patterns.loaded and lm.tokenizer is not None
     assert lm.tokenizer.convert_ids_to_tokens([1, 2]) == ["<|im_start|>", "<|im_end|>"]
     table = top_tokens(lm.heads, "O", k=3, layer=0, head=0)
     assert len(table.for_head(0, 0)) == 3

@@ -4,7 +4,8 @@ Spec forms:
 
 - ``"demo"``: the built-in trained demo model (core/data/demo), always offline, no TL needed;
 - a ``.gguf`` file, or a folder holding one and no config.json: llama.cpp weights, attention
-  tensors dequantized one at a time (``core.gguf_model``; processing "raw", no pattern source);
+  tensors dequantized one at a time (``core.gguf_model``; processing "raw"); runnable through a
+  pattern source that dequantizes the whole model on first use (``core.gguf_runnable``);
 - a local folder: a Hugging Face checkpoint (booted with ``TransformerBridge.boot_transformers``)
   or a folder holding a demo-format config (our own loader);
 - a hub name (``gpt2``, ``Qwen/Qwen2-0.5B-Instruct``, ...): booted from the local HF cache
@@ -37,7 +38,8 @@ import torch
 
 from headgraph.core.byte_tokenizer import byte_level_tokenizer, has_tokenizer
 from headgraph.core.errors import HeadgraphError, InvalidInput, PathNotAllowed, UnsupportedModel
-from headgraph.core.gguf_model import GGUF_SUFFIX, is_gguf_spec, load_heads_gguf
+from headgraph.core.gguf_model import GGUF_SUFFIX, find_gguf, is_gguf_spec, load_heads_gguf
+from headgraph.core.gguf_runnable import LazyGGUFSource, transformers_supports
 from headgraph.core.hf_hub import (
     cached_snapshot,
     hub_cache_dir,
@@ -258,7 +260,9 @@ def _load_demo_folder(folder: Path, *, name: str, device: str, processing: str) 
 def _load_gguf(path: Path, *, name: str, device: str, processing: str, model_root: str | None,
                shown: str) -> LoadedModel:
     """A ``.gguf`` file or a folder holding one: attention tensors dequantized one at a time
-    (``core.gguf_model``), processing "raw", tokenizer from the file, no pattern source.
+    (``core.gguf_model``), processing "raw", tokenizer from the file; the pattern source
+    (``core.gguf_runnable.LazyGGUFSource``, when transformers knows the architecture)
+    dequantizes the whole model only when it is first run.
     Under a model root the file (or every file of the folder) must resolve inside it."""
     if processing == "processed":
         raise UnsupportedModel(f"{shown}: GGUF models give raw weights only; use processing "
@@ -272,7 +276,11 @@ def _load_gguf(path: Path, *, name: str, device: str, processing: str, model_roo
         if clean is err:
             raise
         raise clean from err
-    return LoadedModel(heads=heads, patterns=None, tokenizer=heads.tokenizer, info=heads.info)
+    patterns = None
+    if transformers_supports(heads.info.architecture):  # runnable, booted on first use
+        patterns = LazyGGUFSource(find_gguf(path, shown=shown), layer_indices=heads.info.layer_indices,
+                                  device=device, tokenizer=heads.tokenizer, shown=shown)
+    return LoadedModel(heads=heads, patterns=patterns, tokenizer=heads.tokenizer, info=heads.info)
 
 
 # -- bridges ------------------------------------------------------------------------------

