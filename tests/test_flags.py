@@ -46,3 +46,134 @@ def test_tokens_carry_the_baseline_and_flags(api, demo_heads):
                                              "layer": 1, "head": 2}))
     assert head["n_above_baseline"] == 1 and len(head["heads"][0]["tokens"]) == 3
     err(api.get("/api/tokens", params={"model": "demo", "role": "O", "k": 0}), 422)
+
+
+# -- sinks and descriptions in core -----------------------------------------------------------
+
+def _pattern_scores(first, **others):
+    from headgraph.core.patterns import PATTERN_KINDS, PatternScores
+
+    first = torch.as_tensor(first, dtype=torch.float64)
+    grids = {k: others.get(k, torch.zeros_like(first)) for k in PATTERN_KINDS}
+    grids["first_token"] = first
+    return PatternScores(**grids, layer_indices=tuple(range(first.shape[0])), n_prompts=1,
+                         induction_length=2, seed=0)
+
+
+def test_sink_flags_match_a_numpy_threshold_and_mark_graph_edges():
+    from headgraph.core.flags import head_flags, with_null_flags
+    from headgraph.core.graph import build_graph
+    from headgraph.core.pk import projection_kernel
+    from test_hubs import make_heads
+
+    heads = make_heads(L=3, H=4, d=24, dh=4, seed=2)
+    first = np.random.default_rng(0).uniform(0, 1, size=(3, 4))
+    first[0, 1], first[1, 2], first[2, 0] = 0.99, 0.9, 0.8999
+    flags = head_flags(_pattern_scores(first))
+    assert np.array_equal(flags.sink.numpy(), first >= 0.9)
+    res = {p: projection_kernel(heads, p) for p in ("OQ", "OK", "OV")}
+    g = build_graph(res, k=10, info=heads.info, flags=flags)
+    d = g.to_dict()
+    sinks = {f"L{a}H{b}" for a, b in zip(*np.nonzero(first >= 0.9))}
+    assert set(d["flags"]["sinks"]) == sinks and d["flags"]["measured"] is True
+    for node in d["graph"]["nodes"]:
+        assert node["sink"] is (node["id"] in sinks)
+        assert node["first_token"] == pytest.approx(first[node["layer"], node["head"]])
+    n_sink_edges = {p: 0 for p in res}
+    for e in d["graph"]["edges"]:
+        assert e["source_sink"] is (e["source"] in sinks)
+        assert e["target_sink"] is (e["target"] in sinks)
+        n_sink_edges[e["pairing"]] += e["source"] in sinks or e["target"] in sinks
+    assert d["flags"]["sink_edges"] == n_sink_edges and sum(n_sink_edges.values()) > 0
+    g.to_graphml()  # flags are plain bools / strings / floats
+    # not measured: null everywhere, never False
+    none = build_graph(res, k=10, info=heads.info).to_dict()
+    assert none["flags"]["measured"] is False and none["flags"]["sinks"] is None
+    none["graph"] = with_null_flags(none["graph"])
+    assert all(n["sink"] is None and n["description"] is None for n in none["graph"]["nodes"])
+    assert all(e["source_sink"] is None and e["target_sink"] is None
+               for e in none["graph"]["edges"])
+    assert all(r["description"] is None and r["sink"] is None for r in none["hubs"]["rows"])
+
+
+def test_kv_group_sink_needs_every_query_head():
+    from headgraph.core.flags import head_flags
+
+    flags = head_flags(_pattern_scores([[0.95, 0.97, 0.99, 0.5]]))
+    assert flags.is_sink("L0KV0", ["L0H0", "L0H1"]) is True
+    assert flags.is_sink("L0KV1", ["L0H2", "L0H3"]) is False
+    assert flags.sink_heads("L0KV1", ["L0H2", "L0H3"]) == ["L0H2"]
+    assert flags.first_token_of("L0KV1", ["L0H2", "L0H3"]) == pytest.approx(0.745)
+
+
+def test_bad_flag_inputs():
+    from headgraph.core.errors import InvalidInput
+    from headgraph.core.flags import head_flags, pattern_scores_from_dict
+
+    with pytest.raises(InvalidInput):
+        head_flags({"first_token": [[1.0]]})  # type: ignore[arg-type]
+    with pytest.raises(InvalidInput, match="sink_threshold"):
+        head_flags(_pattern_scores([[0.5]]), sink_threshold=0.0)
+    with pytest.raises(InvalidInput, match="unknown pattern kinds"):
+        head_flags(_pattern_scores([[0.5]]), thresholds={"attention": 0.5})
+    with pytest.raises(InvalidInput, match="pattern-scores payload"):
+        pattern_scores_from_dict({"scores": {}})
+    with pytest.raises(InvalidInput, match="no pattern scores"):
+        head_flags(_pattern_scores([[0.5]])).is_sink("L3H0")
+
+
+# -- over HTTP --------------------------------------------------------------------------------
+
+def test_graph_and_head_carry_flags_from_the_demo_patterns(api):
+    from headgraph.core.patterns import pattern_scores
+
+    demo = load_demo_model()
+    first = pattern_scores(demo).first_token.double().numpy()  # independent of the server
+    g = ok(api.get("/api/graph", params={"model": "demo", "k": 20}))
+    assert g["flags"]["measured"] is True and g["flags"]["threshold"] == 0.9
+    assert g["flags"]["sinks"] == []  # no BOS, attention spread: no sink in the demo
+    assert g["flags"]["sink_edges"] == {"OQ": 0, "OK": 0, "OV": 0}
+    for n in g["graph"]["nodes"]:
+        assert n["sink"] is False
+        assert n["first_token"] == pytest.approx(first[n["layer"], n["head"]], abs=1e-5)
+    assert all(e["source_sink"] is False and e["target_sink"] is False
+               for e in g["graph"]["edges"])
+    rows = {r["name"]: r for r in g["hubs"]["rows"]}
+    assert rows["L0H0"]["description"] == "previous-token" and rows["L0H0"]["rank"] == 1
+    assert all(rows[f"L1H{h}"]["description"] == "induction" for h in range(8) if f"L1H{h}" in rows)
+    assert g["hubs"]["top_tie"] == ["L0H0"]
+    h = ok(api.get("/api/head", params={"model": "demo", "head": "L0H0"}))
+    assert h["flags"]["sink"] is False and h["flags"]["description"] == "previous-token"
+    assert h["flags"]["first_token"] == pytest.approx(first[0, 0], abs=1e-5)
+    err(api.get("/api/head", params={"model": "demo", "head": "L0X0"}), 422)
+
+
+def test_flags_on_a_local_gqa_model_follow_its_patterns(api):
+    params = {"model": "local:qwen2-tiny"}
+    pats = api.get("/api/patterns", params=params)
+    g = ok(api.get("/api/graph", params={**params, "k": 5}))
+    kv = [n for n in g["graph"]["nodes"] if n["kind"] == "kv_group"]
+    assert kv
+    if pats.status_code == 404:  # no pattern source: null ("not measured"), never False
+        assert g["flags"]["measured"] is False
+        assert all(n["sink"] is None for n in g["graph"]["nodes"])
+    else:
+        first = np.asarray(ok(pats)["scores"]["first_token"], dtype=float)
+        layers = ok(pats)["layer_indices"]
+        for n in kv:
+            members = [(layers.index(int(m[1:].split("H")[0])), int(m.split("H")[1]))
+                       for m in n["heads"].split(",")]
+            assert n["sink"] is all(first[a, b] >= 0.9 for a, b in members)
+            assert n["first_token"] == pytest.approx(np.mean([first[a, b] for a, b in members]))
+        print("qwen2-tiny patterns measured")
+    h = ok(api.get("/api/head", params={**params, "head": kv[0]["id"]}))
+    assert h["flags"]["sink"] == kv[0]["sink"]
+
+
+def test_head_flags_without_patterns_are_null():
+    from headgraph.server.details import _flags
+
+    out = _flags(None, "L0H0", None)
+    assert out["threshold"] == 0.9
+    assert all(out[k] is None for k in ("sink", "sink_heads", "first_token", "description"))
+

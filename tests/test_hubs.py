@@ -122,3 +122,57 @@ def test_check_paper_hub_on_a_random_model():
     deg = dict(hg.graph.degree())
     assert top == hg.hubs.top_hub and deg[top] == max(deg.values())
     assert top.startswith("L") and "H" in top
+
+
+# -- ties and descriptions (issue 15 item 5) --------------------------------------------------
+
+def _flags_for(names_scores: dict[str, dict[str, float]], L: int = 2, H: int = 2):
+    from headgraph.core.flags import head_flags
+    from headgraph.core.patterns import PATTERN_KINDS, PatternScores
+
+    grids = {k: torch.zeros(L, H, dtype=torch.float64) for k in PATTERN_KINDS}
+    for name, scores in names_scores.items():
+        layer, head = int(name[1]), int(name[3])
+        for k, v in scores.items():
+            grids[k][layer, head] = v
+    return head_flags(PatternScores(**grids, layer_indices=tuple(range(L)), n_prompts=1,
+                                    induction_length=2, seed=0))
+
+
+def test_equal_degrees_are_ties_with_a_shared_degree_rank():
+    g = nx.MultiDiGraph()
+    for a, b in (("L0H0", "L1H0"), ("L0H0", "L1H1"), ("L0H1", "L1H0"), ("L0H1", "L1H1")):
+        g.add_edge(a, b, key="OK", score=1.0)
+    g.add_edge("L0H0", "L1H0", key="OV", score=2.0)  # L0H0: 3, L1H0: 3, L0H1: 2, L1H1: 2
+    t = hub_table(g)
+    by = {r.name: r for r in t.rows}
+    # reference: competition ranking of the degrees counted by hand
+    degree = {"L0H0": 3, "L1H0": 3, "L0H1": 2, "L1H1": 2}
+    for n, d in degree.items():
+        assert by[n].degree == d
+        assert by[n].degree_rank == 1 + sum(v > d for v in degree.values())
+        assert by[n].tie is (list(degree.values()).count(d) > 1)
+    assert t.top_tie == ["L0H0", "L1H0"] or t.top_tie == ["L1H0", "L0H0"]
+    assert [r.rank for r in t.rows] == [1, 2, 3, 4]  # the full order stays
+    assert t.to_dict()["top_tie"] == t.top_tie and t.to_dict()["describe_rule"] is None
+    assert all(r.description is None and r.sink is None for r in t.rows)  # not measured
+
+
+def test_hub_rows_describe_their_heads():
+    flags = _flags_for({"L0H0": {"first_token": 0.97, "previous_token": 0.5},
+                        "L0H1": {"previous_token": 0.8, "induction": 0.45},
+                        "L1H0": {"induction": 0.6, "duplicate_token": 0.7},
+                        "L1H1": {"identity": 0.39, "first_token": 0.89}})
+    g = nx.MultiDiGraph()
+    g.add_edge("L0H0", "L1H0", key="OK", score=1.0, heads=None)
+    g.add_edge("L0H1", "L1H1", key="OK", score=1.0)
+    g.add_node("L1KV0", heads="L1H0,L1H1")
+    g.add_edge("L0H0", "L1KV0", key="OV", score=1.0)
+    t = hub_table(g, flags=flags)
+    by = {r.name: r for r in t.rows}
+    assert by["L0H0"].description == "sink" and by["L0H0"].sink is True
+    assert by["L0H1"].description == "previous-token" and by["L0H1"].sink is False
+    assert by["L1H0"].description == "duplicate"  # highest of the passing kinds
+    assert by["L1H1"].description == "unclassified"  # 0.39 < 0.4 and 0.89 < 0.9
+    assert by["L1KV0"].description == "duplicate / unclassified" and by["L1KV0"].sink is False
+    assert t.to_dict()["describe_rule"].startswith("description = the pattern kind")

@@ -27,6 +27,7 @@ import networkx as nx
 import torch
 
 from headgraph.core.errors import InvalidInput
+from headgraph.core.flags import HeadFlags, not_measured
 from headgraph.core.head_graph import HeadGraph
 from headgraph.core.hubs import hub_table
 from headgraph.core.labels import LabelSet, class_counts, class_recovery
@@ -255,6 +256,23 @@ def _assemble(nodes: dict[str, dict[str, Any]], edges: list[tuple[str, str, str,
     return g
 
 
+def _annotate_flags(g: nx.MultiDiGraph, flags: HeadFlags) -> dict[str, int]:
+    """Set node sink / sink_heads / description / first_token and edge source_sink /
+    target_sink from head flags; returns the number of edges touching a sink per pairing."""
+    for n, data in g.nodes(data=True):
+        heads = str(data["heads"]).split(",") if data.get("heads") else None
+        data.update(sink=flags.is_sink(str(n), heads),
+                    sink_heads=",".join(flags.sink_heads(str(n), heads)),
+                    description=flags.describe(str(n), heads),
+                    first_token=flags.first_token_of(str(n), heads))
+    counts: dict[str, int] = {}
+    for u, v, data in g.edges(data=True):
+        data.update(source_sink=bool(g.nodes[u]["sink"]), target_sink=bool(g.nodes[v]["sink"]))
+        p = str(data.get("pairing", ""))
+        counts[p] = counts.get(p, 0) + int(data["source_sink"] or data["target_sink"])
+    return counts
+
+
 def build_graph(
     results: Mapping[str, PairScores],
     *,
@@ -268,6 +286,7 @@ def build_graph(
     info: ModelInfo | None = None,
     kv_nodes: str = "group",
     max_edges: int | None = None,
+    flags: HeadFlags | None = None,
 ) -> HeadGraph:
     """Select edges from each pairing's scores and build the head graph.
 
@@ -287,6 +306,11 @@ def build_graph(
     max_edges: at most this many edges per pairing (the best ones); a pairing whose rule
     passed more is listed in ``capped`` with how many passed, so a low threshold cannot
     build an unbounded graph.
+    flags: head flags from attention-pattern scores (core.flags.head_flags): nodes get sink
+    (a KV group: all its query heads are sinks), sink_heads, description and first_token,
+    edges source_sink / target_sink, hub rows descriptions; None (no pattern source): nodes
+    and edges have none of them (``core.flags.with_null_flags`` writes them as null, "not
+    measured", never False) and the hub rows' description / sink are None.
     """
     layers = _check_args(results, granularity, k, threshold, threshold_on, values, kv_nodes)
     n_q = _n_query_heads(results, info)
@@ -315,12 +339,13 @@ def build_graph(
             edges.append((src, dst, pairing, {"pairing": pairing, **row}))
 
     g = _assemble(nodes, edges, labels)
-    hubs = hub_table(g)
+    sink_edges = None if flags is None else _annotate_flags(g, flags)
+    hubs = hub_table(g, flags=flags)
     for r in hubs.rows:
         g.nodes[r.name].update(
             in_degree=r.in_degree, out_degree=r.out_degree, degree=r.degree,
             weighted_degree=r.weighted_degree, pagerank=r.pagerank, betweenness=r.betweenness,
-            hub_rank=r.rank, is_hub=r.is_hub)
+            hub_rank=r.rank, is_hub=r.is_hub, degree_rank=r.degree_rank, degree_tie=r.tie)
     kinds = {ps.kind for ps in results.values()}
     fdr_mask = (threshold_on == "fdr" and values is not None
                 and all(v.dtype == torch.bool for v in values.values()))
@@ -337,7 +362,19 @@ def build_graph(
         graph=g, hubs=hubs, pairings=tuple(results), granularity=granularity, rule=rule,
         class_counts=None if labels is None else class_counts(g, labels),
         recovery=None if labels is None else class_recovery(g, labels),
-        labels=None if labels is None else labels.name, edge_counts=counts, capped=capped)
+        labels=None if labels is None else labels.name, edge_counts=counts, capped=capped,
+        flags=_flags_summary(flags, sink_edges, counts))
+
+
+def _flags_summary(flags: HeadFlags | None, sink_edges: dict[str, int] | None,
+                   counts: dict[str, int]) -> dict[str, Any]:
+    """The graph's "flags" entry: sink rule, threshold, the model's sink heads and how many
+    selected edges per pairing touch a sink (null without pattern scores)."""
+    if flags is None:
+        return {**{k: v for k, v in not_measured().items() if k != "descriptions"},
+                "sink_edges": None}
+    return {**{k: v for k, v in flags.to_dict().items() if k != "descriptions"},
+            "sink_edges": {p: (sink_edges or {}).get(p, 0) for p in counts}}
 
 
 def check_paper_hub(heads: HeadWeights, *, k: int = 20,

@@ -28,7 +28,10 @@ class HeadGraph:
     opacity (score / max selected score of the pairing, in (0, 1]), rank (1-based within the
     pairing), cs (Composition Score of the same head pair, when given; for a KV-group target
     the mean over its query heads, named in cs_of: "mean over L2H2, L2H3"), z / q (when
-    selected on them), source_class / target_class (with labels).
+    selected on them), source_class / target_class (with labels). With head flags
+    (core.flags): node sink, sink_heads, description, first_token; edge source_sink,
+    target_sink; ``flags`` summarizes them (``measured`` False: no node or edge has them;
+    ``core.flags.with_null_flags`` writes them as null, "not measured", for JSON APIs).
     """
 
     graph: nx.MultiDiGraph
@@ -41,6 +44,7 @@ class HeadGraph:
     labels: str | None = None
     edge_counts: dict[str, int] = field(default_factory=dict)
     capped: dict[str, int] = field(default_factory=dict)  # pairing -> edges that passed the rule
+    flags: dict[str, Any] | None = None  # sink rule, threshold, sinks, sink_edges (core.graph)
 
     def to_node_link(self) -> dict[str, Any]:
         """Node-link JSON (``nx.node_link_data(graph, edges="edges")``); read back with
@@ -65,7 +69,7 @@ class HeadGraph:
                 "capped": dict(self.capped),
                 "class_counts": self.class_counts, "recovery": self.recovery,
                 "labels": self.labels, "hubs": self.hubs.to_dict(),
-                "graph": self.to_node_link()}
+                "flags": self.flags, "graph": self.to_node_link()}
 
 
 EXPORT_FORMATS: tuple[str, ...] = ("node-link", "graphml", "gexf")

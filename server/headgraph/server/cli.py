@@ -199,11 +199,35 @@ def hub_text(report: dict[str, Any], rows: list[dict[str, Any]]) -> str:
              + ", ".join(f"{p} {n}" for p, n in report["edge_counts"].items()) + ")",
              f"rule: {report['rule']}",
              f"hubs: {', '.join(report['hubs']) or '-'}",
+             *hub_notes(report, rows),
              "  ".join(h.rjust(w) if i != 1 else h.ljust(w) for i, (h, w) in enumerate(zip(heads, widths)))]
     for c in cells:
         lines.append("  ".join(v.rjust(w) if i != 1 else v.ljust(w)
                                for i, (v, w) in enumerate(zip(c, widths))))
     return "\n".join(lines) + "\n"
+
+
+def hub_notes(report: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
+    """Above the table: what each listed node's heads do (core.flags descriptions, "not
+    measured" without pattern scores; "sink" marked) and the degree ties, as ties."""
+    if not rows:
+        return []
+    width = max(len(r["name"]) for r in rows)
+    rule = report.get("describe_rule")
+    lines = ["what the heads do: " + (rule or "not measured (the model has no pattern scores)")]
+    for r in rows:
+        rank = f"{r.get('degree_rank', r['rank'])}{'=' if r.get('tie') else ''}"
+        what = r.get("description") or "not measured"
+        sink = "  [attention sink]" if r.get("sink") else ""
+        lines.append(f"  {r['name']:<{width}}  degree rank {rank:<4} {what}{sink}")
+    ties: dict[int, list[str]] = {}
+    for r in rows:
+        if r.get("tie"):
+            ties.setdefault(int(r["degree"]), []).append(r["name"])
+    if ties:
+        lines.append("ties (equal total degree): " + "; ".join(
+            f"{' = '.join(names)} ({d})" for d, names in ties.items()))
+    return lines
 
 
 def cmd_hubs(args: argparse.Namespace) -> int:

@@ -121,6 +121,7 @@ class DetailService:
         patterns = self.scores.patterns_or_none(ref)
         out["patterns"] = None if patterns is None else {
             kind: grid[layer_pos][head] for kind, grid in patterns["scores"].items()}
+        out["flags"] = _flags(patterns, label, None)
         partners: dict[str, Any] = {}
         for pairing in GRAPH_PAIRINGS:
             ps = self.scores.pk(ref, pairing, "forward")
@@ -152,6 +153,7 @@ class DetailService:
                                {h: label_set.class_of(h) for h in members},
                                "labels": None if label_set is None else label_set.name,
                                "patterns": None}
+        out["flags"] = _flags(self.scores.patterns_or_none(ref), label, members)
         out["tokens"] = ({role: self._head_tokens(ref, info, role, label, k) for role in ("K", "V")}
                          if info.d_vocab is not None else {})
         partners: dict[str, Any] = {}
@@ -174,6 +176,25 @@ class DetailService:
             return []
         vals, idx = torch.topk(flat, min(k, n))
         return [{"head": names[i], "pk": float(v)} for v, i in zip(vals.tolist(), idx.tolist())]
+
+
+def _flags(patterns: dict[str, Any] | None, name: str, members: list[str] | None
+           ) -> dict[str, Any]:
+    """A head's (or KV group's) behaviour flags from pattern scores (core.flags): sink (a KV
+    group: every query head it serves), sink_heads, first_token (a group: the mean), description;
+    all null when the model has no pattern scores ("not measured")."""
+    from headgraph.core.flags import SINK_RULE, SINK_THRESHOLD, head_flags, pattern_scores_from_dict
+
+    out: dict[str, Any] = {"threshold": SINK_THRESHOLD, "rule": SINK_RULE.format(SINK_THRESHOLD),
+                           "sink": None, "sink_heads": None, "first_token": None,
+                           "description": None}
+    if patterns is None:
+        return out
+    flags = head_flags(pattern_scores_from_dict(patterns))
+    out.update(sink=flags.is_sink(name, members), sink_heads=flags.sink_heads(name, members),
+               first_token=flags.first_token_of(name, members),
+               description=flags.describe(name, members))
+    return out
 
 
 def _members(info: ModelInfo, layer_pos: int, group: int) -> list[int]:

@@ -3,6 +3,8 @@
 Both build core.graph.build_graph from the model's cached forward PK (plus CS, z or FDR
 values to threshold on) and a label set; the label set's exact classes are part of the key.
 An edge's CS to a KV group is core.ranking.kv_level_cs's mean over its query heads.
+Nodes, edges and hub rows carry the sink flags and descriptions of core.flags, from the
+model's cached pattern scores (null without a pattern source).
 """
 
 from __future__ import annotations
@@ -54,12 +56,28 @@ def head_graph(src: Inputs, *, pairings: tuple[str, ...], granularity: str, k: i
                                 results[p].valid) for p in pairings}
     return build_graph(results, granularity=granularity, k=k, threshold=threshold,
                        threshold_on=threshold_on, values=values, cs=cs or None,
-                       labels=label_set, info=src.info, max_edges=MAX_EDGES)
+                       labels=label_set, info=src.info, max_edges=MAX_EDGES,
+                       flags=head_flags_of(src))
+
+
+def head_flags_of(src: Inputs) -> Any:
+    """core.flags.HeadFlags from the model's cached pattern scores; None when the model has no
+    pattern source (flags then read null, "not measured")."""
+    from headgraph.core.flags import head_flags, pattern_scores_from_dict
+
+    patterns = src.result("patterns")
+    if not patterns.get("available"):
+        return None
+    return head_flags(pattern_scores_from_dict(patterns))
 
 
 def graph(src: Inputs, **params: Any) -> dict[str, Any]:
-    """Head graph as JSON: node-link, hubs, class counts."""
-    return jsonable(head_graph(src, **params).to_dict())
+    """Head graph as JSON: node-link, hubs, class counts, flags (null when not measured)."""
+    from headgraph.core.flags import with_null_flags
+
+    out = head_graph(src, **params).to_dict()
+    out["graph"] = with_null_flags(out["graph"])
+    return jsonable(out)
 
 
 def graph_export(src: Inputs, *, format: str, **params: Any) -> str:
@@ -92,6 +110,8 @@ def _graph_key(p: dict[str, Any]) -> dict[str, Any]:
     # Edge CS to a KV group: mean over its valid query heads, named in cs_of (graphs cached
     # before had no cs_of; their keys are not read back).
     key["cs"] = "kv-mean"
+    # Sink flags and hub descriptions from pattern scores (core.flags; older graphs lack them).
+    key["flags"] = "sink-0.9"
     return key
 
 
