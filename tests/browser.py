@@ -80,6 +80,19 @@ def point_xy(page: Any, graph_id: str, x: float, y: float) -> tuple[float, float
         }""", [graph_id, x, y]))
 
 
+def show_point(page: Any, graph_id: str, x: float, y: float) -> tuple[float, float]:
+    """Scroll the page until data point (x, y) of a graph is inside the viewport (a tall
+    figure does not fit in it); the point's page coordinates then."""
+    page.locator(f"#{graph_id}").scroll_into_view_if_needed()
+    px, py = point_xy(page, graph_id, x, y)
+    height = page.evaluate("() => window.innerHeight")
+    if not 40 <= py <= height - 40:
+        page.evaluate("(dy) => window.scrollBy(0, dy)", py - height / 2)
+        page.wait_for_timeout(100)
+        px, py = point_xy(page, graph_id, x, y)
+    return px, py
+
+
 def click_point(page: Any, graph_id: str, x: float, y: float, *, expect: Any = None,
                 attempts: int = 3, timeout_ms: int = 10_000) -> None:
     """Hover then click a data point, as a user would (Plotly clicks act on the hovered point).
@@ -92,9 +105,8 @@ def click_point(page: Any, graph_id: str, x: float, y: float, *, expect: Any = N
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     for attempt in range(attempts):
-        page.locator(f"#{graph_id}").scroll_into_view_if_needed()
         page.wait_for_timeout(150)
-        px, py = point_xy(page, graph_id, x, y)
+        px, py = show_point(page, graph_id, x, y)
         page.mouse.move(px, py)
         page.wait_for_timeout(150)
         page.mouse.click(px, py)

@@ -183,3 +183,43 @@ def test_head_grid_csv_names_kv_heads() -> None:
     lines = head_grid_csv(ok, "L0H1", "out").strip().splitlines()
     assert lines[0] == "head,target,raw" and lines[1].startswith("L0H1,L3KV0,")
     assert {line.split(",")[1] for line in lines[1:]} == set(names(True)) - {"L0KV0", "L0KV1", "L0KV2"}
+
+
+def test_no_marker_covers_another_markers_centre_in_a_smollm2_shaped_graph() -> None:
+    """Plotly hovers the smallest marker under the pointer, so a click on a node or edge handle
+    reaches it only if no other marker covers its centre. SmolLM2's shape: 30 layers, 9 query
+    heads, 3 KV groups, OK and OV edges into every KV group from the layer below (the shortest
+    edges there are), OQ edges between query heads; checked in pixels at the narrowest plot."""
+    from headgraph.frontend.figures.graph import MARGIN_Y_PX, MIN_PLOT_WIDTH_PX
+
+    layers, heads, groups = list(range(30)), 9, 3
+    rng = np.random.default_rng(0)
+    nodes = [{"id": f"L{la}H{h}", "layer": la, "head": h, "degree": int(rng.integers(1, 9))}
+             for la in layers for h in range(heads)]
+    nodes += [{"id": f"L{la}KV{g}", "layer": la, "head": g, "kind": "kv_group", "degree": int(rng.integers(1, 9)),
+               "heads": ",".join(f"L{la}H{3 * g + i}" for i in range(3))} for la in layers for g in range(groups)]
+    edges = [{"source": f"L{la - 1}H{int(rng.integers(heads))}", "target": f"L{la}KV{g}", "pairing": p,
+              "score": 1.0, "opacity": 1.0} for la in layers[1:] for g in range(groups) for p in ("OK", "OV")]
+    edges += [{"source": f"L{la - 1}H{int(rng.integers(heads))}", "target": f"L{la}H{h}", "pairing": "OQ",
+               "score": 1.0, "opacity": 1.0} for la in layers[1:] for h in range(heads) if rng.random() < 0.3]
+    data = {"graph": {"nodes": nodes, "edges": edges}, "pairings": ["OQ", "OK", "OV"], "layer_indices": layers}
+    fig = graph_figure(data, grid_positions(data["graph"], layers), layout="grid")
+    y0, y1 = fig.layout.yaxis.range
+    xs = [x for tr in fig.data if tr.customdata is not None for x in tr.x]
+    sy = (fig.layout.height - MARGIN_Y_PX) / (y1 - y0)
+    sx = MIN_PLOT_WIDTH_PX / (max(xs) - min(xs) + 1.0)  # plotly pads the x range: wider in truth
+    markers = []  # (x px, y px, radius px, what)
+    for tr in fig.data:
+        if tr.customdata is None:
+            continue
+        sizes = tr.marker.size if isinstance(tr.marker.size, (list, tuple)) else [tr.marker.size] * len(tr.x)
+        markers += [(x * sx, y * sy, s / 2, tuple(cd[:4])) for x, y, s, cd in zip(tr.x, tr.y, sizes, tr.customdata)]
+    assert sum(m[3][0] == "edge" for m in markers) == len(edges)
+    assert sum(m[3][0] == "node" for m in markers) == len(nodes)
+    xy = np.array([(m[0], m[1]) for m in markers])
+    r = np.array([m[2] for m in markers])
+    d = np.linalg.norm(xy[:, None] - xy[None], axis=2)
+    np.fill_diagonal(d, np.inf)
+    covered = np.argwhere(d < r[None, :])  # [i, j]: marker j covers marker i's centre
+    assert not len(covered), [(markers[i][3], markers[j][3]) for i, j in covered[:10]]
+    assert fig.layout.height >= 30 * 40  # the rows grew so a KV sub-row fits between them

@@ -7,6 +7,7 @@ they serve) and "force" (networkx spring layout, seeded so a link reproduces the
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import networkx as nx
@@ -26,9 +27,10 @@ def node_link_to_graph(node_link: dict[str, Any]) -> nx.MultiDiGraph:
 
 
 # Grid layout of a grouped-query model: a KV-group node (kind "kv_group", e.g. L6KV1 serving
-# L6H3-L6H5) sits at the mean column of the query heads it serves, KV_ROW_OFFSET of a row
-# below their layer's row, so it never covers a query-head node.
-KV_ROW_OFFSET = 0.3
+# L6H3-L6H5) sits at the mean column of the query heads it serves, on its own sub-row half way
+# between its layer's row and the one below, so it never covers a query-head node (the figure
+# gives every row enough pixels for that, figures.graph.grid_height).
+KV_ROW_OFFSET = 0.5
 
 
 def is_kv_node(node: dict[str, Any]) -> bool:
@@ -46,11 +48,16 @@ def member_columns(node: dict[str, Any]) -> list[int]:
     return cols
 
 
+def grid_row(y: float) -> int:
+    """The layer row a grid y belongs to (a KV sub-row, half a row down, counts as its layer's)."""
+    return math.floor(y + 0.5 + 1e-9)
+
+
 def grid_positions(node_link: dict[str, Any], layer_indices: list[int] | None = None) -> Positions:
     """(x, y) = (head index, layer position); roles of one head spread a little along x.
 
     A KV-group node: x = mean column of the query heads it serves, y = its layer's row minus
-    ``KV_ROW_OFFSET`` (a sub-row under the query heads).
+    ``KV_ROW_OFFSET`` (a sub-row between its layer and the one below).
     """
     layers = sorted({int(n.get("layer", 0)) for n in node_link.get("nodes", [])} | set(layer_indices or []))
     row = {layer: i for i, layer in enumerate(layers)}

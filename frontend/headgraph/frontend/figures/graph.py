@@ -11,11 +11,49 @@ from collections.abc import Sequence
 
 import plotly.graph_objects as go
 
+from headgraph.frontend.figures.handles import place_handles
 from headgraph.frontend.figures.common import NO_CLASS_COLOR, base_layout, class_colors, fmt_value, pairing_color
-from headgraph.frontend.graph_layout import KV_ROW_OFFSET, Positions, is_kv_node
+from headgraph.frontend.graph_layout import KV_ROW_OFFSET, Positions, grid_row, is_kv_node
 
 KV_NOTE = (f"<br>KV group: shared keys/values of %s<br>(drawn {KV_ROW_OFFSET:g} row under "
            "its layer, at the mean column of those query heads)")
+
+# Pixels. Plotly hovers, among the markers under the pointer, the one with the smallest radius,
+# so markers must not cover each other's centres: rows get enough height for a KV sub-row
+# between them, node sizes are capped below that, and edge handles go where they cover no
+# node (figures.handles).
+ROW_PX = 36            # grid pixels per layer row (KV_ROW_PX with KV sub-rows)
+KV_ROW_PX = 46
+MARGIN_Y_PX = 110      # top + bottom margins (base_layout)
+MIN_PLOT_WIDTH_PX = 560  # the narrowest plot area assumed when converting x to pixels
+BACKDROP_SIZE = 7      # marker diameter of a head without edges
+
+
+def node_size(node: dict[str, Any]) -> float:
+    """Marker diameter (px) of a graph node: grows with degree, capped so rows never overlap."""
+    hub = bool(node.get("is_hub"))
+    size = (16 if hub else 10) + 5 * math.sqrt(float(node.get("degree", 0) or 0))
+    return min(size, 24.0 if hub else 20.0)
+
+
+def grid_height(pos: Positions) -> int:
+    """Figure height (px) of the grid layout: at least 600, ROW_PX per row (KV_ROW_PX with KV)."""
+    rows = {grid_row(p[1]) for p in pos.values()}
+    row_px = KV_ROW_PX if any("KV" in n for n in pos) else ROW_PX
+    return max(600, int((len(rows) + 1.4) * row_px + MARGIN_Y_PX))
+
+
+def _pixel_scale(pos: Positions, height: int, layout: str) -> tuple[float, float]:
+    """Lower bounds of pixels per data unit along x and y (the plot's width is not known)."""
+    xs = [p[0] for p in pos.values()] or [0.0]
+    ys = [p[1] for p in pos.values()] or [0.0]
+    plot_h = max(1.0, height - MARGIN_Y_PX)
+    if layout == "grid":
+        y_span = (max(ys) - min(ys)) + 1.4  # the y range set below: rows - 0.8 .. + 0.6
+        return MIN_PLOT_WIDTH_PX / ((max(xs) - min(xs)) + 1.0), plot_h / y_span
+    span = max(max(xs) - min(xs), max(ys) - min(ys), 1e-9) * 1.1
+    scale = min(plot_h, MIN_PLOT_WIDTH_PX) / span  # equal aspect (scaleanchor)
+    return scale, scale
 
 
 def kv_note(node: dict[str, Any]) -> str:
@@ -54,6 +92,8 @@ def graph_figure(data: dict[str, Any], pos: Positions, *, layout: str,
     span = max((abs(x) for p in pos.values() for x in p), default=1.0) or 1.0
     shift = {"OQ": -1, "OK": 0, "OV": 1}
     step = 0.045 * (1.0 if layout == "grid" else span)
+    height = grid_height(head_pos or pos) if layout == "grid" else 600
+    scale = _pixel_scale(head_pos or pos, height, layout)
     fig = go.Figure()
     # Edges: one trace per (pairing, opacity bucket) keeps the trace count bounded.
     buckets: dict[tuple[str, int], tuple[list[float | None], list[float | None]]] = {}
@@ -61,19 +101,27 @@ def graph_figure(data: dict[str, Any], pos: Positions, *, layout: str,
     # Click handles sit at a fraction of the edge that depends on the source node, so edges that
     # cross at their midpoints (same layer pair, same head sum) still get distinct handles.
     order = {n: i for i, n in enumerate(sorted(pos, key=lambda n: (pos[n][1], pos[n][0], n)))}
-    for e in edges:
+    drawn = [e for e in edges if e["source"] in pos and e["target"] in pos]
+    segments = [_offset(pos[e["source"]], pos[e["target"]], shift.get(e.get("pairing", e.get("key", "")), 0) * step)
+                for e in drawn]
+    obstacles = {str(n["id"]): node_size(n) / 2 for n in nodes if n["id"] in pos}
+    for h in all_heads if head_pos else ():
+        if h not in obstacles and h in head_pos:
+            obstacles[h] = BACKDROP_SIZE / 2
+    where = {**(head_pos or {}), **pos}
+    handles = place_handles(segments, [0.3 + 0.4 * order[e["source"]] / max(1, len(order) - 1) for e in drawn],
+                            [where[n] for n in obstacles], list(obstacles.values()), scale)
+    for i, e in enumerate(drawn):
         s, t, p = e["source"], e["target"], e.get("pairing", e.get("key", ""))
-        if s not in pos or t not in pos:
-            continue
-        a, b = _offset(pos[s], pos[t], shift.get(p, 0) * step)
+        a, b = segments[i]
         alpha_bucket = max(1, min(10, round(float(e.get("opacity", 1.0)) * 10)))
         xs, ys = buckets.setdefault((p, alpha_bucket), ([], []))
         xs += [a[0], b[0], None]
         ys += [a[1], b[1], None]
-        m = mids.setdefault(p, {"x": [], "y": [], "custom": [], "text": []})
-        frac = 0.3 + 0.4 * order[s] / max(1, len(order) - 1)
-        m["x"].append(a[0] + frac * (b[0] - a[0]))
-        m["y"].append(a[1] + frac * (b[1] - a[1]))
+        m = mids.setdefault(p, {"x": [], "y": [], "size": [], "custom": [], "text": []})
+        m["x"].append(handles.x[i])
+        m["y"].append(handles.y[i])
+        m["size"].append(round(handles.size[i], 1))
         m["custom"].append(["edge", s, t, p])
         m["text"].append(f"{p} {s} → {t}<br>PK {fmt_value(e.get('score'))} · normalized "
                          f"{fmt_value(e.get('normalized'))}<br>CS {fmt_value(e.get('cs'))} · "
@@ -99,7 +147,7 @@ def graph_figure(data: dict[str, Any], pos: Positions, *, layout: str,
     for p, m in mids.items():
         fig.add_trace(go.Scatter(x=m["x"], y=m["y"], mode="markers", customdata=m["custom"],
                                  text=m["text"], hovertemplate="%{text}<extra></extra>",
-                                 marker=dict(size=14, color=pairing_color(p), opacity=0),
+                                 marker=dict(size=m["size"], color=pairing_color(p), opacity=0),
                                  name=f"{p} edges", legendgroup=p, showlegend=False))
     # Heads without edges (grid layout only): a faint backdrop so the layer x head grid reads.
     present = {n["id"] for n in nodes}
@@ -109,7 +157,7 @@ def graph_figure(data: dict[str, Any], pos: Positions, *, layout: str,
         if rest:
             fig.add_trace(go.Scatter(
                 x=[head_pos[h][0] for h in rest], y=[head_pos[h][1] for h in rest], mode="markers",
-                marker=dict(size=7, color="#e3e6ea", line=dict(color="#c9ced4", width=1),
+                marker=dict(size=BACKDROP_SIZE, color="#e3e6ea", line=dict(color="#c9ced4", width=1),
                             symbol=["diamond" if "KV" in h else "circle" for h in rest]),
                 customdata=[["node", h, kv_note(records.get(h, {"id": h}))] for h in rest],
                 name="no edge", showlegend=False,
@@ -121,7 +169,7 @@ def graph_figure(data: dict[str, Any], pos: Positions, *, layout: str,
         by_class.setdefault(cls, []).append(n)
     colors = class_colors(sorted(c for c in by_class if c))
     show_all_text = len(nodes) <= 48
-    bottom = min((round(p[1]) for p in pos.values()), default=0)  # KV sub-rows count as their row
+    bottom = min((grid_row(p[1]) for p in pos.values()), default=0)  # KV sub-rows count as their row
     for cls in sorted(by_class, key=lambda c: (c == "", c)):
         for hub in (False, True):
             group = [n for n in by_class[cls] if bool(n.get("is_hub")) == hub]
@@ -132,7 +180,7 @@ def graph_figure(data: dict[str, Any], pos: Positions, *, layout: str,
                 mode="markers+text",
                 text=[(n["id"] + (" ★ hub" if hub else "")) if (show_all_text or hub) else "" for n in group],
                 # Grid layout: labels below the first row, where no edge arrives; above elsewhere.
-                textposition=["bottom center" if layout == "grid" and round(pos[n["id"]][1]) == bottom
+                textposition=["bottom center" if layout == "grid" and grid_row(pos[n["id"]][1]) == bottom
                               else "top center" for n in group],
                 textfont=dict(size=11 if hub else 10, color="#222"),
                 cliponaxis=False,  # labels of the top and bottom rows are never cut off
@@ -142,7 +190,7 @@ def graph_figure(data: dict[str, Any], pos: Positions, *, layout: str,
                 hovertemplate=("%{customdata[1]}<br>class: %{customdata[6]}<br>degree %{customdata[2]} "
                                "(in %{customdata[3]}, out %{customdata[4]})<br>hub: %{customdata[5]}"
                                "%{customdata[7]}<extra></extra>"),
-                marker=dict(size=[(16 if hub else 10) + 5 * math.sqrt(float(n.get("degree", 0))) for n in group],
+                marker=dict(size=[node_size(n) for n in group],
                             color=colors.get(cls, NO_CLASS_COLOR),
                             line=dict(color="#111" if hub else "white", width=2.5 if hub else 1),
                             symbol=["star" if hub else "diamond" if is_kv_node(n) else "circle" for n in group],
@@ -157,7 +205,7 @@ def graph_figure(data: dict[str, Any], pos: Positions, *, layout: str,
     if layout == "grid":
         grid_pos = head_pos or pos
         heads = sorted({int(round(p[0])) for n, p in grid_pos.items() if "KV" not in n})
-        rows = sorted({int(round(p[1])) for p in grid_pos.values()})
+        rows = sorted({grid_row(p[1]) for p in grid_pos.values()})
         layer_names = data.get("layer_indices") or rows
         has_kv = any("KV" in n for n in list(grid_pos) + list(pos))
         fig.update_xaxes(title="head" + (" (◆ KV group: under the query heads it serves)" if has_kv else ""),
@@ -165,14 +213,14 @@ def graph_figure(data: dict[str, Any], pos: Positions, *, layout: str,
                          ticktext=[f"H{h}" for h in heads], showgrid=False, zeroline=False)
         fig.update_yaxes(title="layer (deeper ↑)", tickmode="array", tickvals=rows,
                          ticktext=[f"L{layer_names[r] if r < len(layer_names) else r}" for r in rows],
-                         showgrid=True, zeroline=False, range=[min(rows, default=0) - 0.5,
+                         showgrid=True, zeroline=False, range=[min(rows, default=0) - 0.8,
                                                               max(rows, default=0) + 0.6])
     else:
         fig.update_xaxes(visible=False)
         fig.update_yaxes(visible=False, scaleanchor="x")
     hubs = data.get("hubs", {}).get("hubs", [])
     title = f"Head graph · {data.get('rule', '')} · hub{'s' if len(hubs) != 1 else ''}: {', '.join(hubs) or '–'}"
-    fig = base_layout(fig, title, height=600)
+    fig = base_layout(fig, title, height=height)
     fig.update_layout(legend=dict(orientation="v", x=1.01, y=1, bgcolor="rgba(255,255,255,0.8)"),
                       hovermode="closest", clickmode="event", dragmode="pan")
     return fig
