@@ -177,3 +177,21 @@ def test_head_flags_without_patterns_are_null():
     assert out["threshold"] == 0.9
     assert all(out[k] is None for k in ("sink", "sink_heads", "first_token", "description"))
 
+
+
+def test_reference_serves_the_random_init_null_beside_the_others(api, demo_heads):
+    from headgraph.core.nulls import random_init_null
+    from headgraph.core.pk import projection_kernel
+
+    r = ok(api.get("/api/reference", params={"model": "demo"}))
+    for pairing in ("OQ", "OK", "OV"):
+        n = r["nulls"][pairing]
+        init = n["summary_random_init"]
+        assert init["kind"] == "random_init" and init["n_samples"] == 256
+        core = random_init_null(demo_heads, pairing)
+        assert init["mean"] == pytest.approx(core.mean) and init["std"] == pytest.approx(core.std)
+        assert n["summary"]["kind"] == "anisotropic" and n["summary_haar"]["kind"] == "haar"
+        pk = projection_kernel(demo_heads, pairing)
+        q95 = float(torch.quantile(core.samples, 0.95))
+        assert n["valid_pairs"] == 64
+        assert n["above_random_init_q95"] == int((pk.scores[pk.valid].double() > q95).sum())

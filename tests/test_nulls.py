@@ -129,3 +129,73 @@ def test_bh_qvalues_match_scipy_and_the_step_up_masks():
     assert torch.isnan(q[~valid]).all()
     for alpha in (0.001, 0.01, 0.05, 0.2, 0.5):
         assert torch.equal((q <= alpha) & valid, benjamini_hochberg(p, valid, alpha))
+
+
+# -- random-initialization null (issue 15 item 5) ---------------------------------------------
+
+def _hf_llama_heads(seed: int):
+    """Head weights read by hand from transformers' own from_config init of a tiny Llama
+    (q/k/v/o_proj, [out, in] rows per head), independent of headgraph's extraction."""
+    from headgraph.core.random_models import preset_config, random_causal_lm
+    from headgraph.core.types import HeadWeights, ModelInfo
+
+    cfg = preset_config("llama-tiny")
+    lm = random_causal_lm(cfg, seed=seed, name="llama-tiny", device="cpu", dtype=torch.float32)
+    H, Hkv, d = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.hidden_size
+    dh = d // H
+    qs, ks, vs, os_ = [], [], [], []
+    for layer in lm.model.layers:
+        a = layer.self_attn
+        qs.append(a.q_proj.weight.detach().T.reshape(d, H, dh).permute(1, 0, 2))
+        ks.append(a.k_proj.weight.detach().T.reshape(d, Hkv, dh).permute(1, 0, 2))
+        vs.append(a.v_proj.weight.detach().T.reshape(d, Hkv, dh).permute(1, 0, 2))
+        os_.append(a.o_proj.weight.detach().T.reshape(H, dh, d))
+    L = len(qs)
+    info = ModelInfo(name="llama-tiny", architecture="LlamaForCausalLM", n_layers=L, n_heads=H,
+                     n_kv_heads=Hkv, d_model=d, d_head=dh, d_vocab=None, dtype="float32",
+                     layer_indices=tuple(range(L)), processing="raw", source="config")
+    return HeadWeights(info=info, W_Q=torch.stack(qs), W_K=torch.stack(ks), W_V=torch.stack(vs),
+                       W_O=torch.stack(os_), W_U=None, fingerprint=f"llama{seed}")
+
+
+def test_random_init_null_matches_transformers_init_and_the_haar_law():
+    from scipy.stats import ks_2samp
+
+    from headgraph.core.nulls import random_init_null
+
+    hf = [_hf_llama_heads(s) for s in range(8)]
+    exact = random_init_null(hf, "OQ")  # the caller's own from_config models, pooled
+    built = random_init_null(hf[0], "OQ", target=256, max_models=16)  # Gaussian builder
+    assert exact.kind == built.kind == "random_init" and exact.seed == 8
+    assert exact.samples.numel() == 8 * 16 and built.samples.numel() >= 256
+    assert ks_2samp(exact.samples.numpy(), built.samples.numpy()).pvalue > 1e-3
+    m = haar_moments(64, 16, 16)  # closed form: PK of Haar planes in R^64
+    for dist in (exact, built):
+        assert abs(dist.mean - m.mean) < 4 * m.std / math.sqrt(dist.samples.numel())
+        assert dist.std == pytest.approx(m.std, rel=0.25)
+
+
+def test_random_init_null_of_the_demo_and_what_beats_it():
+    from headgraph.core.demo_model import load_demo_model
+    from headgraph.core.nulls import random_init_heads, random_init_null
+
+    heads = load_demo_model().head_weights()
+    null = random_init_null(heads, "OK")
+    assert null.samples.numel() == 4 * 64 and null.seed == 4  # 8 x 8 forward pairs, 4 inits
+    assert null.source_rank == null.target_rank == 16
+    again = random_init_heads(heads.info, seed=1)
+    assert again.info.architecture == heads.info.architecture and again.W_U is None
+    assert torch.equal(again.W_Q, random_init_heads(heads.info, seed=1).W_Q)  # seeded
+    m = haar_moments(128, 16, 16)
+    assert abs(null.mean - m.mean) < 4 * m.std / math.sqrt(256)
+    pk = projection_kernel(heads, "OK")
+    q95 = float(torch.quantile(null.samples, 0.95))
+    assert bool((pk.scores[0, 0, 1] > q95).all())  # the previous-token head feeds every L1 key
+    d = null.to_dict()
+    assert d["kind"] == "random_init" and d["n_samples"] == 256
+    with pytest.raises(InvalidInput):
+        random_init_null(heads, "OK", target=0)
+    with pytest.raises(InvalidInput):
+        random_init_null([], "OK")
+    with pytest.raises(InvalidInput):
+        random_init_heads(heads.info, seed=-1)

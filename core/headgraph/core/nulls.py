@@ -13,10 +13,22 @@ Two nulls answer two questions:
 
 Both draw planes of the roles' common basis width (d_head); a pair with a rank-deficient head
 is compared with that full-width null too.
+
+A third null, **random initialization** (``random_init_null``), answers "is it larger than
+the same architecture gives before any training?": the PKs of every valid pair (same pairing,
+same layer order) of models of the same shapes at random initialization, pooled over seeds
+until RANDOM_INIT_TARGET samples or RANDOM_INIT_MAX_MODELS models. ``random_init_heads``
+builds them: the demo architecture with its own initializer (``DemoModel(cfg, seed)``), any
+other model with i.i.d. Gaussian attention projections of its shapes, which is what
+transformers initializes GPT-2, Llama (SmolLM2), Qwen2 and BLOOM attention weights with
+(normal(0, initializer_range); PK does not see the scale). For an exact from_config model
+pass ``load_heads("random:<config.json>@seed")`` results to ``random_init_null`` instead
+(tests check both give the same law). Cost: a few forward PK grids, no model is run.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,15 +36,19 @@ import torch
 
 from headgraph.core.errors import InvalidInput
 from headgraph.core.layer_order import check_order
-from headgraph.core.pk import parse_pairing
+from headgraph.core.pk import parse_pairing, projection_kernel
 from headgraph.core.reference import haar_pk_samples
 from headgraph.core.subspaces import compute_dtype, role_bases
-from headgraph.core.types import HeadWeights, PairScores
+from headgraph.core.types import HeadWeights, ModelInfo, PairScores
 
 # Gaussian entries drawn per batch of null planes.
 _BATCH_ELEMS = 1 << 23
 # Relative ridge added to Sigma so planes stay full rank when weights span fewer than d dims.
 _JITTER = 1e-7
+# Random-initialization null: pool models (seeds 0, 1, ...) until this many pair samples, at most
+# RANDOM_INIT_MAX_MODELS models (one model of a large architecture already has enough pairs).
+RANDOM_INIT_TARGET = 2000
+RANDOM_INIT_MAX_MODELS = 4
 
 
 @dataclass(frozen=True)
@@ -42,7 +58,7 @@ class NullResult:
     samples: [N] float64, sorted ascending.
     """
 
-    kind: str  # "anisotropic" | "haar"
+    kind: str  # "anisotropic" | "haar" | "random_init"
     pairing: str
     samples: torch.Tensor
     mean: float
@@ -153,6 +169,93 @@ def haar_null(
     target_rank = source_rank if target_rank is None else target_rank
     vals = haar_pk_samples(d_model, source_rank, target_rank, samples, seed=seed, method="wishart")
     return _summary("haar", pairing, vals, source_rank, target_rank, d_model, seed, order)
+
+
+def random_init_heads(info: ModelInfo, *, seed: int) -> HeadWeights:
+    """Head weights of ``info``'s shapes at random initialization (seeded; module docstring).
+
+    Demo architecture: ``DemoModel(DemoConfig(shape of info), seed=seed)``'s own init; else
+    i.i.d. standard normal W_Q [L, H, d, dh], W_K / W_V [L, H_kv, d, dh], W_O [L, H, dh, d]
+    (transformers' normal init without its scale, which PK ignores). No W_U, no tokenizer;
+    layer_indices as in ``info``.
+    """
+    from headgraph.core.demo_model import ARCHITECTURE, DemoConfig, DemoModel
+    from headgraph.core.fingerprint import weights_fingerprint
+
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise InvalidInput(f"seed must be an integer >= 0, got {seed!r}")
+    L, H, Hkv, d, dh = info.n_layers, info.n_heads, info.n_kv_heads, info.d_model, info.d_head
+    if info.architecture == ARCHITECTURE:
+        cfg = DemoConfig(n_layers=L, n_heads=H, d_model=d, d_head=dh, d_vocab=info.d_vocab or 64)
+        w = DemoModel(cfg, seed=seed).head_weights(name=f"{info.name} (random init {seed})")
+        W_Q, W_K, W_V, W_O = w.W_Q, w.W_K, w.W_V, w.W_O
+    else:
+        gen = torch.Generator().manual_seed(int(seed))
+        W_Q = torch.randn(L, H, d, dh, generator=gen)
+        W_K = torch.randn(L, Hkv, d, dh, generator=gen)
+        W_V = torch.randn(L, Hkv, d, dh, generator=gen)
+        W_O = torch.randn(L, H, dh, d, generator=gen)
+    init_info = ModelInfo(name=f"{info.name} (random init {seed})", architecture=info.architecture,
+                          n_layers=L, n_heads=H, n_kv_heads=Hkv, d_model=d, d_head=dh,
+                          d_vocab=None, dtype="float32", layer_indices=tuple(info.layer_indices),
+                          processing="raw", source="config")
+    fp = weights_fingerprint([W_Q, W_K, W_V, W_O], processing="raw", extra=f"init{seed}")
+    return HeadWeights(info=init_info, W_Q=W_Q, W_K=W_K, W_V=W_V, W_O=W_O, W_U=None,
+                       fingerprint=fp)
+
+
+def random_init_null(
+    heads: HeadWeights | Sequence[HeadWeights], pairing: str, *, order: str = "forward",
+    target: int = RANDOM_INIT_TARGET, max_models: int = RANDOM_INIT_MAX_MODELS,
+) -> NullResult:
+    """Random-initialization null for ``pairing``: the PKs of every valid ``order`` pair of
+    models of the same architecture at random init (module docstring).
+
+    heads: the trained model (its shapes; random-init models ``random_init_heads(info,
+    seed=0, 1, ...)`` are built until ``target`` samples or ``max_models`` models), or a
+    sequence of random-init models given by the caller (e.g. ``load_heads("random:...@s")``),
+    all pooled. ``seed`` of the result = number of models pooled (seeds 0..n-1 when built).
+    """
+    s_role, t_role = parse_pairing(pairing)
+    check_order(order)
+    for name, value in (("target", target), ("max_models", max_models)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InvalidInput(f"{name} must be an integer >= 1, got {value!r}")
+    given = None if isinstance(heads, HeadWeights) else list(heads)
+    if given is not None and not given:
+        raise InvalidInput("random_init_null needs at least one model")
+    first = heads if isinstance(heads, HeadWeights) else given[0]  # type: ignore[index]
+    info = first.info
+    parts: list[torch.Tensor] = []
+    models: list[HeadWeights] = []
+    n = 0
+    while True:
+        if given is not None:
+            if len(models) == len(given):
+                break
+            model = given[len(models)]
+            if (model.info.d_model, model.info.d_head) != (info.d_model, info.d_head):
+                raise InvalidInput("random-init models must share d_model and d_head")
+        else:
+            if len(models) >= max_models or (models and n >= target):
+                break
+            key = ("random_init_heads", len(models))  # kept with the trained model, so
+            model = first._cache.get(key)  # each role's bases are built once per init
+            if model is None:
+                model = random_init_heads(info, seed=len(models))
+                first._cache[key] = model
+        models.append(model)
+        ps = projection_kernel(model, pairing, order=order)
+        vals = ps.scores[ps.valid].to("cpu", torch.float64)
+        parts.append(vals)
+        n += int(vals.numel())
+    if n < 2:
+        raise InvalidInput(f"{info.name}: fewer than 2 valid {pairing} pairs in {order} order; "
+                           "no random-init null")
+    r_s = role_bases(models[0], s_role).rank
+    r_t = role_bases(models[0], t_role).rank
+    return _summary("random_init", pairing, torch.cat(parts), r_s, r_t, info.d_model,
+                    len(models), order)
 
 
 def pair_pvalues(pk: PairScores, null: NullResult) -> torch.Tensor:

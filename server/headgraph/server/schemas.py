@@ -200,7 +200,13 @@ class GraphOut(BaseModel):
     class_counts: dict[str, int] | None = None
     recovery: dict[str, float] | None = None
     labels: str | None = None
-    graph: dict[str, Any] = Field(description="networkx node-link data (keys: nodes, edges)")
+    flags: dict[str, Any] | None = Field(None, description=(
+        "attention-sink flags (core.flags): measured, threshold, rule, describe_rule, sinks "
+        "(sink head names), sink_edges (per pairing, edges touching a sink); null values when "
+        "the model has no pattern scores"))
+    graph: dict[str, Any] = Field(description=(
+        "networkx node-link data (keys: nodes, edges); nodes carry sink, sink_heads, "
+        "description, first_token, edges source_sink, target_sink (null: not measured)"))
 
 
 class ScatterOut(BaseModel):
@@ -220,7 +226,9 @@ class ReferenceOut(BaseModel):
     model: str
     kl: dict[str, Any] = Field(description="4x4 KL grid, histograms, means (core KLGrid.to_dict)")
     haar_moments: Any
-    nulls: dict[str, Any] = Field(description="anisotropic null summary per pairing")
+    nulls: dict[str, Any] = Field(description=(
+        "per pairing: anisotropic (summary), Haar (summary_haar) and random-initialization "
+        "(summary_random_init, above_random_init_q95 of valid_pairs) null summaries"))
 
 
 class TokensOut(BaseModel):

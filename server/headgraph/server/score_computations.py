@@ -60,12 +60,17 @@ def z(src: Inputs, *, pairing: str, order: str) -> Any:
 
 
 def null(src: Inputs, *, pairing: str, samples: int) -> dict[str, Any]:
-    """Per-pair p-values of forward PKs against the anisotropic and the Haar nulls.
+    """Per-pair p-values of forward PKs against the anisotropic and the Haar nulls, and the
+    random-initialization null beside them.
 
     Numpy grids "p" / "p_haar" (NaN where invalid), BH-significant masks at FDR_ALPHA
-    ("significant" / "significant_haar") and JSON summaries of both nulls.
+    ("significant" / "significant_haar"), JSON summaries of both nulls, and
+    "summary_random_init" (core.nulls.random_init_null: the same shapes at random init,
+    pooled until 2000 pair samples or 4 models) with "above_random_init_q95", the valid
+    forward pairs whose PK exceeds its 0.95-quantile, of "valid_pairs".
     """
-    from headgraph.core.nulls import anisotropic_null, benjamini_hochberg, haar_null, pair_pvalues
+    from headgraph.core.nulls import (anisotropic_null, benjamini_hochberg, haar_null,
+                                      pair_pvalues, random_init_null)
 
     ps = src.result("pk", pairing=pairing, order="forward")
     heads = src.heads
@@ -79,6 +84,11 @@ def null(src: Inputs, *, pairing: str, samples: int) -> dict[str, Any]:
         out["p" + suffix] = to_numpy(torch.where(ps.valid, p, torch.nan))
         out["significant" + suffix] = to_numpy(sig & ps.valid).astype(bool)
         out["summary" + suffix] = jsonable(dist.to_dict())
+    init = random_init_null(heads, pairing, order="forward")
+    q95 = float(torch.quantile(init.samples, 0.95))
+    out["summary_random_init"] = jsonable(init.to_dict())
+    out["above_random_init_q95"] = int((ps.scores.to(torch.float64)[ps.valid] > q95).sum())
+    out["valid_pairs"] = int(ps.valid.sum())
     return out
 
 
@@ -171,7 +181,9 @@ def score_computations() -> list[Computation]:
         Computation("cs", cs, {"mode": check_mode, "order": check_order},
                     load=pair_scores_from_payload),
         Computation("z", z, pairing_order),
-        Computation("null", null, {"pairing": check_pairing, "samples": positive_int}),
+        # "init": the payload holds the random-initialization null too (older ones do not).
+        Computation("null", null, {"pairing": check_pairing, "samples": positive_int},
+                    key=lambda p: {**p, "init": "random-init-2000"}),
         Computation("reference", reference, {"samples": positive_int}),
         # "baseline": lists carry the random-subspace baseline and flags (older payloads lack
         # them; their keys are not read back).

@@ -1,4 +1,5 @@
-"""Reference distributions: KL grid between pairings, Haar moments, anisotropic nulls."""
+"""Reference distributions: KL grid between pairings, Haar moments, anisotropic, Haar and
+random-initialization nulls."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ router = APIRouter(prefix="/api", tags=["reference"])
 
 
 @router.get("/reference", response_model=ReferenceOut, responses=ERRORS,
-            summary="KL grid and histograms of PK per pairing, Haar moments, anisotropic nulls")
+            summary="KL grid and histograms of PK per pairing, Haar moments, anisotropic, Haar "
+                    "and random-initialization nulls")
 async def reference(request: Request, ref: ModelRef = Depends(model_ref),
                     scores: ScoresService = Depends(get_scores)) -> Any:
     def run() -> dict[str, Any]:
@@ -29,7 +31,10 @@ async def reference(request: Request, ref: ModelRef = Depends(model_ref),
             nulls[pairing] = {"alpha": null["alpha"], "samples": null["samples"],
                               "significant": int(null["significant"].sum()),
                               "significant_haar": int(null["significant_haar"].sum()),
-                              "summary": null["summary"], "summary_haar": null["summary_haar"]}
+                              "summary": null["summary"], "summary_haar": null["summary_haar"],
+                              "summary_random_init": null["summary_random_init"],
+                              "above_random_init_q95": null["above_random_init_q95"],
+                              "valid_pairs": null["valid_pairs"]}
         out["nulls"] = nulls
         return {"model": ref.id, **out}
 
