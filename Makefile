@@ -42,7 +42,7 @@ check: install-test
 	$(BIN)/lint-imports
 
 test: install-test browser check
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=30
 
 bench: install-test
 	$(BIN)/python benchmarks/bench_core.py

@@ -235,7 +235,8 @@ def cmd_hubs(args: argparse.Namespace) -> int:
 
     services = _services(args)
     ref = _resolve(services, args.model)
-    report = services.graphs.hubs(ref, pairings=parse_pairings(args.pairings), k=args.top)
+    # The CLI waits for the pattern scores, so every hub is described by what its heads do.
+    report = services.graphs.hubs(ref, pairings=parse_pairings(args.pairings), k=args.top, flags=True)
     rows = report["rows"] if args.rows is None else report["rows"][: args.rows]
     if args.json:
         sys.stdout.write(json.dumps({**report, "rows": rows}) + "\n")

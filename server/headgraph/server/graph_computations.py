@@ -40,8 +40,9 @@ def cs_modes_for(pairings: list[str] | tuple[str, ...]) -> list[str]:
 
 
 def head_graph(src: Inputs, *, pairings: tuple[str, ...], granularity: str, k: int | None,
-               threshold: float | None, threshold_on: str, label_set: Any) -> Any:
-    """The core HeadGraph object (core.graph.build_graph) of the model's forward scores."""
+               threshold: float | None, threshold_on: str, label_set: Any, flags: bool) -> Any:
+    """The core HeadGraph object (core.graph.build_graph) of the model's forward scores; with
+    ``flags``, nodes and edges carry the sink flags and descriptions of its pattern scores."""
     from headgraph.core.graph import build_graph
 
     results = {p: src.result("pk", pairing=p, order="forward") for p in pairings}
@@ -57,7 +58,7 @@ def head_graph(src: Inputs, *, pairings: tuple[str, ...], granularity: str, k: i
     return build_graph(results, granularity=granularity, k=k, threshold=threshold,
                        threshold_on=threshold_on, values=values, cs=cs or None,
                        labels=label_set, info=src.info, max_edges=MAX_EDGES,
-                       flags=head_flags_of(src))
+                       flags=head_flags_of(src) if flags else None)
 
 
 def head_flags_of(src: Inputs) -> Any:
@@ -98,7 +99,8 @@ def _format(value: Any) -> str:
 
 
 GRAPH_CHECKS = {"pairings": _pairings, "granularity": str, "k": optional(positive_int),
-                "threshold": optional(quantize_threshold), "threshold_on": str, "label_set": any_value}
+                "threshold": optional(quantize_threshold), "threshold_on": str, "label_set": any_value,
+                "flags": bool}
 
 
 def _graph_key(p: dict[str, Any]) -> dict[str, Any]:
@@ -111,7 +113,8 @@ def _graph_key(p: dict[str, Any]) -> dict[str, Any]:
     # before had no cs_of; their keys are not read back).
     key["cs"] = "kv-mean"
     # Sink flags and hub descriptions from pattern scores (core.flags; older graphs lack them).
-    key["flags"] = "sink-0.9"
+    # Without them (pattern scores not computed yet) the graph does not wait for the patterns.
+    key["flags"] = "sink-0.9" if p["flags"] else "none"
     return key
 
 

@@ -23,16 +23,25 @@ class GraphService:
         self.cache = cache
         self.labels = labels
 
+    def _flags(self, ref: ModelRef, flags: bool | None) -> bool:
+        """Whether a graph carries sink flags and descriptions: asked (True computes the pattern
+        scores), or by default only once they are cached, so a cold model's graph shows as soon
+        as its PK and CS exist instead of waiting for a forward pass over the prompts."""
+        return self.cache.has(ref, "patterns") if flags is None else bool(flags)
+
     def graph(self, ref: ModelRef, *, pairings: list[str], granularity: str, k: int | None,
-              threshold: float | None, threshold_on: str, labels: str | None) -> dict[str, Any]:
-        """Head graph (core.graph.build_graph) as JSON: node-link, hubs, class counts; cached."""
+              threshold: float | None, threshold_on: str, labels: str | None,
+              flags: bool | None = None) -> dict[str, Any]:
+        """Head graph (core.graph.build_graph) as JSON: node-link, hubs, class counts, and the
+        sink flags when ``flags`` (default: the pattern scores are cached; else null); cached."""
         pairings = [check_pairing(p) for p in pairings]
         return self.cache.get(ref, "graph", pairings=tuple(pairings), granularity=granularity,
                               k=k, threshold=threshold, threshold_on=threshold_on,
-                              label_set=self.labels.label_set(labels, ref))
+                              label_set=self.labels.label_set(labels, ref),
+                              flags=self._flags(ref, flags))
 
     def hubs(self, ref: ModelRef, *, pairings: Sequence[str] = GRAPH_PAIRINGS,
-             k: int = 20) -> dict[str, Any]:
+             k: int = 20, flags: bool | None = None) -> dict[str, Any]:
         """Hub table of the paper's head graph: PK, forward order, head granularity, top-``k``
         edges per pairing (paper: OQ/OK/OV, k = 20; on GPT-2 small its top hub is L4H7).
 
@@ -45,7 +54,7 @@ class GraphService:
         if not 1 <= int(k) <= K_MAX:
             raise Invalid(f"k must be in 1..{K_MAX}, got {k}")
         g = self.graph(ref, pairings=names, granularity="head", k=int(k), threshold=None,
-                       threshold_on="pk", labels=None)
+                       threshold_on="pk", labels=None, flags=flags)
         table = g["hubs"]
         rows = table.get("rows", [])
         return {"model": ref.id, "pairings": names, "k": int(k), "graph_rule": g.get("rule"),
@@ -54,9 +63,10 @@ class GraphService:
 
     def graph_export(self, ref: ModelRef, fmt: str, *, pairings: list[str], granularity: str,
                      k: int | None, threshold: float | None, threshold_on: str,
-                     labels: str | None) -> str:
+                     labels: str | None, flags: bool | None = None) -> str:
         """The head graph as GraphML or GEXF text, cached like the JSON graph."""
         return self.cache.get(ref, "graph_export", format=fmt, pairings=tuple(pairings),
                               granularity=granularity, k=k, threshold=threshold,
                               threshold_on=threshold_on,
-                              label_set=self.labels.label_set(labels, ref))
+                              label_set=self.labels.label_set(labels, ref),
+                              flags=self._flags(ref, flags))
