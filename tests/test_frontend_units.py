@@ -7,13 +7,10 @@ and checked against independent numpy / networkx / csv computations on that same
 from __future__ import annotations
 
 import contextvars
-import time
 from typing import Any
-from collections.abc import Iterator
 
 import dash
 import numpy as np
-from dash.development.base_component import Component
 
 import pytest
 from fastapi.testclient import TestClient
@@ -22,15 +19,13 @@ from dash._callback_context import context_value
 from dash._utils import AttributeDict
 
 from headgraph.core.vocabulary import vocabulary
-from frontend_support import api, http  # noqa: F401  (fixtures found by name)
+from frontend_support import READY, api, computed, find, http, in_app  # noqa: F401  (fixtures found by name)
 from headgraph.frontend.api_client import ApiClient
-from headgraph.frontend.app import create_dash
 from headgraph.frontend.callbacks.heatmap import render_heatmap
 from headgraph.frontend.callbacks.model import is_complete, model_status
 from headgraph.frontend.callbacks.navigation import WRITER_INPUTS, next_query, render_controls, show_views, write_url
 from headgraph.frontend.callbacks.panels import render_head_panel, render_pair_panel
 from headgraph.frontend.callbacks.scatter import render_scatter
-from headgraph.frontend.context import CONFIG_KEY, FrontendContext
 from headgraph.frontend.callbacks.graph import render_graph, slider_range, summary
 from headgraph.frontend.state import (THRESHOLD_DIGITS, ViewState, default_state, format_threshold, parse_query,
                                       quantize_threshold, to_query, view_params)
@@ -38,26 +33,6 @@ from headgraph.frontend.transitions import apply_click, apply_control, next_stat
 from headgraph.frontend.vocab import Vocabulary, VocabularyCache
 
 VOCAB = Vocabulary.from_json(vocabulary())
-READY = {"model": "demo", "token": "t1"}
-
-
-@pytest.fixture(scope="module")
-def computed(api: ApiClient) -> list[str]:
-    """Compute the demo model through the API; its cache entries."""
-    job = api.compute("demo")["job"]
-    while api.job(job["id"])["state"] in ("queued", "running"):
-        time.sleep(0.2)
-    assert api.job(job["id"])["state"] == "done"
-    return next(m for m in api.models() if m["id"] == "demo")["cached"]
-
-
-@pytest.fixture()
-def in_app(api: ApiClient) -> Iterator[None]:
-    """An app context of a real dashboard app whose callbacks reach the in-process API."""
-    dash_app = create_dash(api_url="http://testserver")
-    dash_app.server.config[CONFIG_KEY] = FrontendContext(lambda: api)
-    with dash_app.server.app_context():
-        yield
 
 
 def triggered(prop_ids: list[str], fn: Any, *args: Any) -> Any:
@@ -220,16 +195,6 @@ def test_cache_completeness_reads_the_api_names(computed: list[str]) -> None:
 
 
 # -- graph scales: threshold_on / rank_on / FDR in the URL, the applied threshold shown -----------
-
-def find(component: Any, cid: str) -> Any:
-    """The component with id ``cid`` in a Dash component tree (or list of trees), else None."""
-    if isinstance(component, (list, tuple)):
-        return next((f for c in component if (f := find(c, cid)) is not None), None)
-    if getattr(component, "id", None) == cid:
-        return component
-    children = getattr(component, "children", None)
-    return find(children, cid) if isinstance(children, (list, tuple, Component)) else None
-
 
 def test_graph_scales_parse_and_serialize() -> None:
     assert vocabulary()["threshold_digits"] == THRESHOLD_DIGITS  # the page rounds as the API does

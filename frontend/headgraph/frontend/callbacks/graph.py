@@ -71,6 +71,33 @@ def slider_range(lo: float, hi: float) -> dict[str, Any]:
             "marks": {smin: format_threshold(smin), smax: format_threshold(smax)}}
 
 
+def evidence_chips(data: dict[str, Any]) -> list[Any]:
+    """What the hubs do (pattern-based descriptions, ties shown as ties) and the attention-sink
+    edges, from the API's hub rows and flags; says "not measured" when they are missing."""
+    flags = data.get("flags") or {}
+    hubs = data.get("hubs") or {}
+    rows = {r.get("name"): r for r in hubs.get("rows", [])}
+    if not flags.get("measured"):
+        return [html.Span("what heads do / attention sinks: not measured yet (pattern scores)",
+                          className="hint", id="graph-flags")]
+    what = [f"{h}: {rows.get(h, {}).get('description') or 'unclassified'}"
+            + (" (sink)" if rows.get(h, {}).get("sink") else "") for h in hubs.get("hubs", [])]
+    tie = hubs.get("top_tie") or []
+    out: list[Any] = []
+    if what:
+        out.append(html.Span("hub " + "; ".join(what) + (f" · tied: {' = '.join(tie)}" if len(tie) > 1 else ""),
+                             className="hint", id="graph-hub-what", **{"data-tie": ",".join(tie)}))
+    sink_edges = flags.get("sink_edges") or {}
+    sinks = flags.get("sinks") or []
+    out.append(html.Span([html.Span("sink edges", className="stat-label"),
+                          html.Span(str(sum(sink_edges.values())), className="stat-value")],
+                         className="stat", id="stat-sink-edges", **{"data-value": str(sum(sink_edges.values()))},
+                         title=(f"edges touching an attention-sink head (first-token attention ≥ "
+                                f"{flags.get('threshold', 0.9)}), drawn dotted from a sink; sinks: "
+                                + (", ".join(sinks) or "none"))))
+    return out
+
+
 def summary(data: dict[str, Any], threshold: float | None, on: str | None = None) -> list[Any]:
     """Summary chips of a graph; ``threshold`` the one it applied on scale ``on`` (printed as the
     API's rule prints it: rounded to THRESHOLD_DIGITS significant digits)."""
@@ -94,6 +121,7 @@ def summary(data: dict[str, Any], threshold: float | None, on: str | None = None
         fix = "lower q" if on == "fdr" else "raise the threshold"
         parts.append(html.Span(f"edges capped ({kept}); {fix} to see all",
                                className="hint warn", id="graph-capped"))
+    parts += evidence_chips(data)
     if data.get("overlay_note"):
         parts.append(html.Span(data["overlay_note"], className="hint", id="graph-overlay-note"))
     parts.append(html.Span("click a node for its head panel, the middle of an edge for the pair",

@@ -66,6 +66,16 @@ def head_body(d: dict[str, Any], state: ViewState) -> list[Any]:
         out.append(html.Div(["KV group: shared keys and values of ",
                              *[dcc.Link(h, className="partner", href=to_query(state.with_(head=h, pair=None)))
                                for h in members]], className="kv-members", id="head-members"))
+    flags = d.get("flags") or {}
+    if flags.get("description") is not None or flags.get("sink") is not None:
+        what = [html.Span("what it does: ", className="stat-label"),
+                html.Span(flags.get("description") or "unclassified", className="badge")]
+        if flags.get("sink"):
+            what.append(html.Span(f"attention sink (first-token attention {float(flags.get('first_token') or 0):.2f}"
+                                  f" ≥ {flags.get('threshold', 0.9)}): its output barely varies",
+                                  className="badge warn"))
+        out.append(html.Div(what, id="head-what", **{"data-description": flags.get("description") or "",
+                                                      "data-sink": str(bool(flags.get("sink"))).lower()}))
     pats = d.get("patterns")
     if pats:
         out.append(html.H4("attention-pattern scores"))

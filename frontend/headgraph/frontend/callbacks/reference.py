@@ -44,5 +44,12 @@ def reference_view(params: dict[str, Any] | None) -> tuple:
              stat("model mean", hist.get("model_mean"), "model-mean", "{:.4g}"),
              stat("random mean", hist.get("random_mean"), "random-mean", "{:.4g}"),
              stat("anisotropic null mean", None if null is None else null["mean"], "null-mean", "{:.4g}")]
+    entry = nulls.get(pairing) if isinstance(nulls.get(pairing), dict) else {}
+    init = entry.get("summary_random_init") or {}
+    if init.get("mean") is not None:
+        chips.append(stat("random-init mean", init["mean"], "init-mean", "{:.4g}"))
+        if entry.get("above_random_init_q95") is not None:
+            chips.append(stat("pairs above random-init 95%", entry["above_random_init_q95"], "above-init",
+                              "{} of " + str(entry.get("valid_pairs", "?"))))
     return (kl_grid_figure(kl, pairing), reference_figure(kl, pairing, null), null_figure(nulls, haar),
             chips, json.dumps(kl["kl"]))

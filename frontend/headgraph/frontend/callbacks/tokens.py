@@ -38,6 +38,9 @@ def tokens_view(params: dict[str, Any] | None) -> tuple:
         tokens = client.tokens(model, role, k=TOKENS_SHOWN)
         tok_fig = token_grid_figure(tokens, info["layer_indices"], n_heads)
         n_rows = len(tokens["heads"])
+        if tokens.get("n_above_baseline") is not None:
+            notes.append(stat("lists above random", tokens["n_above_baseline"], "token-above-baseline",
+                              "{} of " + str(n_rows)))
     except ApiError as err:
         tok_fig, n_rows = empty_figure(err.message), None
         notes.append(error_note(err.message))

@@ -56,6 +56,31 @@ def _pixel_scale(pos: Positions, height: int, layout: str) -> tuple[float, float
     return scale, scale
 
 
+SINK_COLOR = "#6a3d9a"  # outline of an attention-sink head's node
+
+
+def what_note(node: dict[str, Any]) -> str:
+    """Hover lines of what a node's head does (the API's pattern-based description and sink
+    flag; "not measured" when the model's pattern scores are not there)."""
+    if node.get("description") is None and node.get("sink") is None:
+        return "<br>what it does: not measured"
+    out = f"<br>what it does: {node.get('description') or 'unclassified'}"
+    if node.get("sink"):
+        first = node.get("first_token")
+        out += ("<br><b>attention sink</b>" + (f" (first-token attention {first:.2f})" if first is not None else "")
+                + ": its output barely varies, so its edges are weak evidence")
+    return out
+
+
+def sink_note(edge: dict[str, Any]) -> str:
+    """Hover line of an edge that starts (or ends) at an attention-sink head."""
+    if edge.get("source_sink"):
+        return "<br>source is an attention sink (dotted): weak evidence"
+    if edge.get("target_sink"):
+        return "<br>target is an attention sink"
+    return ""
+
+
 def kv_note(node: dict[str, Any]) -> str:
     """Hover line of a KV-group node naming the query heads it serves ('' for a query head)."""
     if not is_kv_node(node):
@@ -96,7 +121,7 @@ def graph_figure(data: dict[str, Any], pos: Positions, *, layout: str,
     scale = _pixel_scale(head_pos or pos, height, layout)
     fig = go.Figure()
     # Edges: one trace per (pairing, opacity bucket) keeps the trace count bounded.
-    buckets: dict[tuple[str, int], tuple[list[float | None], list[float | None]]] = {}
+    buckets: dict[tuple[str, int, bool], tuple[list[float | None], list[float | None]]] = {}
     mids: dict[str, dict[str, list[Any]]] = {}
     # Click handles sit at a fraction of the edge that depends on the source node, so edges that
     # cross at their midpoints (same layer pair, same head sum) still get distinct handles.
@@ -115,7 +140,8 @@ def graph_figure(data: dict[str, Any], pos: Positions, *, layout: str,
         s, t, p = e["source"], e["target"], e.get("pairing", e.get("key", ""))
         a, b = segments[i]
         alpha_bucket = max(1, min(10, round(float(e.get("opacity", 1.0)) * 10)))
-        xs, ys = buckets.setdefault((p, alpha_bucket), ([], []))
+        sink = bool(e.get("source_sink"))  # dotted: the source's output barely varies
+        xs, ys = buckets.setdefault((p, alpha_bucket, sink), ([], []))
         xs += [a[0], b[0], None]
         ys += [a[1], b[1], None]
         m = mids.setdefault(p, {"x": [], "y": [], "size": [], "custom": [], "text": []})
@@ -125,16 +151,18 @@ def graph_figure(data: dict[str, Any], pos: Positions, *, layout: str,
         m["custom"].append(["edge", s, t, p])
         m["text"].append(f"{p} {s} → {t}<br>PK {fmt_value(e.get('score'))} · normalized "
                          f"{fmt_value(e.get('normalized'))}<br>CS {fmt_value(e.get('cs'))} · "
-                         f"rank {e.get('rank', '–')}<br>opacity {fmt_value(e.get('opacity'))}")
-    pairings = list(dict.fromkeys(list(data.get("pairings", [])) + [p for p, _ in sorted(buckets)]))
+                         f"rank {e.get('rank', '–')}<br>opacity {fmt_value(e.get('opacity'))}"
+                         + sink_note(e))
+    pairings = list(dict.fromkeys(list(data.get("pairings", [])) + [p for p, _, _ in sorted(buckets)]))
     counts = data.get("edge_counts", {})
     for p in pairings:
         first = True
-        for (bp, bucket), (xs, ys) in sorted(buckets.items()):
+        for (bp, bucket, sink), (xs, ys) in sorted(buckets.items()):
             if bp != p:
                 continue
             fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", hoverinfo="skip",
-                                     line=dict(color=pairing_color(p, bucket / 10), width=2.2),
+                                     line=dict(color=pairing_color(p, bucket / 10), width=2.2,
+                                               dash="dot" if sink else "solid"),
                                      name=f"{p} ({counts.get(p, '')})", legendgroup=p,
                                      showlegend=first, legendrank=1))
             first = False
@@ -185,14 +213,17 @@ def graph_figure(data: dict[str, Any], pos: Positions, *, layout: str,
                 textfont=dict(size=11 if hub else 10, color="#222"),
                 cliponaxis=False,  # labels of the top and bottom rows are never cut off
                 customdata=[["node", n["id"], n.get("degree", 0), n.get("in_degree", 0),
-                             n.get("out_degree", 0), "yes" if hub else "no", cls or "–", kv_note(n)]
+                             n.get("out_degree", 0), "yes" if hub else "no", cls or "–", kv_note(n),
+                             what_note(n)]
                             for n in group],
                 hovertemplate=("%{customdata[1]}<br>class: %{customdata[6]}<br>degree %{customdata[2]} "
                                "(in %{customdata[3]}, out %{customdata[4]})<br>hub: %{customdata[5]}"
-                               "%{customdata[7]}<extra></extra>"),
+                               "%{customdata[8]}%{customdata[7]}<extra></extra>"),
                 marker=dict(size=[node_size(n) for n in group],
                             color=colors.get(cls, NO_CLASS_COLOR),
-                            line=dict(color="#111" if hub else "white", width=2.5 if hub else 1),
+                            line=dict(color=["#111" if hub else SINK_COLOR if n.get("sink") else "white"
+                                             for n in group],
+                                      width=[2.5 if hub or n.get("sink") else 1 for n in group]),
                             symbol=["star" if hub else "diamond" if is_kv_node(n) else "circle" for n in group],
                             opacity=1),
                 name=(cls or "no class") + (" (hub)" if hub else ""), legendgroup="class:" + (cls or "-"),

@@ -84,7 +84,8 @@ def null_summary(nulls: dict[str, Any], pairing: str) -> dict[str, Any] | None:
 
 
 def null_figure(nulls: dict[str, Any], haar: dict[str, Any] | None = None) -> go.Figure:
-    """Per pairing: Haar mean ± std next to the anisotropy-aware null mean ± std (and its 95%)."""
+    """Per pairing: Haar mean ± std next to the anisotropy-aware null mean ± std (and its 95%),
+    and the same architecture at random initialization (``summary_random_init``) when given."""
     summaries = {p: null_summary(nulls, p) for p in nulls}
     summaries = {p: s for p, s in summaries.items() if s}
     names = list(summaries)
@@ -104,11 +105,20 @@ def null_figure(nulls: dict[str, Any], haar: dict[str, Any] | None = None) -> go
                                           color="#9467bd", thickness=1.5, width=6),
                              marker=dict(color=[pairing_color(p) for p in names], size=11,
                                          line=dict(color="#9467bd", width=2))))
+    init = {p: nulls[p].get("summary_random_init") for p in names if isinstance(nulls.get(p), dict)}
+    init = {p: v for p, v in init.items() if isinstance(v, dict) and v.get("mean") is not None}
+    if init:  # the same architecture at random initialization: what training changed
+        fig.add_trace(go.Scatter(x=[x + 0.36 for x, p in zip(xs, names) if p in init],
+                                 y=[init[p]["mean"] for p in names if p in init], mode="markers",
+                                 name="random-init model mean ± std",
+                                 error_y=dict(type="data", array=[init[p].get("std") or 0 for p in names if p in init],
+                                              color="#2ca02c", thickness=1.5, width=6),
+                                 marker=dict(color="#2ca02c", size=10, symbol="square")))
     q95 = [(summaries[p].get("quantiles") or {}).get("0.95") for p in names]
     if any(v is not None for v in q95):
         fig.add_trace(go.Scatter(x=[x + 0.12 for x in xs], y=q95, mode="markers", name="anisotropic null 95%",
                                  marker=dict(symbol="line-ew", size=18, line=dict(color="#9467bd", width=2.5))))
-    fig.update_xaxes(tickmode="array", tickvals=xs, ticktext=names, range=[-0.6, len(names) - 0.4])
+    fig.update_xaxes(tickmode="array", tickvals=xs, ticktext=names, range=[-0.6, len(names) - 0.2])
     fig.update_yaxes(title="PK under the null")
     fig = base_layout(fig, "Nulls per pairing: random planes in isotropic R^d vs planes drawn where this "
                            "model's weights live (anisotropic)", height=340)

@@ -36,11 +36,24 @@ def patterns_figure(patterns: dict[str, Any], classes: dict[str, str] | None = N
                        height=max(260, 120 + 36 * len(layers)))
 
 
+def baseline_line(head: dict[str, Any] | None) -> str:
+    """Hover line comparing a head's token list with random subspaces of its rank ('' unknown)."""
+    if not head or head.get("above_baseline") is None:
+        return ""
+    mean, thr = head.get("mean_score"), head.get("baseline_threshold")
+    nums = f" (mean {mean:.3f} vs random 95% {thr:.3f})" if mean is not None and thr is not None else ""
+    if head["above_baseline"]:
+        return f"<br>above the random-subspace baseline{nums}"
+    return f"<br><b>at random level</b>: no better than a random rank-{head.get('rank', '?')} subspace{nums}"
+
+
 def token_grid_figure(tokens: dict[str, Any], layers: Sequence[int], n_heads: int,
                       shown: int = 3) -> go.Figure:
     """Top tokens of each head's role subspace in a layer x head grid (paper Fig. 6).
 
-    Cell colour = top-1 score; cell text = the ``shown`` best tokens.
+    Cell colour = top-1 score; cell text = the ``shown`` best tokens. A list whose scores do not
+    exceed those of random subspaces of the same rank (the API's ``above_baseline`` False) is
+    greyed and says so on hover: its tokens name nothing the head does.
     """
     rows = {(h["layer"], h["head"]): h for h in tokens["heads"]}
     z, text, hover = [], [], []
@@ -50,9 +63,13 @@ def token_grid_figure(tokens: dict[str, Any], layers: Sequence[int], n_heads: in
             h = rows.get((layer, head))
             toks = h["tokens"] if h else []
             zr.append(toks[0]["score"] if toks else None)
-            tr.append("<br>".join(t.get("display", t.get("text", "")) for t in toks[:shown]))
-            hr.append(f"{h['name'] if h else ''}<br>" + "<br>".join(
-                f"{t.get('display', t.get('text', ''))}  {t['score']:.3f}" for t in toks))
+            shown_text = "<br>".join(t.get("display", t.get("text", "")) for t in toks[:shown])
+            at_random = bool(h) and h.get("above_baseline") is False
+            tr.append(f"<span style='color:#8a8a8a'><i>{shown_text}</i></span>" if at_random and shown_text
+                      else shown_text)
+            hr.append(f"{h['name'] if h else ''}{baseline_line(h)}<br>" + "<br>".join(
+                f"{t.get('display', t.get('text', ''))}  {t['score']:.3f}"
+                + (" (≤ random)" if t.get("above_baseline") is False else "") for t in toks))
         z.append(zr)
         text.append(tr)
         hover.append(hr)
