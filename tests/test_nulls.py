@@ -199,3 +199,36 @@ def test_random_init_null_of_the_demo_and_what_beats_it():
         random_init_null([], "OK")
     with pytest.raises(InvalidInput):
         random_init_heads(heads.info, seed=-1)
+
+
+def test_random_init_null_from_fewer_layers_has_the_full_models_distribution():
+    """Random-init layers are drawn alike, so the null uses only as many as give its target
+    pairs; their PKs follow the all-layer model's distribution (KS test) at a fraction of the cost."""
+    from dataclasses import replace
+
+    from scipy.stats import ks_2samp
+
+    from headgraph.core.loading import load_model
+    from headgraph.core.nulls import random_init_heads, random_init_layers, random_init_null
+    from headgraph.core.pk import projection_kernel
+
+    info = replace(load_model("demo").heads.info, name="wide", architecture="llama", n_layers=24,
+                   layer_indices=tuple(range(24)))
+    layers = random_init_layers(info, "OK", 600)
+    assert 2 <= layers < 24
+    assert 8 * 8 * layers * (layers - 1) // 2 >= 600  # forward pairs of the subset reach the target
+    full = projection_kernel(random_init_heads(info, seed=7), "OK")
+    some = projection_kernel(random_init_heads(info, seed=8, n_layers=layers), "OK")
+    assert some.scores.shape[0] == layers
+    a, b = full.scores[full.valid].double().numpy(), some.scores[some.valid].double().numpy()
+    assert ks_2samp(a, b).pvalue > 0.01
+    trained = load_model("demo").heads
+    null = random_init_null(replace_info(trained, info), "OK", target=600)
+    assert null.to_dict()["n_samples"] >= 600
+
+
+def replace_info(heads, info):
+    """``heads`` with another ModelInfo (random_init_null reads only the shapes from it)."""
+    from dataclasses import replace
+
+    return replace(heads, info=info)

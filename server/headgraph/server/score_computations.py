@@ -181,9 +181,10 @@ def score_computations() -> list[Computation]:
         Computation("cs", cs, {"mode": check_mode, "order": check_order},
                     load=pair_scores_from_payload),
         Computation("z", z, pairing_order),
-        # "init": the payload holds the random-initialization null too (older ones do not).
+        # "init": the payload holds the random-initialization null too (older ones do not),
+        # from as few random-init layers as give 2000 pairs (core.nulls.random_init_layers).
         Computation("null", null, {"pairing": check_pairing, "samples": positive_int},
-                    key=lambda p: {**p, "init": "random-init-2000"}),
+                    key=lambda p: {**p, "init": "random-init-2000-layers"}),
         Computation("reference", reference, {"samples": positive_int}),
         # "baseline": lists carry the random-subspace baseline and flags (older payloads lack
         # them; their keys are not read back).
