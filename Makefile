@@ -41,10 +41,8 @@ check: install-test
 	$(BIN)/pyright core server
 	$(BIN)/lint-imports
 
-# Two workers, one test file each at a time (module servers stay per file): much of the suite
-# waits on servers, browsers and compute jobs, and those waits overlap.
 test: install-test browser check
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=30
+	$(BIN)/python -m pytest -q --durations=30
 
 bench: install-test
 	$(BIN)/python benchmarks/bench_core.py

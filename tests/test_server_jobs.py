@@ -176,7 +176,7 @@ def test_compute_job_progress_idempotency_and_cached_listing(server):
 
     models = {m["id"]: m for m in httpx.get(server.url + "/api/models", timeout=30).json()["models"]}
     cached = models["demo"]["cached"]
-    assert "pk?order=forward&pairing=QK" in cached and "tokens?k=50&role=O" in cached
+    assert "pk?order=forward&pairing=QK" in cached and "tokens?baseline=haar-40-q95&k=50&role=O" in cached
     assert models["demo"]["fingerprint"] and models["demo"]["info"]["n_heads"] == 8
 
     before = stats(server.url)["computations"]
