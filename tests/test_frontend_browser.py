@@ -18,7 +18,6 @@ from playwright.sync_api import Page
 
 from headgraph.frontend.callbacks.graph import slider_range
 from headgraph.frontend.state import format_threshold
-from headgraph.frontend.transitions import point_pair
 
 from browser import (Server, click_point, controls_settled, figure, query_of, start_server,
                      wait_figure, wait_until)
@@ -255,8 +254,7 @@ def test_scatter_matches_api_and_point_click_opens_pair(server: Server, page: Pa
                                                      if t.get("customdata")) == len(data["points"]["pk"]))
     both = next(t for t in fig["data"] if t["name"].startswith("both"))
     assert len(both["x"]) == data["comparison"]["counts"]["both"]
-    x, y = both["x"][0], both["y"][0]
-    s, t = point_pair(both["customdata"][0])  # the pair as numbers (typed arrays on the wire)
+    x, y, (s, t) = both["x"][0], both["y"][0], both["customdata"][0]
     title = page.locator("#pair-panel-title")
     click_point(page, "scatter", x, y, expect=title)
     assert title.get_attribute("data-pair") == f"{s},{t}"

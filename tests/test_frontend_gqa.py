@@ -20,7 +20,6 @@ import pytest
 from playwright.sync_api import Page
 
 from browser import Server, click_point, figure, query_of, start_server, wait_figure, wait_until
-from headgraph.frontend.transitions import point_pair
 
 pytestmark = pytest.mark.timeout(300)
 MODEL = "local:qwen2-gqa"
@@ -128,14 +127,14 @@ def test_heatmap_kv_cell_head_grid_labels_and_scatter_counts_each_kv_score_once(
     page.goto(server.url + f"/?model={MODEL}&view=scatter&pairing=OK&top_percent=5")
     sfig = wait_figure(page, "scatter", lambda f: sum(len(t.get("x") or []) for t in f["data"]
                                                       if t.get("customdata")) == n_valid)
-    shown = {point_pair(cd) for t in sfig["data"] for cd in (t.get("customdata") or [])}
+    shown = {tuple(cd) for t in sfig["data"] for cd in (t.get("customdata") or [])}
     cells = {(grid["source_labels"][a], grid["target_labels"][b])
              for a in range(len(ok)) for b in range(len(ok[0])) if ok[a][b]}
     assert shown == cells
     assert page.locator("#stat-points").get_attribute("data-value") == str(n_valid)
     # A scatter point into a KV group opens that pair.
     pt = next(t for t in sfig["data"] if t.get("customdata"))
-    s, t = point_pair(pt["customdata"][0])
+    s, t = pt["customdata"][0]
     click_point(page, "scatter", pt["x"][0], pt["y"][0], expect=page.locator(
         f"#pair-panel-title[data-pair='{s},{t}']"))
     assert figure(page, "scatter") is not None

@@ -113,14 +113,6 @@ def _custom(click: Any) -> list[Any] | None:
     return data if isinstance(data, list) else [data] if data is not None else None
 
 
-def point_pair(custom: list[Any]) -> tuple[str, str] | None:
-    """(source, target) head names of a scatter point's customdata [sl, sh, tl, th, kv]."""
-    if len(custom) < 5 or not all(isinstance(v, (int, float)) for v in custom[:5]):
-        return None
-    sl, sh, tl, th, kv = (int(v) for v in custom[:5])
-    return f"L{sl}H{sh}", f"L{tl}{'KV' if kv else 'H'}{th}"
-
-
 def apply_click(state: ViewState, source: str, click: Any, vocab: Vocabulary) -> ViewState:
     """The state after a click on a figure: a node, an edge, a cell or a point."""
     is_head = vocab.is_head
@@ -148,11 +140,9 @@ def apply_click(state: ViewState, source: str, click: Any, vocab: Vocabulary) ->
                 and is_head(str(data[1])) and is_head(str(data[2])):
             return state.with_(pair=(str(data[1]), str(data[2])), pairing=str(data[3]), head=None)
         return state
-    if source == "scatter":
-        pair = point_pair(data) or ((str(data[0]), str(data[1])) if len(data) >= 2 else None)
-        if pair and is_head(pair[0]) and is_head(pair[1]):
-            return state.with_(pair=pair)
-        return state
+    if source == "scatter" and len(data) >= 2:
+        s, t = str(data[0]), str(data[1])
+        return state.with_(pair=(s, t)) if is_head(s) and is_head(t) else state
     return state
 
 

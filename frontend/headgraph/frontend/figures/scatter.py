@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import numpy as np
@@ -24,49 +23,25 @@ def top_cutoffs(points: dict[str, Any]) -> tuple[float | None, float | None]:
     return (min(pk_top) if pk_top else None, min(cs_top) if cs_top else None)
 
 
-_HEAD = re.compile(r"^L(\d+)(H|KV)(\d+)$")
-
-
-def head_numbers(names: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(layer, index, is_kv) int arrays of head names "L12H3" / "L12KV1"."""
-    parts = [_HEAD.match(n) for n in names]
-    if not all(parts):
-        bad = next(n for n, m in zip(names, parts) if not m)
-        raise ValueError(f"not a head name: {bad!r}")
-    layer = np.array([int(m.group(1)) for m in parts if m], dtype=np.int16)
-    index = np.array([int(m.group(3)) for m in parts if m], dtype=np.int16)
-    kv = np.array([m.group(2) == "KV" for m in parts if m], dtype=np.int16)
-    return layer, index, kv
-
-
 def scatter_figure(data: dict[str, Any]) -> go.Figure:
-    """PK vs CS per pair (paper Fig. 5): quadrant colours, top-x% cutoff lines, Spearman rho.
-
-    Points travel compactly: x / y as float32 and the pair as numbers (customdata [source layer,
-    source head, target layer, target index, target is a KV group], int16), typed arrays on the
-    wire; the hover spells the names from them and ``transitions.point_pair`` reads a click.
-    """
+    """PK vs CS per pair (paper Fig. 5): quadrant colours, top-x% cutoff lines, Spearman rho."""
     pts = data["points"]
     cmp_ = data.get("comparison", {})
-    pk = np.asarray(pts["pk"], dtype=np.float32)
-    cs = np.asarray(pts["cs"], dtype=np.float32)
-    quad = np.asarray(pts.get("quadrant") or [0] * len(pk), dtype=np.int8)
-    sl, sh, _ = head_numbers(list(pts["source"]))
-    tl, th, kv = head_numbers(list(pts["target"]))
-    custom = np.stack([sl, sh, tl, th, kv], axis=1) if len(pk) else np.zeros((0, 5), dtype=np.int16)
-    target = "KV" if len(kv) and kv.all() else "H"  # one pairing: every target of one kind
+    quad = pts.get("quadrant") or [0] * len(pts["pk"])
     fig = go.Figure()
     for code in (0, 2, 1, 3):
         name, color = QUADRANTS[code]
-        idx = np.nonzero(quad == code)[0]
+        idx = [i for i, q in enumerate(quad) if q == code]
         trace = go.Scattergl if len(quad) > 5000 else go.Scatter
         fig.add_trace(trace(
-            x=cs[idx], y=pk[idx], mode="markers", name=f"{name} ({len(idx)})",
-            customdata=custom[idx],
+            x=np.array([pts["cs"][i] for i in idx], dtype=np.float32),  # binary on the wire
+            y=np.array([pts["pk"][i] for i in idx], dtype=np.float32), mode="markers",
+            name=f"{name} ({len(idx)})",
+            customdata=[[pts["source"][i], pts["target"][i]] for i in idx],
             marker=dict(size=7 if code else 5, color=color, opacity=0.9 if code else 0.55,
                         line=dict(width=0)),
-            hovertemplate=("L%{customdata[0]}H%{customdata[1]} → L%{customdata[2]}" + target
-                           + "%{customdata[3]}<br>PK %{y:.4g}<br>CS %{x:.4g}<extra>" + name + "</extra>")))
+            hovertemplate="%{customdata[0]} → %{customdata[1]}<br>PK %{y:.4g}<br>CS %{x:.4g}<extra>"
+                          + name + "</extra>"))
     pk_cut, cs_cut = top_cutoffs(pts)
     if pk_cut is not None:
         fig.add_hline(y=pk_cut, line=dict(color="#d62728", dash="dash", width=1.2),
