@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import zlib
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,8 @@ from headgraph.core.fingerprint import weights_fingerprint
 from headgraph.core.types import HeadWeights, ModelInfo
 
 ARCHITECTURE = "HeadgraphAttnOnly"
+# forward's hook: (point name, layer, tensor) -> a replacement tensor or None (keep it)
+DemoHook = Callable[[str, int, torch.Tensor], "torch.Tensor | None"]
 DEMO_DIR = Path(__file__).resolve().parent / "data" / "demo"
 TOKENIZER_DESCRIPTION = (
     "whitespace-separated token names (vocab.json maps name -> id); any other word maps to "
@@ -115,9 +118,17 @@ class DemoModel(nn.Module):
         return tuple(range(self.cfg.n_layers))
 
     # -- forward --------------------------------------------------------------------
-    def forward(self, tokens: torch.Tensor, *, return_patterns: bool = False
+    def forward(self, tokens: torch.Tensor, *, return_patterns: bool = False,
+                hook: DemoHook | None = None
                 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """Logits [batch, pos, d_vocab] (and patterns [L, batch, H, q, k] if asked)."""
+        """Logits [batch, pos, d_vocab] (and patterns [L, batch, H, q, k] if asked).
+
+        ``hook(name, layer, tensor)``, when given, sees each layer's ``"ln_scale"`` (the
+        LayerNorm's sqrt(var + eps) of its input, [b, p, 1]; not fired without LayerNorm),
+        ``"q"``, ``"k"``, ``"v"`` ([b, h, p, d_head], before the scores), ``"pattern"``
+        ([b, h, q, k]) and ``"z"`` ([b, h, p, d_head]); a tensor it returns replaces the one
+        it saw (None keeps it), and it may raise to stop the forward early (core.ablation).
+        """
         tokens = tokens.to(self.W_E.device)
         T = tokens.shape[-1]
         if self.cfg.n_ctx < T:
@@ -126,18 +137,30 @@ class DemoModel(nn.Module):
         pos = self.W_pos[:T]
         causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
         patterns = []
+
+        def fire(name: str, layer: int, value: torch.Tensor) -> torch.Tensor:
+            if hook is None:
+                return value
+            out = hook(name, layer, value)
+            return value if out is None else out
+
         for layer in range(self.cfg.n_layers):  # layers are sequential by nature
             h = x
             if self.cfg.layer_norm:
+                if hook is not None:
+                    var = h.var(-1, keepdim=True, unbiased=False)
+                    fire("ln_scale", layer, (var + self.cfg.ln_eps).sqrt())
                 h = nn.functional.layer_norm(h, (self.cfg.d_model,), self.ln_w[layer],
                                              self.ln_b[layer], self.cfg.ln_eps)
             qk_in = h + pos
             q = torch.einsum("bpd,hde->bhpe", qk_in, self.W_Q[layer]) + self.b_Q[layer][:, None]
             k = torch.einsum("bpd,hde->bhpe", qk_in, self.W_K[layer]) + self.b_K[layer][:, None]
             v = torch.einsum("bpd,hde->bhpe", h, self.W_V[layer]) + self.b_V[layer][:, None]
+            q, k, v = fire("q", layer, q), fire("k", layer, k), fire("v", layer, v)
             scores = (q @ k.transpose(-1, -2)) / self.cfg.d_head ** 0.5
             pattern = scores.masked_fill(~causal, float("-inf")).softmax(-1)  # [b,h,q,k]
-            z = pattern @ v  # [b,h,p,e]
+            pattern = fire("pattern", layer, pattern)
+            z = fire("z", layer, pattern @ v)  # [b,h,p,e]
             x = x + torch.einsum("bhpe,hed->bpd", z, self.W_O[layer]) + self.b_O[layer]
             patterns.append(pattern)
         x = nn.functional.layer_norm(x, (self.cfg.d_model,), self.ln_final_w,
