@@ -276,3 +276,84 @@ def test_bridge_matches_manual_patched_forward(bridge_case, path):
     torch.testing.assert_close(result.effect("text"), ref, rtol=2e-3, atol=1e-6)
     if arch == "qwen2" and path != "Q":
         assert result.effects[0].target == "L1KV0"
+
+
+# -- server: the registered computation, GET /api/ablation and `headgraph verify` ---------------
+
+from api_support import api, err, model_root, ok, server  # noqa: E402,F401  (fixtures by name)
+
+
+def test_api_top_edges_match_top_and_core(api, demo):
+    body = ok(api.get("/api/ablation", params={"model": "demo", "pairing": "OK", "top": 4}))
+    assert body["selection"] == "top 4 by PK" and body["n_prompts"] == {"text": 20, "random": 20}
+    top = ok(api.get("/api/top", params={"model": "demo", "pairing": "OK", "k": 4}))["pairs"]
+    assert [(e["source"], e["target"]) for e in body["edges"]] == \
+        [(p["source"], p["target"]) for p in top]
+    edges = top_edges(projection_kernel(demo.heads, "OK"), 4)
+    direct = path_ablation(demo, edges)
+    for row, p, e in zip(body["edges"], top, direct.effects, strict=True):
+        assert row["pairing"] == "OK" and row["path"] == "K" and row["measure"] == "tvd"
+        assert row["pk"] == pytest.approx(p["pk"]) and row["cs"] == pytest.approx(p["cs"])
+        assert row["effect_text"] == pytest.approx(e.effects["text"], rel=1e-6)
+        assert row["effect_random"] == pytest.approx(e.effects["random"], rel=1e-6)
+    for rel in body["reliability"].values():
+        assert rel["n_edges"] == 4
+        assert rel["reliability"] is None or -1 <= rel["reliability"] <= 1
+    again = api.get("/api/ablation", params={"model": "demo", "pairing": "OK", "top": 4})
+    assert again.json() == body  # cached
+
+
+def test_api_one_edge_and_gqa(api):
+    body = ok(api.get("/api/ablation", params={"model": "demo", "pairing": "OV",
+                                               "edge": "l0h0, L1H3"}))
+    (edge,) = body["edges"]
+    assert (edge["source"], edge["target"], edge["measure"]) == ("L0H0", "L1H3",
+                                                                 "relative_output")
+    assert edge["effect_text"] > 0 and body["reliability"]["text"]["reliability"] is None
+    gqa = ok(api.get("/api/ablation", params={"model": "local:qwen2-tiny", "pairing": "OK",
+                                              "top": 3}))
+    assert all("KV" in e["target"] for e in gqa["edges"]) and len(gqa["edges"]) == 3
+    assert all(e["effect_random"] >= 0 for e in gqa["edges"])
+
+
+@pytest.mark.parametrize(("params", "status", "text"), [
+    ({"pairing": "QK"}, 422, "pairing"),
+    ({"top": 0}, 422, "top"),
+    ({"top": 51}, 422, "top"),
+    ({"edge": "L0H0"}, 422, "edge"),
+    ({"edge": "L1H0,L1H3"}, 404, "earlier layer"),
+    ({"edge": "L0H9,L1H3"}, 404, "L0H9"),
+    ({"edge": "L0H0,L1KV3"}, 404, "L1KV3"),
+    ({"edge": "head0,L1H3"}, 422, "edge"),
+    ({"model": "nope"}, 404, "nope"),
+])
+def test_api_bad_input_is_a_4xx_with_a_message(api, params, status, text):
+    message = err(api.get("/api/ablation", params={"model": "demo", **params}), status)
+    assert text in message
+
+
+def test_unrunnable_model_is_a_clear_422():
+    from types import SimpleNamespace
+
+    from headgraph.server.ablation_computations import ablation
+
+    src = SimpleNamespace(patterns=None, info=SimpleNamespace(name="streamed-model"))
+    with pytest.raises(UnsupportedModel, match="streamed-model cannot be run here"):
+        ablation(src, pairing="OK", edges=((0, 0, 1, 0),))  # type: ignore[arg-type]
+
+
+def test_cli_verify_prints_a_table(tmp_path, capsys):
+    from headgraph.server.cli import main
+
+    assert main(["verify", "demo", "--pairing", "OK", "--top", "3",
+                 "--cache-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "split-half reliability" in out and "effect random" in out
+    rows = [line.split() for line in out.splitlines() if line.startswith("L0H0")]
+    assert len(rows) == 3 and all(r[1].startswith("L1H") for r in rows)
+    assert main(["verify", "demo", "--top", "0", "--cache-dir", str(tmp_path)]) == 2
+    assert main(["verify", "demo", "--source", "L1H0", "--target", "L1H2",
+                 "--cache-dir", str(tmp_path)]) == 2
+    assert "earlier layer" in capsys.readouterr().err
+    assert main(["verify", "demo", "--source", "L0H0", "--cache-dir", str(tmp_path)]) == 2
+    assert "both --source and --target" in capsys.readouterr().err

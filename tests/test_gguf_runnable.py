@@ -88,3 +88,25 @@ def test_pattern_scores_exist(scores):
     assert float(scores.previous_token.max()) > 0.5  # previous-token heads exist
     assert float(scores.first_token.max()) > 0.9  # and attention-sink heads
     assert float(scores.induction.max()) > 0.3  # and induction heads
+
+
+def test_smollm2_top_ok_edge_is_verified_by_ablation(smollm2, booted, scores):
+    from headgraph.core.ablation import path_ablation, top_edges
+    from headgraph.core.pk import projection_kernel
+
+    edges = top_edges(projection_kernel(smollm2.heads, "OK"), 3)
+    from headgraph.core.prompts import default_prompts
+
+    result = path_ablation(smollm2.patterns, edges, prompts=default_prompts()[:6],
+                           induction_batch=6)
+    first = result.effects[0]
+    # PK's top OK edge: a previous-token head into the KV group of the next layer's induction
+    # heads; ablating it on their keys changes their attention on repeated random tokens.
+    e = first.edge
+    assert float(scores.previous_token[e.source_layer, e.source_head]) > 0.5, first
+    assert first.target.startswith(f"L{e.target_layer}KV")
+    assert first.effects["random"] > 0.2, first
+    for effect in result.effects:
+        assert all(0 <= v <= 1 for v in effect.effects.values())
+    rel = result.reliability["random"]
+    assert rel.n_edges == 3 and (rel.reliability is None or -1 <= rel.reliability <= 1)

@@ -1,4 +1,4 @@
-"""``headgraph`` command line: serve, compute, export, hubs, models, cache.
+"""``headgraph`` command line: serve, compute, export, hubs, verify, models, cache.
 
 Results go to stdout (one JSON object, CSV or GraphML); progress bars and logs go to stderr
 only, so ``headgraph export ... --format json | jq`` works. MODEL is a registry name
@@ -246,6 +246,54 @@ def cmd_hubs(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- verify ---------------------------------------------------------------------------------
+
+VERIFY_COLUMNS = (("source", "source", "{}"), ("target", "target", "{}"), ("pk", "pk", "{:.3f}"),
+                  ("cs", "cs", "{:.3f}"), ("effect text", "effect_text", "{:.4f}"),
+                  ("effect random", "effect_random", "{:.4f}"))
+
+
+def _fmt(value: Any, fmt: str) -> str:
+    return "-" if value is None else fmt.format(value)
+
+
+def verify_text(report: dict[str, Any]) -> str:
+    """The path-ablation table (server.ablation_computations.ablation_view) as aligned text."""
+    cells = [[_fmt(r.get(key), fmt) for _, key, fmt in VERIFY_COLUMNS]
+             for r in report["edges"]]
+    heads = [title for title, _, _ in VERIFY_COLUMNS]
+    widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(heads)]
+    measure = "TVD of the target's attention rows" if report["pairing"] != "OV" else \
+        "relative change of the target's output"
+    rel = "; ".join(f"{name} {_fmt(v.get('reliability'), '{:.3f}')}"
+                    for name, v in report["reliability"].items())
+    lines = [f"model: {report['model']}  pairing: {report['pairing']} ({report['selection']})",
+             f"effect: source output mean-ablated on the target's {report['pairing'][1]} input "
+             f"only ({measure})",
+             "prompts: " + ", ".join(f"{k} {v}" for k, v in report["n_prompts"].items()),
+             f"split-half reliability (Spearman-Brown): {rel}",
+             "  ".join(h.ljust(w) if i < 2 else h.rjust(w) for i, (h, w) in enumerate(zip(heads, widths)))]
+    for c in cells:
+        lines.append("  ".join(v.ljust(w) if i < 2 else v.rjust(w)
+                               for i, (v, w) in enumerate(zip(c, widths))))
+    return "\n".join(lines) + "\n"
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from headgraph.server.ablation_computations import ablation_view
+
+    services = _services(args)
+    ref = _resolve(services, args.model)
+    if (args.source is None) != (args.target is None):
+        return _fail("give both --source and --target for one edge, or neither for the top edges")
+    edge = None if args.source is None else (args.source, args.target)
+    report = ablation_view(services.scores, services.views, services.catalog, ref,
+                           args.pairing, args.top, edge)
+    sys.stdout.write(json.dumps(report) + "\n" if args.json else verify_text(report))
+    sys.stdout.flush()
+    return 0
+
+
 # -- models, cache --------------------------------------------------------------------------
 
 def cmd_models(args: argparse.Namespace) -> int:
@@ -342,6 +390,26 @@ def build_parser() -> argparse.ArgumentParser:
     cache_opt(h)
     h.set_defaults(func=cmd_hubs)
 
+    from headgraph.server.ablation_computations import (ABLATION_PAIRINGS, ABLATION_TOP_MAX,
+                                                        DEFAULT_ABLATION_TOP)
+
+    v = sub.add_parser(
+        "verify", help="activation-level check of the top PK edges: path-ablation effects",
+        description="Mean-ablate each edge's source head output on its target's Q, K or V "
+        "input only (LayerNorm/RMSNorm scale frozen) and print the change of the target "
+        "(attention TVD for OQ/OK, relative output change for OV) on the bundled text prompts "
+        "and on repeated random tokens, with split-half reliability. Needs a runnable model "
+        "(the demo, a Hugging Face checkpoint, a GGUF). Cached like GET /api/ablation.")
+    v.add_argument("model", help="registry name (demo, smollm2, ...) or a local checkpoint folder")
+    v.add_argument("--pairing", default="OK", choices=list(ABLATION_PAIRINGS))
+    v.add_argument("--top", type=int, default=DEFAULT_ABLATION_TOP,
+                   help=f"the k highest-PK edges (1..{ABLATION_TOP_MAX})")
+    v.add_argument("--source", help="one edge's source head (with --target), e.g. L0H0")
+    v.add_argument("--target", help="one edge's target head or KV group, e.g. L1H3 or L17KV1")
+    v.add_argument("--json", action="store_true", help="one JSON object instead of the table")
+    cache_opt(v)
+    v.set_defaults(func=cmd_verify)
+
     m = sub.add_parser("models", help="list the models this deployment offers")
     m.add_argument("--json", action="store_true")
     cache_opt(m)
@@ -363,6 +431,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(logging.INFO if args.verbose or args.command == "serve" else logging.WARNING)
     if args.command in ("export", "hubs") and not 1 <= args.top <= K_MAX:
         return _fail(f"--top must be in 1..{K_MAX}, got {args.top}")
+    if args.command == "verify":
+        from headgraph.server.ablation_computations import ABLATION_TOP_MAX
+
+        if not 1 <= args.top <= ABLATION_TOP_MAX:
+            return _fail(f"--top must be in 1..{ABLATION_TOP_MAX}, got {args.top}")
     if args.command == "hubs" and args.rows is not None and args.rows < 1:
         return _fail(f"--rows must be at least 1, got {args.rows}")
     try:

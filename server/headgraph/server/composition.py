@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from headgraph.server.ablation_computations import ablation_computations
 from headgraph.server.catalog import ModelCatalog
 from headgraph.server.computation import Computations
 from headgraph.server.compute import ComputePool
@@ -34,7 +35,7 @@ from headgraph.server.views import ViewService
 
 def build_computations() -> Computations:
     """Every named computation the cache can hold (the same in every process)."""
-    return Computations([*score_computations(), *graph_computations()])
+    return Computations([*score_computations(), *graph_computations(), *ablation_computations()])
 
 
 @dataclass
