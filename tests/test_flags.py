@@ -129,6 +129,11 @@ def test_graph_and_head_carry_flags_from_the_demo_patterns(api):
 
     demo = load_demo_model()
     first = pattern_scores(demo).first_token.double().numpy()  # independent of the server
+    # The same graph query read before and after the patterns: the server's rendered-response
+    # cache must not keep serving the first (unflagged) answer.
+    for _ in range(2):  # the second is kept (the first learns the weights' fingerprint)
+        early = ok(api.get("/api/graph", params={"model": "demo", "k": 20}))
+        assert early["flags"]["measured"] is False
     ok(api.get("/api/patterns", params={"model": "demo"}))
     g = ok(api.get("/api/graph", params={"model": "demo", "k": 20}))
     assert g["flags"]["measured"] is True and g["flags"]["threshold"] == 0.9

@@ -29,6 +29,19 @@ class GraphService:
         as its PK and CS exist instead of waiting for a forward pass over the prompts."""
         return self.cache.has(ref, "patterns") if flags is None else bool(flags)
 
+    def default_flags(self, ref: ModelRef, *, may_compute: bool, pairings: list[str],
+                      granularity: str, k: int | None, threshold: float | None,
+                      threshold_on: str, labels: str | None) -> bool:
+        """The ``flags`` a read of this graph gets by default: True once the pattern scores are
+        cached, unless the caller may not compute (no token in lab mode) and only the graph
+        without flags is cached; that one is then served rather than a 401."""
+        if not self.cache.has(ref, "patterns"):
+            return False
+        return may_compute or self.cache.has(
+            ref, "graph", pairings=tuple(check_pairing(p) for p in pairings),
+            granularity=granularity, k=k, threshold=threshold, threshold_on=threshold_on,
+            label_set=self.labels.label_set(labels, ref), flags=True)
+
     def graph(self, ref: ModelRef, *, pairings: list[str], granularity: str, k: int | None,
               threshold: float | None, threshold_on: str, labels: str | None,
               flags: bool | None = None) -> dict[str, Any]:

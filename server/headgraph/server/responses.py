@@ -115,8 +115,10 @@ def _weights_version(request: Request, ref: ModelRef) -> str | None:
     return f"spec:{ref.spec}|{st.st_size}|{st.st_mtime_ns}"
 
 
-def response_key(request: Request, ref: ModelRef, labels: str | None = None) -> Hashable | None:
-    """LRU key of this request's response, or None when it must not be kept."""
+def response_key(request: Request, ref: ModelRef, labels: str | None = None,
+                 variant: Hashable = None) -> Hashable | None:
+    """LRU key of this request's response, or None when it must not be kept; ``variant``: what
+    else the answer depends on besides the query (whether optional inputs are cached, say)."""
     if labels and labels != PATTERN_LABELS \
             and labels not in request.app.state.services.labels.builtin_label_sets():
         return None  # an uploaded set (or an unknown name: its 404 is rendered each time)
@@ -125,7 +127,7 @@ def response_key(request: Request, ref: ModelRef, labels: str | None = None) -> 
         return None
     # sorted by name only: the sort is stable, so repeated names keep their order (the last wins)
     query = tuple(sorted(request.query_params.multi_items(), key=lambda kv: kv[0]))
-    return (request.url.path, ref.id, version, COMPUTE_VERSION, query)
+    return (request.url.path, ref.id, version, COMPUTE_VERSION, query, variant)
 
 
 def render(schema: type[BaseModel], content: Any) -> bytes:
@@ -146,13 +148,14 @@ async def render_json(request: Request, schema: type[BaseModel], build: Callable
 
 
 async def warm_json(request: Request, schema: type[BaseModel], ref: ModelRef,
-                    build: Callable[[], Any], *, labels: str | None = None) -> Response:
-    """The ``schema`` JSON of ``build()``, a pure function of ``ref``'s weights and the query
-    (``labels``: the label set it reads, if any): from the LRU when rendered before (on the
+                    build: Callable[[], Any], *, labels: str | None = None,
+                    variant: Hashable = None) -> Response:
+    """The ``schema`` JSON of ``build()``, a pure function of ``ref``'s weights, the query
+    (``labels``: the label set it reads, if any) and ``variant`` (response_key): from the LRU when rendered before (on the
     event loop, no thread), else rendered in a worker thread (``render_json``; concurrent
     requests for the same key share one render) and kept."""
     state = warm_state(request.app)
-    key = response_key(request, ref, labels) if state.lru.max_bytes else None
+    key = response_key(request, ref, labels, variant) if state.lru.max_bytes else None
     if key is None:
         return await render_json(request, schema, build)
     body = state.lru.get(key)

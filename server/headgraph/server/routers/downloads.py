@@ -15,6 +15,7 @@ from fastapi.responses import Response
 
 from headgraph.server.catalog import ModelCatalog
 from headgraph.server.convert import cs_grid_of, grid_axis_labels, jsonable
+from headgraph.server.access import caller_of
 from headgraph.server.deps import cached_first, get_catalog, get_graphs, get_scores, get_views, model_ref
 from headgraph.server.graphs import GraphService
 from headgraph.server.params import (DEFAULT_K, K_MAX, CSMode, GridMetric, LayerOrder, Pairing,
@@ -161,14 +162,15 @@ async def download_graph(
 ) -> Response:
     names, k_, thr = graph_params(pairings, k, threshold, threshold_on)
 
+    params: dict[str, Any] = dict(pairings=names, granularity=granularity, k=k_, threshold=thr,
+                                  threshold_on=threshold_on, labels=labels)
+
     def build() -> Response:
         stem = f"{_safe(ref.id)}_graph_{'-'.join(names)}"
+        flags = graphs.default_flags(ref, may_compute=caller_of(request).authorized, **params)
         if format == "json":
-            body = graphs.graph(ref, pairings=names, granularity=granularity, k=k_, threshold=thr,
-                                threshold_on=threshold_on, labels=labels)
+            body = graphs.graph(ref, flags=flags, **params)
             return _attachment(json.dumps(jsonable({"model": ref.id, **body})), format, stem)
-        text = graphs.graph_export(ref, format, pairings=names, granularity=granularity, k=k_,
-                                   threshold=thr, threshold_on=threshold_on, labels=labels)
-        return _attachment(text, format, stem)
+        return _attachment(graphs.graph_export(ref, format, flags=flags, **params), format, stem)
 
     return await cached_first(request, build)

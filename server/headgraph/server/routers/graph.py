@@ -8,6 +8,7 @@ from typing import Any, Literal
 from fastapi import APIRouter, Depends, Query, Request
 
 from headgraph.core.vocabulary import DEFAULT_K, parse_pairings
+from headgraph.server.access import caller_of
 from headgraph.server.deps import get_graphs, model_ref
 from headgraph.server.errors import Invalid
 from headgraph.server.graphs import GraphService
@@ -55,6 +56,8 @@ async def graph(request: Request, ref: ModelRef = Depends(model_ref), pairings: 
                 labels: str | None = labels_query("label set name for class overlay"),
                 graphs: GraphService = Depends(get_graphs)) -> Any:
     names, k_, thr = graph_params(pairings, k, threshold, threshold_on)
+    params: dict[str, Any] = dict(pairings=names, granularity=granularity, k=k_, threshold=thr,
+                  threshold_on=threshold_on, labels=labels)
+    flags = graphs.default_flags(ref, may_compute=caller_of(request).authorized, **params)
     return await warm_json(request, GraphOut, ref, lambda: {"model": ref.id, **graphs.graph(
-        ref, pairings=names, granularity=granularity, k=k_, threshold=thr,
-        threshold_on=threshold_on, labels=labels)}, labels=labels)
+        ref, flags=flags, **params)}, labels=labels, variant=("flags", flags))
