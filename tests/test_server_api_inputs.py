@@ -159,6 +159,10 @@ def test_downloads(api, ref):
     assert "csv" in msg  # the formats each download offers are in its schema
     msg = err(api.get("/api/download/pk", params={"metric": "cs"}), 422)
     assert "raw" in msg
+    # A pairing and metric valid one by one, not together: no such result (404), never a 422
+    # for a request its schema accepts.
+    msg = err(api.get("/api/top", params={"metric": "cs", "pairing": "QO"}), 404)
+    assert "CS exists for OQ, OK and OV" in msg
 
 
 # -- grouped-query local model --------------------------------------------------------------------

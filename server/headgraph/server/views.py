@@ -15,11 +15,13 @@ from headgraph.core.types import PairScores
 from headgraph.core.vocabulary import GRID_METRICS, RANK_METRICS, check_pairing
 from headgraph.server.catalog import ModelCatalog
 from headgraph.server.convert import axis_labels, jsonable
-from headgraph.server.errors import Invalid
+from headgraph.server.errors import Invalid, NotFound
 from headgraph.server.registry import ModelRef
 from headgraph.server.resultcache import ResultCache
 from headgraph.server.scores import ScoresService
 
+# A 404 (no such result), not a 422: pairing and metric are each valid, only not together, which
+# the schema cannot state.
 NO_CS = "no Composition Score for pairing {!r}: CS exists for OQ, OK and OV only"
 
 
@@ -45,7 +47,7 @@ class ViewService:
             return ps, self.scores.zscores(ref, pairing, order)
         cs = self.scores.cs_for(ref, pairing, order)
         if cs is None:
-            raise Invalid(NO_CS.format(pairing))
+            raise NotFound(NO_CS.format(pairing))
         return ps, np.where(cs.valid.numpy(), cs.scores.numpy(), np.nan)
 
     def top(self, ref: ModelRef, pairing: str, k: int, metric: str, order: str = "forward"
@@ -73,7 +75,7 @@ class ViewService:
         extra = {"z": z}
         if metric == "cs":
             if kv is None:
-                raise Invalid(NO_CS.format(pairing))
+                raise NotFound(NO_CS.format(pairing))
             top = top_pairs(replace(ps, valid=kv.valid), k, values=kv.scores)
         else:
             values = z if metric == "z" else None
