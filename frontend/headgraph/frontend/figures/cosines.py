@@ -18,6 +18,5 @@ def cosines_figure(pair: dict[str, Any]) -> go.Figure:
                            hovertemplate="cos θ%{x} = %{y:.4f}<extra></extra>"))
     fig.update_xaxes(title="principal angle", dtick=max(1, len(cos) // 8))
     fig.update_yaxes(title="cosine", range=[0, 1])
-    fig = base_layout(fig, f"principal cosines · PK = Σcos² = {pair['pk']:.4g}", height=260)
-    fig.update_layout(margin=dict(l=50, r=10, t=40, b=40))
-    return fig
+    return base_layout(fig, f"principal cosines · PK = Σcos² = {pair['pk']:.4g}", height=260,
+                       margin=dict(l=50, r=20, t=40, b=40))

@@ -251,7 +251,6 @@ def graph_figure(data: dict[str, Any], pos: Positions, *, layout: str,
         fig.update_yaxes(visible=False, scaleanchor="x")
     hubs = data.get("hubs", {}).get("hubs", [])
     title = f"Head graph · {data.get('rule', '')} · hub{'s' if len(hubs) != 1 else ''}: {', '.join(hubs) or '–'}"
-    fig = base_layout(fig, title, height=height)
     fig.update_layout(legend=dict(orientation="v", x=1.01, y=1, bgcolor="rgba(255,255,255,0.8)"),
                       hovermode="closest", clickmode="event", dragmode="pan")
-    return fig
+    return base_layout(fig, title, height=height)

@@ -68,10 +68,9 @@ def reference_figure(kl: dict[str, Any], pairing: str, null: dict[str, Any] | No
                       annotation_text=f"anisotropic null mean {mu:.3g}", annotation_position="bottom right")
     fig.update_xaxes(title=f"PK ({pairing})")
     fig.update_yaxes(title="density")
-    fig = base_layout(fig, f"{pairing}: model PK vs random subspaces (d_model {kl['d_model']}, rank {kl['rank']})",
-                      height=430)
     fig.update_layout(legend=dict(x=0.99, xanchor="right", y=0.9), bargap=0)
-    return fig
+    return base_layout(fig, f"{pairing}: model PK vs random subspaces (d_model {kl['d_model']}, rank {kl['rank']})",
+                       height=430)
 
 
 def null_summary(nulls: dict[str, Any], pairing: str) -> dict[str, Any] | None:
@@ -120,7 +119,6 @@ def null_figure(nulls: dict[str, Any], haar: dict[str, Any] | None = None) -> go
                                  marker=dict(symbol="line-ew", size=18, line=dict(color="#9467bd", width=2.5))))
     fig.update_xaxes(tickmode="array", tickvals=xs, ticktext=names, range=[-0.6, len(names) - 0.2])
     fig.update_yaxes(title="PK under the null")
-    fig = base_layout(fig, "Nulls per pairing: random planes in isotropic R^d vs planes drawn where this "
-                           "model's weights live (anisotropic)", height=340)
     fig.update_layout(legend=dict(orientation="h", y=-0.18))
-    return fig
+    return base_layout(fig, "Nulls per pairing: random planes in isotropic R^d vs planes drawn where this "
+                            "model's weights live (anisotropic)", height=340)

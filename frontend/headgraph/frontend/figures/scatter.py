@@ -57,6 +57,5 @@ def scatter_figure(data: dict[str, Any]) -> go.Figure:
     fig.update_yaxes(title=f"PK ({data['pairing']})")
     title = (f"{data['pairing']}: PK vs CS · Spearman ρ all = {fmt_value(rho_all)}, "
              f"top set = {fmt_value(rho_top)}")
-    fig = base_layout(fig, title, height=560)
     fig.update_layout(legend=dict(title="quadrant"), clickmode="event")
-    return fig
+    return base_layout(fig, title, height=560)
