@@ -116,6 +116,31 @@ def test_scatter_cutoffs_and_quadrants(api: ApiClient) -> None:
     assert counts == {"both": c["both"], "PK only": c["pk_only"], "CS only": c["cs_only"], "others": c["neither"]}
 
 
+def test_a_large_scatter_draws_the_top_sets_as_points_and_the_rest_as_a_density() -> None:
+    """Above DENSE_POINTS pairs: every top-set pair stays a clickable point, the "others"
+    quadrant becomes counts that add up to it (nothing dropped), and no WebGL trace is needed."""
+    from headgraph.frontend.figures.scatter import DENSE_POINTS
+
+    rng = np.random.default_rng(0)
+    n = DENSE_POINTS * 3
+    pk, cs = rng.gamma(2.0, 0.1, n), rng.normal(0.0, 1.0, n)
+    pk_top, cs_top = pk >= np.quantile(pk, 0.9), cs >= np.quantile(cs, 0.9)
+    quad = (pk_top * 1 + cs_top * 2).tolist()
+    heads = [f"L{i // 9}H{i % 9}" for i in range(n)]
+    data = {"pairing": "OK", "mode": "K", "top_percent": 10.0, "comparison": {},
+            "points": {"pk": pk.tolist(), "cs": cs.tolist(), "quadrant": quad, "source": heads, "target": heads[::-1]}}
+    fig = scatter_figure(data)
+    points = [t for t in fig.data if t.type in ("scatter", "scattergl") and t.mode == "markers"]
+    dens = [t for t in fig.data if t.type == "heatmap"]
+    assert len(dens) == 1 and all(t.type == "scatter" for t in points)
+    assert sum(len(t.x) for t in points) == int(np.count_nonzero(pk_top | cs_top))
+    assert np.nansum(np.asarray(dens[0].customdata, dtype=float)) == n - np.count_nonzero(pk_top | cs_top)
+    clicked = [t for t in points if t.name.startswith("both")][0]
+    i = int(np.nonzero(pk_top & cs_top)[0][0])
+    assert list(clicked.customdata[0]) == [heads[i], heads[::-1][i]]
+    assert clicked.x[0] == pytest.approx(cs[i], rel=1e-6)
+
+
 def test_reference_figures(api: ApiClient) -> None:
     ref = api.reference("demo")
     kl = kl_grid_figure(ref["kl"], "OK")

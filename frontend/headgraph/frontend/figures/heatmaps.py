@@ -162,7 +162,9 @@ def class_strips(fig: go.Figure, src: Sequence[str], tgt: Sequence[str], classes
         z=np.array([[code[classes.get(h, "no class")] for h in tgt]], dtype=np.int16), x=list(tgt), y=["class"],
         text=[[classes.get(h, "no class") for h in tgt]], xaxis="x", yaxis="y2",
         hovertemplate="%{x}: %{text}<extra>class</extra>", name="target class", **common))
-    fig.update_layout(xaxis=dict(domain=[0.035, 1.0]), yaxis=dict(domain=[0.0, 0.965]),
+    # The source axis is anchored on the strip, so its labels and title sit left of it, in
+    # the margin, not in the narrow gap between the strip and the grid (where they overlapped).
+    fig.update_layout(xaxis=dict(domain=[0.035, 1.0]), yaxis=dict(domain=[0.0, 0.965], anchor="x2"),
                       xaxis2=dict(domain=[0.0, 0.025], anchor="y", showticklabels=False, showgrid=False,
                                   zeroline=False, fixedrange=True),
                       yaxis2=dict(domain=[0.975, 1.0], anchor="x", showticklabels=False, showgrid=False,
