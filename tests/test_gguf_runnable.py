@@ -110,3 +110,35 @@ def test_smollm2_top_ok_edge_is_verified_by_ablation(smollm2, booted, scores):
         assert all(0 <= v <= 1 for v in effect.effects.values())
     rel = result.reliability["random"]
     assert rel.n_edges == 3 and (rel.reliability is None or -1 <= rel.reliability <= 1)
+
+
+def test_smollm2_data_weighted_pk(smollm2, booted, scores):
+    """Data-weighted PK (core.data_pk) on the real GGUF, sharing this module's booted model:
+    grouped-query shapes, ranges, and PK's top OK edges seen in the data (the previous-token
+    edge carries output variance into the keys; edges from attention-sink heads barely do)."""
+    from headgraph.core.data_pk import data_pk
+    from headgraph.core.pk import projection_kernel
+    from headgraph.core.prompts import default_prompts
+
+    result = data_pk(smollm2, prompt_set="text", prompts=default_prompts()[:4])
+    for pairing, r in result.items():
+        targets = 9 if pairing == "OQ" else 3
+        assert r.out_share.shape == r.in_share.shape == r.valid.shape == (30, 9, 30, targets)
+        assert r.out_share_baseline.shape == (30, targets) and r.n_prompts == 4
+        assert torch.all(r.out_share_baseline == 64 / 576)
+        assert float(r.out_share.min()) >= 0 and float(r.out_share.max()) <= 1
+        assert torch.isfinite(r.in_share).all() and float(r.in_share.min()) >= 0
+        forward = torch.ones(30, 30, dtype=torch.bool).triu(1)[:, None, :, None]
+        assert not bool((r.valid & ~forward).any()) and int(r.valid.sum()) > 0.9 * int(
+            forward.expand_as(r.valid).sum())
+    ok = result["OK"]
+    pk = projection_kernel(smollm2.heads, "OK")
+    top = torch.topk(torch.where(pk.valid, pk.scores, -1.0).flatten(), 4).indices
+    cells = [tuple(int(i) for i in torch.unravel_index(i, pk.scores.shape)) for i in top]
+    first = cells[0]
+    assert float(scores.previous_token[first[0], first[1]]) > 0.5  # as the ablation test finds
+    assert float(ok.out_share[first]) > 4 * float(ok.out_share_baseline[first[2], first[3]])
+    sinks = [c for c in cells[1:] if float(scores.first_token[c[0], c[1]]) >= 0.9]
+    assert sinks  # PK's next edges come from attention sinks, whose output hardly varies
+    for c in sinks:
+        assert float(ok.in_share[c]) < 0.1 * float(ok.in_share[first]), (c, ok.in_share[c])

@@ -39,8 +39,8 @@ device.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -142,6 +142,7 @@ class _Clean:
     z: dict[int, torch.Tensor]  # layer position -> [B, T, H, dh]
     scale: dict[int, torch.Tensor]  # layer position -> [B, T, 1]
     pattern: dict[int, torch.Tensor]  # layer position -> [B, H, T, T]
+    resid: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> its norm's input [B, T, d]
 
 
 class _Runner:
@@ -172,7 +173,9 @@ class _Runner:
         return {"Q": self.W_Q, "K": self.W_K, "V": self.W_V}[path]
 
     def clean(self, ids: torch.Tensor, mask: torch.Tensor, z_layers: set[int],
-              target_layers: set[int]) -> _Clean:
+              target_layers: set[int], resid_layers: Collection[int] = ()) -> _Clean:
+        """z of z_layers | target_layers, norm scale and pattern of target_layers, the
+        residual entering each of resid_layers (core.data_pk)."""
         raise NotImplementedError
 
     def patched(self, ids: torch.Tensor, mask: torch.Tensor, layer: int, path: str,
@@ -193,11 +196,13 @@ class _DemoRunner(_Runner):
         self.ln_w = model.ln_w.detach() if model.cfg.layer_norm else None
 
     def clean(self, ids: torch.Tensor, mask: torch.Tensor, z_layers: set[int],
-              target_layers: set[int]) -> _Clean:
+              target_layers: set[int], resid_layers: Collection[int] = ()) -> _Clean:
         out = _Clean({}, {}, {})
 
         def hook(name: str, layer: int, t: torch.Tensor) -> None:
-            if name == "z" and layer in z_layers | target_layers:
+            if name == "resid_pre" and layer in resid_layers:
+                out.resid[layer] = t.detach()
+            elif name == "z" and layer in z_layers | target_layers:
                 out.z[layer] = t.detach().transpose(1, 2)
             elif name == "ln_scale" and layer in target_layers:
                 out.scale[layer] = t.detach()
@@ -271,8 +276,10 @@ class _BridgeRunner(_Runner):
         return {"attention_mask": mask.long()}
 
     def clean(self, ids: torch.Tensor, mask: torch.Tensor, z_layers: set[int],
-              target_layers: set[int]) -> _Clean:
+              target_layers: set[int], resid_layers: Collection[int] = ()) -> _Clean:
         want: dict[str, tuple[str, int]] = {}
+        for layer in resid_layers:  # what the layer's norm reads
+            want[self._name(layer, "ln1.hook_in")] = ("resid", layer)
         for layer in z_layers | target_layers:
             want[self._name(layer, "attn.hook_z")] = ("z", layer)
         for layer in target_layers:
@@ -286,8 +293,8 @@ class _BridgeRunner(_Runner):
         out = _Clean({}, {}, {})
         for name, (kind, _layer) in want.items():
             if name not in cache and kind not in ("normalized", "ln_out"):
-                raise UnsupportedModel(f"the bridge did not report {name}; path ablation needs "
-                                       "hook_z, ln1.hook_scale and hook_pattern (eager attention)")
+                raise UnsupportedModel(f"the bridge did not report {name}; runs need hook_z, "
+                                       "ln1.hook_scale / hook_in and hook_pattern (eager attention)")
         for name, (kind, layer) in want.items():
             if kind == "z":
                 out.z[layer] = cache[name].detach()
@@ -295,6 +302,8 @@ class _BridgeRunner(_Runner):
                 out.scale[layer] = cache[name].detach()
             elif kind == "pattern":
                 out.pattern[layer] = cache[name].detach()
+            elif kind == "resid":
+                out.resid[layer] = cache[name].detach()
         for layer in target_layers:  # the norm is the affine map ablation assumes
             self._check_norm(cache, layer)
         return out

@@ -123,7 +123,8 @@ class DemoModel(nn.Module):
                 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Logits [batch, pos, d_vocab] (and patterns [L, batch, H, q, k] if asked).
 
-        ``hook(name, layer, tensor)``, when given, sees each layer's ``"ln_scale"`` (the
+        ``hook(name, layer, tensor)``, when given, sees each layer's ``"resid_pre"`` (the
+        residual stream entering the layer, [b, p, d]), ``"ln_scale"`` (the
         LayerNorm's sqrt(var + eps) of its input, [b, p, 1]; not fired without LayerNorm),
         ``"q"``, ``"k"``, ``"v"`` ([b, h, p, d_head], before the scores), ``"pattern"``
         ([b, h, q, k]) and ``"z"`` ([b, h, p, d_head]); a tensor it returns replaces the one
@@ -145,6 +146,7 @@ class DemoModel(nn.Module):
             return value if out is None else out
 
         for layer in range(self.cfg.n_layers):  # layers are sequential by nature
+            x = fire("resid_pre", layer, x)
             h = x
             if self.cfg.layer_norm:
                 if hook is not None:
