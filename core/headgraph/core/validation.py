@@ -107,7 +107,7 @@ def _defined(x: np.ndarray, y: np.ndarray | None = None) -> bool:
     return y is None or np.ptp(y) > 0
 
 
-def spearman_ci(x: Sequence[float], y: Sequence[float], *, confidence: float = CONFIDENCE,
+def spearman_ci(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray, *, confidence: float = CONFIDENCE,
                 n_resamples: int = N_RESAMPLES, seed: int = 0) -> Interval:
     """Spearman rho of paired samples with its bootstrap percentile interval (pairs resampled
     together, scipy.stats.bootstrap)."""
@@ -120,12 +120,12 @@ def spearman_ci(x: Sequence[float], y: Sequence[float], *, confidence: float = C
         return Interval(None, None, None, len(xa))
     rho = _spearman(xa, ya)
     res = bootstrap((xa, ya), _spearman, paired=True, vectorized=False, confidence_level=confidence,
-                    n_resamples=n_resamples, method="percentile", random_state=np.random.default_rng(seed))
+                    n_resamples=n_resamples, method="percentile", rng=np.random.default_rng(seed))
     lo, hi = (float(v) for v in (res.confidence_interval.low, res.confidence_interval.high))
     return Interval(rho, None if lo != lo else lo, None if hi != hi else hi, len(xa))
 
 
-def mean_ci(x: Sequence[float], *, confidence: float = CONFIDENCE, n_resamples: int = N_RESAMPLES,
+def mean_ci(x: Sequence[float] | np.ndarray, *, confidence: float = CONFIDENCE, n_resamples: int = N_RESAMPLES,
             seed: int = 0) -> Interval:
     """The mean with its bootstrap percentile interval."""
     from scipy.stats import bootstrap
@@ -137,7 +137,7 @@ def mean_ci(x: Sequence[float], *, confidence: float = CONFIDENCE, n_resamples: 
     if not _defined(xa):
         return Interval(mean, mean if len(xa) >= 3 else None, mean if len(xa) >= 3 else None, len(xa))
     res = bootstrap((xa,), np.mean, confidence_level=confidence, n_resamples=n_resamples,
-                    method="percentile", random_state=np.random.default_rng(seed))
+                    method="percentile", rng=np.random.default_rng(seed))
     return Interval(mean, float(res.confidence_interval.low), float(res.confidence_interval.high), len(xa))
 
 
