@@ -1,4 +1,4 @@
-"""``headgraph`` command line: serve, compute, export, hubs, verify, models, cache.
+"""``headgraph`` command line: serve, compute, export, hubs, verify, datapk, models, cache.
 
 Results go to stdout (one JSON object, CSV or GraphML); progress bars and logs go to stderr
 only, so ``headgraph export ... --format json | jq`` works. MODEL is a registry name
@@ -294,6 +294,26 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- datapk ---------------------------------------------------------------------------------
+
+def cmd_datapk(args: argparse.Namespace) -> int:
+    from headgraph.server.cli_datapk import datapk_text
+    from headgraph.server.data_pk_computations import data_pk_view
+
+    services = _services(args)
+    ref = _resolve(services, args.model)
+    report = data_pk_view(services.scores, services.catalog, ref, args.pairing, args.prompts,
+                          args.top, args.rank_on)
+    if args.json:
+        keys = ("model", "pairing", "prompts", "rank_on", "k", "n_positions", "n_prompts",
+                "method", "top")
+        sys.stdout.write(json.dumps({k: report[k] for k in keys}) + "\n")
+    else:
+        sys.stdout.write(datapk_text(report))
+    sys.stdout.flush()
+    return 0
+
+
 # -- models, cache --------------------------------------------------------------------------
 
 def cmd_models(args: argparse.Namespace) -> int:
@@ -410,6 +430,10 @@ def build_parser() -> argparse.ArgumentParser:
     cache_opt(v)
     v.set_defaults(func=cmd_verify)
 
+    from headgraph.server.cli_datapk import add_datapk_parser
+
+    add_datapk_parser(sub, cache_opt, cmd_datapk)
+
     m = sub.add_parser("models", help="list the models this deployment offers")
     m.add_argument("--json", action="store_true")
     cache_opt(m)
@@ -429,7 +453,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from headgraph.server.logs import configure_logging
 
     configure_logging(logging.INFO if args.verbose or args.command == "serve" else logging.WARNING)
-    if args.command in ("export", "hubs") and not 1 <= args.top <= K_MAX:
+    if args.command in ("export", "hubs", "datapk") and not 1 <= args.top <= K_MAX:
         return _fail(f"--top must be in 1..{K_MAX}, got {args.top}")
     if args.command == "verify":
         from headgraph.server.ablation_computations import ABLATION_TOP_MAX

@@ -19,6 +19,7 @@ from headgraph.server.ablation_computations import ablation_computations
 from headgraph.server.catalog import ModelCatalog
 from headgraph.server.computation import Computations
 from headgraph.server.compute import ComputePool
+from headgraph.server.data_pk_computations import data_pk_computations
 from headgraph.server.details import DetailService
 from headgraph.server.graph_computations import graph_computations
 from headgraph.server.graphs import GraphService
@@ -35,7 +36,8 @@ from headgraph.server.views import ViewService
 
 def build_computations() -> Computations:
     """Every named computation the cache can hold (the same in every process)."""
-    return Computations([*score_computations(), *graph_computations(), *ablation_computations()])
+    return Computations([*score_computations(), *graph_computations(), *ablation_computations(),
+                         *data_pk_computations()])
 
 
 @dataclass

@@ -17,6 +17,7 @@ from headgraph.core.types import ModelInfo
 from headgraph.core.vocabulary import GRAPH_PAIRINGS, ROLES, HeadRef, check_pairing, head_label
 from headgraph.server.catalog import ModelCatalog
 from headgraph.server.convert import axis_labels, jsonable, parse_node, role_is_grouped
+from headgraph.server.data_pk_computations import pair_data_pk
 from headgraph.server.labelsets import LabelService
 from headgraph.server.registry import ModelRef
 from headgraph.server.resultcache import ResultCache
@@ -39,8 +40,11 @@ class DetailService:
         return self.cache.get(ref, "pair", pairing=pairing, sl=sl, sh=sh, tl=tl, th=th)
 
     def pair(self, ref: ModelRef, pairing: str, source: str, target: str,
-             labels: str | None, k: int = 5) -> dict[str, Any]:
-        """Everything about one head pair: PK with principal angles, CS, z, p-values, classes, tokens."""
+             labels: str | None, k: int = 5, data_pk_sets: tuple[str, ...] = ()
+             ) -> dict[str, Any]:
+        """Everything about one head pair: PK with principal angles, CS, z, p-values, classes,
+        tokens, and the data-weighted PK of the prompt sets ``data_pk_sets`` (cached ones:
+        server.data_pk_computations.cached_data_pk_sets)."""
         check_pairing(pairing)
         info = self.catalog.model_info(ref)
         s_role, t_role = pairing[0], pairing[1]
@@ -88,6 +92,7 @@ class DetailService:
             detail[f"{side}_class"] = _class_of(label_set, info, name)
             detail[f"{side}_tokens"] = self._head_tokens(ref, info, role, name, k)
         detail["labels"] = None if label_set is None else label_set.name
+        detail["data_pk"] = pair_data_pk(self.cache, ref, pairing, sl, sh, tl, th, data_pk_sets)
         return detail
 
     def _head_tokens(self, ref: ModelRef, info: ModelInfo, role: str, name: str, k: int

@@ -170,6 +170,11 @@ class PairOut(BaseModel):
     target_class: str | None = None
     source_tokens: list[dict[str, Any]] | None = None
     target_tokens: list[dict[str, Any]] | None = None
+    data_pk: dict[str, dict[str, float | None]] | None = Field(None, description=(
+        "data-weighted PK (GET /api/datapk) of an OQ / OK / OV pair, per prompt set already "
+        "cached (text, random): out_share, in_share, out_share_baseline, in_share_baseline "
+        "(null values: not a valid forward pair); null when none is cached (a pair read "
+        "never computes it)"))
 
 
 class HeadOut(BaseModel):

@@ -16,6 +16,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from headgraph.core.types import PairScores
 from headgraph.server.catalog import ModelCatalog
 from headgraph.server.convert import cs_grid_of, grid_axis_labels, jsonable
+from headgraph.server.data_pk_computations import cached_data_pk_sets
 from headgraph.server.deps import get_catalog, get_details, get_scores, get_views, model_ref
 from headgraph.server.details import DetailService
 from headgraph.core.vocabulary import GraphPairing
@@ -98,9 +99,10 @@ async def pair(request: Request, ref: ModelRef = Depends(model_ref), pairing: Pa
                labels: str | None = labels_query(),
                k: int = Query(5, ge=1, le=50, description="top tokens per head"),
                details: DetailService = Depends(get_details)) -> Any:
+    sets = cached_data_pk_sets(details.cache, ref, pairing)  # never computes it
     return await warm_json(request, PairOut, ref,
-                           lambda: details.pair(ref, pairing, source, target, labels, k),
-                           labels=labels)
+                           lambda: details.pair(ref, pairing, source, target, labels, k, sets),
+                           labels=labels, variant=("data_pk", sets))
 
 
 @router.get("/head", response_model=HeadOut, responses=ERRORS,
