@@ -250,7 +250,7 @@ def cmd_hubs(args: argparse.Namespace) -> int:
 
 VERIFY_COLUMNS = (("source", "source", "{}"), ("target", "target", "{}"), ("pk", "pk", "{:.3f}"),
                   ("cs", "cs", "{:.3f}"), ("effect text", "effect_text", "{:.4f}"),
-                  ("effect random", "effect_random", "{:.4f}"))
+                  ("effect random", "effect_random", "{:.4f}"), ("verdict", "verdict", "{}"))
 
 
 def _fmt(value: Any, fmt: str) -> str:
@@ -272,6 +272,7 @@ def verify_text(report: dict[str, Any]) -> str:
              f"only ({measure})",
              "prompts: " + ", ".join(f"{k} {v}" for k, v in report["n_prompts"].items()),
              f"split-half reliability (Spearman-Brown): {rel}",
+             f"verdict: {report['verdict_rule']['rule']}",
              "  ".join(h.ljust(w) if i < 2 else h.rjust(w) for i, (h, w) in enumerate(zip(heads, widths)))]
     for c in cells:
         lines.append("  ".join(v.ljust(w) if i < 2 else v.rjust(w)

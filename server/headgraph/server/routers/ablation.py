@@ -3,7 +3,9 @@
 The top-k edges of an O -> Q/K/V pairing by PK (or one named edge, ``edge=L0H0,L1H3``), each source head's output
 mean-ablated on its target's Q, K or V input only, on the bundled text prompts and on
 repeated random tokens, with split-half reliability. Cold results are computed like every
-other (a compute process, once; in lab mode only with the token) and cached.
+other (a compute process, once; in lab mode only with the token) and cached. Each edge has a
+``verdict`` (ablation_computations.VERDICT_RULE); ``cached=true`` only reads what is cached
+(never computes, so never a 401 in lab mode): what the dashboard shows before anyone asks.
 """
 
 from __future__ import annotations
@@ -14,12 +16,13 @@ from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, Field
 
 from headgraph.server.ablation_computations import (ABLATION_TOP_MAX, DEFAULT_ABLATION_TOP,
-                                                    EDGE_PATTERN, ablation_view, parse_edge)
+                                                    EDGE_PATTERN, VERDICT_RULE, ablation_view,
+                                                    parse_edge)
 from headgraph.server.catalog import ModelCatalog
 from headgraph.server.deps import get_catalog, get_scores, get_views, model_ref
 from headgraph.server.params import ERRORS
 from headgraph.server.registry import ModelRef
-from headgraph.server.responses import warm_json
+from headgraph.server.responses import render_json, warm_json
 from headgraph.server.scores import ScoresService
 from headgraph.server.views import ViewService
 
@@ -41,6 +44,13 @@ class AblationEdge(BaseModel):
         description="per prompt set: the effect on the even and the odd half of its prompts")
     pk: float | None
     cs: float | None = Field(description="Composition Score (a KV group: mean over its query heads)")
+    verdict: Literal["verified", "no effect", "not measured"] = Field(
+        description=VERDICT_RULE + " ('not measured' only with cached=true)")
+
+
+class VerdictRule(BaseModel):
+    min_effect: float = Field(description="the effect both split halves must reach")
+    rule: str
 
 
 class AblationOut(BaseModel):
@@ -50,10 +60,13 @@ class AblationOut(BaseModel):
     edges: list[AblationEdge]
     reliability: dict[str, dict[str, Any]] = Field(
         description="per prompt set: r_half (Spearman between the halves over these edges), "
-                    "reliability (Spearman-Brown, in [-1, 1]; null with fewer than 3 edges)")
+                    "reliability (Spearman-Brown, in [-1, 1]; null with fewer than 3 edges); "
+                    "with cached=true only when exactly this edge set is cached, else {}")
     n_prompts: dict[str, int]
-    induction_length: int
-    method: str
+    induction_length: int | None = Field(description="null: nothing measured (cached=true)")
+    method: str | None
+    cached_only: bool = Field(description="true: read from the cache only (cached=true)")
+    verdict_rule: VerdictRule
 
 
 @router.get("/ablation", response_model=AblationOut, responses=ERRORS,
@@ -68,9 +81,16 @@ async def ablation(request: Request, ref: ModelRef = Depends(model_ref),
                        None, max_length=64, pattern=EDGE_PATTERN,
                        description="one edge instead of the top k: 'source,target', e.g. "
                                    "'L0H0,L1H3' or 'L16H0,L17KV1' (a KV group)"),
+                   cached: bool = Query(
+                       False, description="only what is cached, never computed: an edge no "
+                                          "cached ablation of this pairing measured is 'not "
+                                          "measured'; no edges while the model's PK is not cached"),
                    scores: ScoresService = Depends(get_scores),
                    views: ViewService = Depends(get_views),
                    catalog: ModelCatalog = Depends(get_catalog)) -> Any:
     one = None if edge is None else parse_edge(edge)
+    if cached:  # what is cached changes: rendered each time, never kept
+        return await render_json(request, AblationOut, lambda: ablation_view(
+            scores, views, catalog, ref, pairing, top, one, cached=True))
     return await warm_json(request, AblationOut, ref, lambda: ablation_view(
         scores, views, catalog, ref, pairing, top, one))
