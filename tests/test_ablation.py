@@ -357,3 +357,40 @@ def test_cli_verify_prints_a_table(tmp_path, capsys):
     assert "earlier layer" in capsys.readouterr().err
     assert main(["verify", "demo", "--source", "L0H0", "--cache-dir", str(tmp_path)]) == 2
     assert "both --source and --target" in capsys.readouterr().err
+
+
+# -- GET /api/validation: the metrics against the effects (core.validation) -------------------
+
+def test_api_validation_summarises_the_measured_pairs(api):
+    import numpy as np
+    from scipy.stats import spearmanr
+
+    body = ok(api.get("/api/validation", params={"model": "demo", "pairing": "OK", "n": 20, "k": 5}))
+    assert body["metrics"][:2] == ["PK", "CS"] and body["n_sample"] == 20
+    edges = body["edges"]
+    sample = [e for e in edges if e["in_sample"]]
+    assert len(sample) == 20
+    top = ok(api.get("/api/top", params={"model": "demo", "pairing": "OK", "k": 5}))["pairs"]
+    assert {(e["source"], e["target"]) for e in edges if "PK" in e["top_of"]} == \
+        {(p["source"], p["target"]) for p in top}
+    for e in edges:  # every pair's effect is the ablation endpoint's for that edge
+        if e["source"] == top[0]["source"] and e["target"] == top[0]["target"]:
+            one = ok(api.get("/api/ablation", params={"model": "demo", "pairing": "OK",
+                                                      "edge": f"{e['source']},{e['target']}"}))
+            assert e["effect_text"] == pytest.approx(one["edges"][0]["effect_text"], rel=1e-6)
+    pk = {m["metric"]: m for m in body["summary"]["text"]}["PK"]
+    rho = spearmanr([e["PK"] for e in sample], [e["effect_text"] for e in sample]).statistic
+    assert pk["random_rho"]["value"] == pytest.approx(rho)
+    assert pk["random_rho"]["low"] <= pk["random_rho"]["value"] <= pk["random_rho"]["high"]
+    top_effects = [e["effect_text"] for e in edges if "PK" in e["top_of"]]
+    assert pk["top_mean_effect"]["value"] == pytest.approx(np.mean(top_effects))
+    # The demo's PK top-5 (L0H0 -> induction keys) move more attention than a random pair does.
+    assert pk["top_mean_effect"]["value"] > np.mean([e["effect_text"] for e in sample])
+
+
+@pytest.mark.parametrize(("params", "status", "text"), [
+    ({"pairing": "QK"}, 422, "pairing"), ({"n": 0}, 422, "n"), ({"k": 21}, 422, "k"),
+    ({"model": "nope"}, 404, "nope"),
+])
+def test_api_validation_bad_input_is_a_4xx(api, params, status, text):
+    assert text in err(api.get("/api/validation", params={"model": "demo", **params}), status)

@@ -70,3 +70,13 @@ def test_summary_reads_each_metric_on_its_rows() -> None:
     assert out["good"].random_rho.value > out["noise"].random_rho.value
     assert out["good"].top_mean_effect.value == pytest.approx(effects[top["good"]].mean())
     assert out["good"].top_mean_effect.value > out["noise"].top_mean_effect.value
+
+
+def test_the_vectorized_resample_statistic_is_scipys_spearman() -> None:
+    from headgraph.core.validation import _spearman_along
+
+    rng = np.random.default_rng(5)
+    x, y = rng.integers(0, 6, size=(7, 30)).astype(float), rng.normal(size=(7, 30))  # ties in x
+    got = _spearman_along(x, y)
+    assert got == pytest.approx([spearmanr(a, b).statistic for a, b in zip(x, y)])
+    assert np.isnan(_spearman_along(np.ones((1, 5)), np.arange(5.0)[None]))[0]

@@ -28,13 +28,13 @@ from headgraph.server.deps import TOKEN_MARK
 from headgraph.server.errors import error_body, install_handlers
 from headgraph.server.logs import AccessLogMiddleware, configure_logging
 from headgraph.server.routers import (ablation, auth, data_pk, downloads, graph, health, jobs,
-                                      labels, models, reference, scores, tokens, vocabulary)
+                                      labels, models, reference, scores, tokens, validation, vocabulary)
 from headgraph.server.settings import Settings
 
 log = logging.getLogger("headgraph.app")
 API_ROUTERS = (health.router, auth.router, vocabulary.router, models.router, jobs.router, scores.router, graph.router,
                reference.router, tokens.router, labels.router, downloads.router, ablation.router,
-               data_pk.router)
+               data_pk.router, validation.router)
 FRONTEND_GROUP = "headgraph.frontends"
 API_DESCRIPTION = """\
 Attention-head affinity read from weights: Projection Kernel (Yamagiwa et al.,

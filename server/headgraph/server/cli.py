@@ -1,4 +1,4 @@
-"""``headgraph`` command line: serve, compute, export, hubs, verify, datapk, models, cache.
+"""``headgraph`` command line: serve, compute, export, hubs, verify, datapk, validate, models, cache.
 
 Results go to stdout (one JSON object, CSV or GraphML); progress bars and logs go to stderr
 only, so ``headgraph export ... --format json | jq`` works. MODEL is a registry name
@@ -315,6 +315,20 @@ def cmd_datapk(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- validate -------------------------------------------------------------------------------
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from headgraph.server.cli_validate import validation_text
+    from headgraph.server.validation_computations import validation_view
+
+    services = _services(args)
+    ref = _resolve(services, args.model)
+    report = validation_view(services.scores, ref, args.pairing, args.n, args.k, args.seed)
+    sys.stdout.write(json.dumps(report) + "\n" if args.json else validation_text(report))
+    sys.stdout.flush()
+    return 0
+
+
 # -- models, cache --------------------------------------------------------------------------
 
 def cmd_models(args: argparse.Namespace) -> int:
@@ -434,6 +448,10 @@ def build_parser() -> argparse.ArgumentParser:
     from headgraph.server.cli_datapk import add_datapk_parser
 
     add_datapk_parser(sub, cache_opt, cmd_datapk)
+
+    from headgraph.server.cli_validate import add_validate_parser
+
+    add_validate_parser(sub, cache_opt, cmd_validate)
 
     m = sub.add_parser("models", help="list the models this deployment offers")
     m.add_argument("--json", action="store_true")

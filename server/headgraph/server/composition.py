@@ -31,13 +31,14 @@ from headgraph.server.score_computations import score_computations
 from headgraph.server.scores import ScoresService
 from headgraph.server.settings import Settings
 from headgraph.server.store import Store
+from headgraph.server.validation_computations import validation_computations
 from headgraph.server.views import ViewService
 
 
 def build_computations() -> Computations:
     """Every named computation the cache can hold (the same in every process)."""
     return Computations([*score_computations(), *graph_computations(), *ablation_computations(),
-                         *data_pk_computations()])
+                         *data_pk_computations(), *validation_computations()])
 
 
 @dataclass

@@ -1,0 +1,64 @@
+"""Do the weight metrics predict activation-level effects? GET /api/validation (core.validation).
+
+For one O -> Q/K/V pairing of a runnable model: a seeded random sample of forward pairs plus
+each metric's top-k (PK, CS, data-weighted PK), their path-ablation effects on both prompt
+sets, and per metric the Spearman against the effect (sample) and the mean effect of its
+top-k, with bootstrap 95% intervals. Cold results are computed like every other (a compute
+process, once; in lab mode only with the token) and cached.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from fastapi import APIRouter, Depends, Query, Request
+from pydantic import BaseModel, Field
+
+from headgraph.server.deps import get_scores, model_ref
+from headgraph.server.params import ERRORS
+from headgraph.server.registry import ModelRef
+from headgraph.server.responses import warm_json
+from headgraph.server.scores import ScoresService
+from headgraph.server.validation_computations import (DEFAULT_SAMPLE, DEFAULT_TOP, SAMPLE_MAX, TOP_MAX,
+                                                      validation_view)
+
+router = APIRouter(prefix="/api", tags=["validation"])
+
+
+class Interval(BaseModel):
+    value: float | None
+    low: float | None = Field(description="bootstrap 95% percentile interval, low end")
+    high: float | None
+    n: int
+
+
+class MetricSummary(BaseModel):
+    metric: str
+    random_rho: Interval = Field(description="Spearman of the metric against the effect over the random sample")
+    top_mean_effect: Interval = Field(description="mean effect of the metric's top-k pairs")
+    top_rho: Interval = Field(description="Spearman within the metric's top-k pairs")
+
+
+class ValidationOut(BaseModel):
+    model: str
+    pairing: str
+    n_sample: int
+    k: int
+    seed: int
+    metrics: list[str]
+    summary: dict[str, list[MetricSummary]] = Field(description="per prompt set (text, random)")
+    edges: list[dict[str, Any]] = Field(description="every measured pair: source, target, in_sample, "
+                                                    "top_of (metrics), effect_text, effect_random, "
+                                                    "and each metric's value")
+    method: str
+
+
+@router.get("/validation", response_model=ValidationOut, responses=ERRORS,
+            summary="PK, CS and data-weighted PK against path-ablation effects, with bootstrap CIs")
+async def validation(request: Request, ref: ModelRef = Depends(model_ref),
+                     pairing: Literal["OQ", "OK", "OV"] = Query("OK", description="O -> Q / K / V"),
+                     n: int = Query(DEFAULT_SAMPLE, ge=1, le=SAMPLE_MAX, description="random forward pairs"),
+                     k: int = Query(DEFAULT_TOP, ge=1, le=TOP_MAX, description="top pairs per metric"),
+                     seed: int = Query(0, ge=0, le=2**31 - 1, description="the sample's seed"),
+                     scores: ScoresService = Depends(get_scores)) -> Any:
+    return await warm_json(request, ValidationOut, ref, lambda: validation_view(scores, ref, pairing, n, k, seed))
