@@ -17,7 +17,7 @@ from headgraph.server.launch import ServerProcess
 
 SCHEMATHESIS = Path(sys.executable).with_name("schemathesis")
 TOKEN = "schemathesis-lab-token-0123456789"
-WARM = ("/api/reference", "/api/scatter", "/api/graph", "/api/patterns")
+WARM = ("/api/reference", "/api/scatter", "/api/graph", "/api/patterns", "/api/validation")
 
 
 @pytest.mark.parametrize("mode", ["open", "lab-anonymous", "lab-token"])

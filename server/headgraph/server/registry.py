@@ -246,8 +246,11 @@ class Registry:
         """ModelRef for an id: 404 NotFound (listing the allowed ids) for an unknown one, 422
         Invalid for a malformed one, 403 PathNotAllowed for a path the server will not read.
         ``~`` is never expanded and nothing outside the model root is looked at."""
-        model = (model or "").strip()
-        if not model:
+        raw = model or ""
+        model = raw.strip()
+        if not model:  # all blanks (a no-break space, say) is a well-formed id of no model
+            if raw:
+                raise NotFound("no model has a blank id; see GET /api/models")
             raise Invalid("empty model id; see GET /api/models")
         if any(ord(c) < 32 or ord(c) == 127 for c in model):
             raise Invalid("malformed model id: it contains control characters")

@@ -24,7 +24,7 @@ router = APIRouter(prefix="/api/labels", tags=["labels"])
 MAX_UPLOAD = 1 << 20
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"
 HEAD_KEY_PATTERN = r"^L(0|[1-9][0-9]{0,3})H(0|[1-9][0-9]{0,3})$"
-CLASS_PATTERN = r"^[^\s\x00-\x1f](?:[^\x00-\x1f]{0,62}[^\s\x00-\x1f])?$"
+CLASS_PATTERN = r"^[^\s\x00-\x1f\x7f](?:[^\x00-\x1f\x7f]{0,62}[^\s\x00-\x1f\x7f])?$"  # as core.labels: no C0 control or DEL
 HeadKey = Annotated[str, StringConstraints(pattern=HEAD_KEY_PATTERN)]
 ClassName = Annotated[str, StringConstraints(pattern=CLASS_PATTERN)]
 
