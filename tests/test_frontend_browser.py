@@ -473,3 +473,80 @@ def test_threshold_on_normalized_then_fdr_and_shared_link(server: Server, browse
         assert query_of(other.url) == query_of(link)
     finally:
         ctx.close()
+
+
+# -- edge verification by path ablation; the graph's layer range and head search ---------------
+
+def cached_verdicts(server: Server, **params: Any) -> dict[tuple[str, str], str]:
+    """(source, target) -> verdict as GET /api/ablation?cached=true reads it (never computes)."""
+    body = api(server, "/api/ablation", model="demo", cached="true", **params)
+    return {(e["source"], e["target"]): e["verdict"] for e in body["edges"]}
+
+
+def test_pair_panel_verifies_an_edge_by_ablation(server: Server, page: Page) -> None:
+    # An OK edge from the previous-token head L0H0 into an induction head that no ablation measured.
+    top = api(server, "/api/top", model="demo", pairing="OK", k=16)["pairs"]
+    targets = [p["target"] for p in top if p["source"] == "L0H0"
+               and cached_verdicts(server, pairing="OK", edge=f"L0H0,{p['target']}")[("L0H0", p["target"])]
+               == "not measured"]
+    target = targets[-1]
+    page.goto(server.url + f"/?model=demo&pairing=OK&pair=L0H0,{target}")
+    page.locator("#pair-verdict[data-verdict='not measured']").wait_for(timeout=60_000)
+    assert cached_verdicts(server, pairing="OK", edge=f"L0H0,{target}")[("L0H0", target)] == "not measured"
+    page.locator("#verify-edge-btn").click()
+    page.locator("#pair-verdict[data-verdict='verified']").wait_for(timeout=60_000)
+    served = api(server, "/api/ablation", model="demo", pairing="OK", edge=f"L0H0,{target}", cached="true")
+    row = served["edges"][0]
+    assert row["verdict"] == "verified"
+    assert float(page.locator("#pair-effect-text").get_attribute("data-value") or "nan") == \
+        pytest.approx(row["effect_text"])
+    assert float(page.locator("#pair-effect-random").get_attribute("data-value") or "nan") == \
+        pytest.approx(row["effect_random"])
+    assert not page.locator("#verify-edge-btn").is_visible()
+
+
+def test_graph_colours_edges_verified_after_verification(server: Server, page: Page) -> None:
+    k = 4
+    page.goto(server.url + f"/?model=demo&view=graph&pairings=OK&k={k}&overlay=&verification=colour")
+
+    def shown(f: dict[str, Any]) -> dict[tuple[str, str], str]:
+        return {(cd[1], cd[2]): cd[4] for _, _, cd in trace_points(f, "edge") if len(cd) > 4}
+
+    before = cached_verdicts(server, pairing="OK", top=k)
+    wait_figure(page, "graph", lambda f: shown(f) == before)
+    page.locator("#verify-top-btn").click()
+    page.locator("#verify-top-done").wait_for(timeout=90_000)
+    after = cached_verdicts(server, pairing="OK", top=k)
+    assert "not measured" not in after.values()
+    fig = wait_figure(page, "graph", lambda f: shown(f) == after)
+    induction = {e: v for e, v in after.items() if e[0] == "L0H0" and e[1].startswith("L1H")}
+    assert induction and set(induction.values()) == {"verified"}
+    assert stat(page, "verified") == str(list(after.values()).count("verified"))
+    legend = page.locator("#graph .legend .legendtext")
+    wait_until(lambda: f"verified ({stat(page, 'verified')})" in legend.all_text_contents(), 20,
+               message="verdict legend", page=page)
+    bold = [t for t in fig["data"] if t.get("mode") == "lines" and t.get("meta") == "verified"]
+    assert bold and all(t["line"]["dash"] == "solid" for t in bold)
+
+
+def test_layer_range_and_head_search_in_the_url(server: Server, page: Page) -> None:
+    info = api(server, "/api/models/info", model="demo")["info"]
+    layer = info["layer_indices"][-1]
+    page.goto(server.url + f"/?model=demo&view=graph&pairings=OQ,OK,OV&k=5&overlay=&layers={layer}&find=L{layer}")
+    fig = wait_figure(page, "graph", lambda f: any(str(t.get("name", "")).startswith("found") for t in f["data"]))
+    heads = {f"L{layer}H{h}" for h in range(info["n_heads"])}
+    assert {cd[1] for _, _, cd in trace_points(fig, "node")} == heads  # in-range heads only
+    found = next(t for t in fig["data"] if str(t.get("name", "")).startswith("found"))
+    assert {cd[1] for cd in found["customdata"]} == heads == set(stat(page, "found").split(","))
+    graph = api(server, "/api/graph", model="demo", pairings="OQ,OK,OV", k=5)
+    in_range = [e for e in graph["graph"]["edges"] if e["source"] in heads and e["target"] in heads]
+    assert len(trace_points(fig, "edge")) == len(in_range) and stat(page, "shown-edges") == str(len(in_range))
+    # Typing an exact head name highlights it and opens its head panel; the range stays.
+    controls_settled(page)
+    head = sorted(heads)[-1]
+    page.locator("#find-input").fill(head.lower())
+    page.locator("#find-input").press("Enter")
+    page.locator(f"#head-panel-title[data-head='{head}']").wait_for(timeout=30_000)
+    q = query_of(page.url)
+    assert (q["find"], q["head"], q["layers"]) == (head, head, str(layer))
+    wait_until(lambda: stat(page, "found") == head, 20, message="search highlight", page=page)

@@ -15,6 +15,7 @@ import httpx
 
 
 BUSY_POLL_S = 0.25  # how often a GET answered 429 (busy) is tried again
+ABLATION_TIMEOUT_S = 600.0  # measuring edges of a real model: loading it, then forward passes
 
 
 class ApiError(Exception):
@@ -168,6 +169,17 @@ class ApiClient:
 
     def patterns(self, model: str) -> dict[str, Any]:
         return self.get("/api/patterns", model=model)
+
+    def ablation(self, model: str, pairing: str, *, top: int | None = None, edge: str | None = None,
+                 cached: bool = False, timeout: float = ABLATION_TIMEOUT_S) -> dict[str, Any]:
+        """GET /api/ablation: path-ablation effects and verdicts of the ``top`` PK edges of
+        ``pairing`` or of one ``edge`` ("L0H0,L1H3"); ``cached``: read only (never computes:
+        unmeasured edges say "not measured"), else measured (cold work: needs the token in lab
+        mode; the model's first ablation loads and runs it, so the wait is longer)."""
+        params = {"model": model, "pairing": pairing, "top": top, "edge": edge,
+                  "cached": "true" if cached else None}
+        extra = {} if cached else {"timeout": timeout}  # a cached read is as quick as any other
+        return self.request("GET", "/api/ablation", params=params, **extra).json()
 
     def labels(self) -> list[dict[str, Any]]:
         data = self.get("/api/labels")

@@ -13,26 +13,28 @@ from typing import Any
 from dash import dcc, html
 
 from headgraph.frontend.figures import PAIRING_COLORS
-from headgraph.frontend.state import (DEFAULT_MODEL, FDR_Q_RANGE, RANK_ON, THRESHOLD_ON, VIEWS, ViewState,
-                                      format_threshold, to_query)
+from headgraph.frontend.state import (DEFAULT_MODEL, FDR_Q_RANGE, RANK_ON, THRESHOLD_ON, VERIFICATION_MODES, VIEWS,
+                                      ViewState, format_layers, format_threshold, to_query)
 from headgraph.frontend.vocab import Vocabulary
 
 VIEW_LABELS: dict[str, str] = {"graph": "Head graph", "heatmap": "Heatmaps", "scatter": "PK vs CS",
                                "reference": "Random reference", "tokens": "Tokens & patterns"}
 # Which control groups each view shows.
 VIEW_CONTROLS: dict[str, tuple[str, ...]] = {
-    "graph": ("pairings", "rule", "layout", "overlay"),  # the rule group holds the graph's scales
+    # the rule group holds the graph's scales; "filter": layer range and head search
+    "graph": ("pairings", "rule", "layout", "overlay", "verification", "filter"),
     "heatmap": ("pairing", "metric", "grain", "direction", "overlay"),
     "scatter": ("pairing", "top_percent"),
     "reference": ("pairing",),
     "tokens": ("role",),
 }
 CONTROL_GROUPS = ("pairing", "pairings", "rule", "metric", "grain", "layout", "direction", "top_percent",
-                  "role", "overlay")
+                  "role", "overlay", "verification", "filter")
 METRIC_LABELS = {"raw": "raw", "normalized": "normalized", "z": "z", "cs": "CS"}
 # The graph's scales (the API's threshold_on): no CS, which GET /api/graph cannot rank by.
 RANK_LABELS = {"pk": "raw PK", "normalized": "normalized", "z": "z"}
 THRESHOLD_LABELS = {"normalized": "normalized", "z": "z", "pk": "raw PK", "fdr": "FDR q"}
+VERIFICATION_LABELS = {"off": "off", "colour": "colour", "verified": "verified only"}
 UNAVAILABLE = "not available offline"
 HIDE = {"display": "none"}
 
@@ -181,4 +183,15 @@ def control_groups(state: ViewState | None, vocab: Vocabulary | None,
             id="overlay-select", options=overlay_options(label_sets, state.overlay if state else None),
             value=(state.overlay or None) if state else None, placeholder="no overlay",
             className="overlay-dd")),
+        _group("verification", "verification", "verification" in shown, dcc.RadioItems(
+            id="verification-radio", value=state.verification if state else None, inline=True,
+            options=_opts(VERIFICATION_MODES, VERIFICATION_LABELS))),
+        _group("filter", "layers", "filter" in shown,
+               html.Span(dcc.Input(id="layers-input", type="text", value=format_layers(state.layers) if state else "",
+                                   placeholder="all (e.g. 10-20)", debounce=True, className="text-input"),
+                         title="only heads of these blocks (both ends of an edge in the range)"),
+               html.Span("find", className="ctl-label"),
+               html.Span(dcc.Input(id="find-input", type="text", value=state.find if state else "",
+                                   placeholder="L17H3 · L17KV1 · L17", debounce=True, className="text-input"),
+                         title="highlight a head or a layer's heads; a head name opens its panel")),
     ]

@@ -91,7 +91,7 @@ def controls() -> html.Div:
 
 def views() -> html.Div:
     return html.Div([
-        html.Div([html.Div(id="graph-summary", className="summary"), figure_block("graph")],
+        html.Div([verify_top_box(), html.Div(id="graph-summary", className="summary"), figure_block("graph")],
                  id="view-graph", className="view"),
         html.Div([html.Div(id="heatmap-summary", className="summary"), figure_block("heatmap"),
                   html.Div(id="head-grid-box", children=[
@@ -110,11 +110,31 @@ def views() -> html.Div:
     ], className="views")
 
 
+def verify_top_box() -> html.Div:
+    """The graph's "verify the top edges" button (shown while verification is on,
+    callbacks/verify.py) and its message."""
+    return html.Div([html.Button("verify the top edges", id="verify-top-btn", className="btn", n_clicks=0,
+                                 title="measure the top edges by PK of each shown pairing by path ablation "
+                                       "(computes; in a lab it needs your token)"),
+                     html.Span(id="verify-top-msg", className="verify-msg")],
+                    id="verify-top-box", className="verify-box", style={"display": "none"})
+
+
+def pair_ablation_box() -> html.Div:
+    """The pair panel's path-ablation verdict (read from the cache) and its verify button."""
+    return html.Div([html.Div(id="pair-ablation"),
+                     html.Button("verify by ablation", id="verify-edge-btn", className="btn", n_clicks=0,
+                                 style={"display": "none"},
+                                 title="measure this edge by path ablation (computes; in a lab it needs your token)"),
+                     html.Span(id="verify-edge-msg", className="verify-msg")],
+                    id="pair-ablation-box", className="pair-ablation")
+
+
 def side_panels() -> html.Div:
     return html.Div([
         html.Div([html.Div(id="head-panel-body")],
                  id="head-panel", className="panel", style={"display": "none"}),
-        html.Div([html.Div(id="pair-panel-body"),
+        html.Div([html.Div(id="pair-panel-body"), pair_ablation_box(),
                   html.Div(figure_block("cosines"), id="cosines-box")],
                  id="pair-panel", className="panel", style={"display": "none"}),
     ], id="side", className="side")
@@ -137,6 +157,7 @@ def build_layout(labels: Any = None, ready: Any = None) -> html.Div:
         dcc.Store(id="uploaded-store"),
         dcc.Store(id="slider-range"),
         dcc.Store(id="auth-store"),
+        dcc.Store(id="ablation-token"),  # changes when the page measured edges (callbacks/verify.py)
         dcc.Interval(id="job-poll", interval=700, disabled=True),
         *[dcc.Store(id=f"in-{v}-{part}") for v in ROUTED_VIEWS for part in ROUTED_PARTS],  # callbacks/router.py
         model_bar(),

@@ -25,7 +25,11 @@ DIRECTIONS: tuple[str, ...] = ("out", "in")
 # Heatmap grain: every head pair, or the layer-aggregated overview (one cell per layer pair,
 # its mean; a click drills down to that block's heads, ``zoom``).
 GRAINS: tuple[str, ...] = ("heads", "layers")
+# Graph edges by their path-ablation verdict (GET /api/ablation, read from the cache only):
+# "off", "colour" (styled by verdict, with a legend), "verified" (only verified edges shown).
+VERIFICATION_MODES: tuple[str, ...] = ("off", "colour", "verified")
 _LAYER_RE = re.compile(r"^L\d+$")
+_LAYERS_RE = re.compile(r"^\s*(\d{1,4})\s*(?:[-–:]\s*(\d{1,4})\s*)?$")
 # The graph's edge scales (the API's ``threshold_on``): top-k ranks by one of RANK_ON, threshold
 # mode keeps the pairs at or above a threshold on one of THRESHOLD_ON ("fdr": BH q level, edges
 # are the pairs significant at q). Normalized PK (in [0, 1]) compares across pairings, so it is
@@ -88,6 +92,9 @@ class ViewState:
     role: str = DEFAULT_ROLE  # token view role
     grain: str = "heads"  # heatmap: "heads" (every pair) | "layers" (layer-block overview)
     zoom: tuple[str, str] | None = None  # heatmap drill-down: (source layer, target layer), "L3"
+    verification: str = "off"  # graph edges by ablation verdict (VERIFICATION_MODES)
+    layers: tuple[int, int] | None = None  # graph: only heads of blocks lo..hi (both ends in it)
+    find: str = ""  # graph: a head name ("L17H3", "L17KV1") or a layer ("L17") to highlight
 
     def with_(self, **changes: Any) -> ViewState:
         """Copy with some fields changed (frozen dataclass helper)."""
@@ -97,6 +104,7 @@ class ViewState:
         d = asdict(self)
         d["pairings"] = list(self.pairings)
         d["pair"] = list(self.pair) if self.pair else None
+        d["layers"] = list(self.layers) if self.layers else None
         return d
 
 
@@ -141,6 +149,30 @@ def clean_threshold(value: float | None, on: str) -> float | None:
         q = FDR_DEFAULT_Q if value is None else min(max(float(value), FDR_Q_RANGE[0]), FDR_Q_RANGE[1])
         return quantize_threshold(q)
     return None if value is None else quantize_threshold(value)
+
+
+def parse_layers(value: str | None) -> tuple[int, int] | None:
+    """A layer range ``"10-20"`` (blocks, both ends included; ``"17"``: one block; ends in
+    either order) as (lo, hi); None when blank or malformed."""
+    m = _LAYERS_RE.match(value or "")
+    if not m:
+        return None
+    lo, hi = int(m.group(1)), int(m.group(2) if m.group(2) is not None else m.group(1))
+    return (min(lo, hi), max(lo, hi))
+
+
+def format_layers(layers: tuple[int, int] | None) -> str:
+    """The URL / input form of a layer range: "10-20", "17" for one block, "" for none."""
+    if not layers:
+        return ""
+    return str(layers[0]) if layers[0] == layers[1] else f"{layers[0]}-{layers[1]}"
+
+
+def parse_find(value: str | None, vocab: Vocabulary) -> str:
+    """A graph search term, upper-cased: a head name (``vocab.is_head``: "L17H3", "L17KV1")
+    or a layer ("L17"); "" for anything else."""
+    text = (value or "").strip().upper()
+    return text if text and (vocab.is_head(text) or _LAYER_RE.match(text)) else ""
 
 
 def _legacy_on(metric: str | None) -> str:
@@ -190,6 +222,9 @@ def parse_query(search: str | None, vocab: Vocabulary,
         role=_choice((q.get("role") or "").upper(), vocab.roles, d.role),
         grain=_choice(q.get("grain"), GRAINS, d.grain),
         zoom=_zoom(q.get("zoom")),
+        verification=_choice(q.get("verification"), VERIFICATION_MODES, d.verification),
+        layers=parse_layers(q.get("layers")),
+        find=parse_find(q.get("find"), vocab),
     )
 
 
@@ -220,7 +255,12 @@ def to_query(state: ViewState) -> str:
         ("top_percent", f"{state.top_percent:g}"),
         ("role", state.role),
         ("grain", state.grain),
+        ("verification", state.verification),
     ]
+    if state.layers:
+        items.append(("layers", format_layers(state.layers)))
+    if state.find:
+        items.append(("find", state.find))
     if state.zoom:
         items.append(("zoom", ",".join(state.zoom)))
     if state.head:
@@ -241,7 +281,7 @@ def graph_on(params: dict[str, Any] | ViewState) -> str:
 
 VIEW_PARAMS: dict[str, tuple[str, ...]] = {
     "graph": ("model", "pairings", "k", "rule", "rank_on", "threshold_on", "threshold", "layout", "overlay",
-              "head", "pair", "pairing"),
+              "head", "pair", "pairing", "verification", "layers", "find"),
     "heatmap": ("model", "pairing", "metric", "overlay", "grain", "zoom"),
     "head-grid": ("model", "pairing", "metric", "direction"),
     "scatter": ("model", "pairing", "top_percent"),

@@ -10,8 +10,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from headgraph.frontend.state import (DIRECTIONS, GRAINS, LAYOUTS, RANK_ON, RULES, THRESHOLD_ON, VIEWS, ViewState,
-                                      clean_threshold, default_overlay, focus_head)
+from headgraph.frontend.state import (DIRECTIONS, GRAINS, LAYOUTS, RANK_ON, RULES, THRESHOLD_ON, VERIFICATION_MODES,
+                                      VIEWS, ViewState, clean_threshold, default_overlay, focus_head, parse_find,
+                                      parse_layers)
 from headgraph.frontend.vocab import Vocabulary
 
 _LAYER_RE = re.compile(r"^L\d+$")
@@ -34,6 +35,9 @@ CONTROL_FIELDS: dict[str, str] = {
     "top-percent-input": "top_percent",
     "role-radio": "role",
     "grain-radio": "grain",
+    "verification-radio": "verification",
+    "layers-input": "layers",
+    "find-input": "find",
 }
 # Figures whose clicks select something (their clickData goes to the URL writer).
 CLICK_SOURCES: tuple[str, ...] = ("graph", "heatmap", "head-grid", "scatter", "kl-grid")
@@ -43,7 +47,8 @@ UPLOAD_SOURCE = "uploaded-store"
 def _allowed(field: str, vocab: Vocabulary) -> tuple[str, ...] | None:
     return {"view": VIEWS, "pairing": vocab.pairings, "rule": RULES, "metric": vocab.metrics,
             "rank_on": RANK_ON, "threshold_on": THRESHOLD_ON,
-            "layout": LAYOUTS, "direction": DIRECTIONS, "role": vocab.roles, "grain": GRAINS}.get(field)
+            "layout": LAYOUTS, "direction": DIRECTIONS, "role": vocab.roles, "grain": GRAINS,
+            "verification": VERIFICATION_MODES}.get(field)
 
 
 def set_field(state: ViewState, field: str, value: Any, vocab: Vocabulary) -> ViewState:
@@ -57,6 +62,14 @@ def set_field(state: ViewState, field: str, value: Any, vocab: Vocabulary) -> Vi
         return state.with_(pairings=tuple(p for p in vocab.graph_pairings if p in (value or [])))
     if field == "overlay":
         return state.with_(overlay=str(value or ""))
+    if field == "layers":  # blank clears the range; a malformed one leaves it as it is
+        text = str(value or "").strip()
+        layers = parse_layers(text)
+        return state.with_(layers=layers) if layers or not text else state
+    if field == "find":
+        text = str(value or "").strip()
+        found = parse_find(text, vocab)
+        return state.with_(find=found) if found or not text else state
     try:
         number = float(value)
     except (TypeError, ValueError):
@@ -80,7 +93,7 @@ def apply_control(state: ViewState, field: str, value: Any, vocab: Vocabulary,
     (``default_overlay`` over ``label_sets``) becomes the new model's default, while one the
     user picked stays. A threshold or its scale selects threshold mode (a new scale drops the
     old scale's threshold: its default applies, for FDR q = FDR_DEFAULT_Q); k or the ranking
-    scale selects top-k.
+    scale selects top-k. A graph search for an exact head name opens that head's panel.
     """
     new = set_field(state, field, value, vocab)
     if new == state:
@@ -97,6 +110,8 @@ def apply_control(state: ViewState, field: str, value: Any, vocab: Vocabulary,
         return new.with_(zoom=None)
     if field == "threshold_on":
         return new.with_(rule="threshold", threshold=clean_threshold(None, new.threshold_on))
+    if field == "find" and vocab.is_head(new.find):
+        return new.with_(head=new.find, pair=None)
     return new
 
 

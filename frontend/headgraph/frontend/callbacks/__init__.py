@@ -11,7 +11,7 @@ from __future__ import annotations
 from dash import Dash
 
 from headgraph.frontend.callbacks import (auth, downloads, graph, heatmap, labels, model, navigation,  # noqa: F401
-                                          panels, reference, router, scatter, tokens)
+                                          panels, reference, router, scatter, tokens, verify)
 from headgraph.frontend.callbacks.registry import register_all
 
 

@@ -1,18 +1,27 @@
-"""Head graph view: top-k or threshold edges per pairing, class overlay, hubs, two layouts."""
+"""Head graph view: top-k or threshold edges per pairing, class overlay, hubs, two layouts; a
+layer range, a head search and edges by path-ablation verdict (graph_filters), the verdicts
+read from the cache only (GET /api/ablation?cached=true: rendering never starts a computation).
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from typing import Any
 
-from dash import Output, html, no_update
+from dash import Input, Output, html, no_update
 
 from headgraph.frontend.api_client import ApiError
 from headgraph.frontend.callbacks.common import WAITING, api, error_note, stat, state_of, with_overlay
 from headgraph.frontend.callbacks.router import view_callback
 from headgraph.frontend.figures import empty_figure, graph_figure
+from headgraph.frontend.graph_filters import (NOT_MEASURED, VERDICTS, EdgeKey, edge_counts, filter_layers,
+                                              find_matches, in_layers, keep_verified, verdict_counts, verdict_map,
+                                              verify_k)
 from headgraph.frontend.graph_layout import grid_positions, positions
-from headgraph.frontend.state import FDR_DEFAULT_Q, format_threshold, graph_on, quantize_threshold, view_params
+from headgraph.frontend.state import (FDR_DEFAULT_Q, format_layers, format_threshold, graph_on, quantize_threshold,
+                                      view_params)
 
 DEFAULT_FRACTION = 0.8  # threshold mode without a threshold: this far from the scale's min to its max
 API_METRIC = {"pk": "raw", "normalized": "normalized", "z": "z"}  # threshold_on -> GET /api/pk metric
@@ -163,9 +172,64 @@ def load_graph(client: Any, params: dict[str, Any]) -> tuple[dict[str, Any], dic
     return data, info, threshold, slider
 
 
+def ablation_digest(params: dict[str, Any]) -> str | None:
+    """What the graph's verdicts depend on besides its parameters: the model's cached ablation
+    results (a digest of their names), so a view rendered before a verification is not served
+    again after it; None when verification is off."""
+    if params.get("verification", "off") == "off":
+        return None
+    try:
+        cached = api().model_info(params["model"]).get("cached") or []
+    except ApiError:
+        return None
+    names = sorted(c for c in cached if str(c).startswith("ablation?"))
+    return hashlib.blake2b(json.dumps(names).encode(), digest_size=8).hexdigest()
+
+
+def load_verdicts(client: Any, params: dict[str, Any], counts: dict[str, int]
+                  ) -> tuple[dict[EdgeKey, dict[str, Any]], str | None]:
+    """Cached verdicts of the graph's top edges per pairing (graph_filters.verify_k) and the
+    API's verdict rule; never computes (an uncovered edge is "not measured")."""
+    answers, rule = [], None
+    for pairing, k in verify_k(params["pairings"], params["rule"], params["k"], counts).items():
+        try:
+            answer = client.ablation(params["model"], pairing, top=k, cached=True)
+        except ApiError:
+            continue  # a model that cannot be run: its edges stay "not measured"
+        answers.append(answer)
+        rule = rule or (answer.get("verdict_rule") or {}).get("rule")
+    return verdict_map(answers), rule
+
+
+def chip(label: str, shown: str, key: str, value: str, title: str = "") -> html.Span:
+    """A summary chip ``label shown`` (id "stat-<key>", the raw ``value`` as data-value)."""
+    return html.Span([html.Span(label, className="stat-label"), html.Span(shown, className="stat-value")],
+                     className="stat", id=f"stat-{key}", title=title, **{"data-value": value})
+
+
+def filter_chips(params: dict[str, Any], shown: int, total: int, found: list[str],
+                 counts: dict[str, int] | None, rule: str | None) -> list[Any]:
+    """Chips of what the filters show: edges in the layer range, search matches, verdicts."""
+    out: list[Any] = []
+    if params.get("layers") or params.get("verification") == "verified":
+        what = f"layers {format_layers(tuple(params['layers']))}" if params.get("layers") else "verified only"
+        out.append(chip("shown", f"{shown} of {total} edges ({what})", "shown-edges", str(shown)))
+    if params.get("find"):
+        out.append(chip("found", ", ".join(found) or f"no {params['find']} in view", "found", ",".join(found)))
+    if counts is not None:
+        for verdict in VERDICTS:
+            out.append(chip(verdict, str(counts[verdict]), verdict.replace(" ", "-"), str(counts[verdict]),
+                            title=rule or ""))
+        if counts[NOT_MEASURED]:
+            out.append(html.Span("not measured: press “verify the top edges” (computes; needs your token "
+                                 "in a lab)", className="hint", id="graph-verify-hint"))
+    return out
+
+
 @view_callback("graph", Output("graph", "figure"), Output("graph-summary", "children"),
                Output("slider-range", "data"), Output("graph-summary", "data-edges"),
-               Output("graph-summary", "data-hubs"))
+               Output("graph-summary", "data-hubs"),
+               triggers=(Input("ablation-token", "data"),), variant=ablation_digest)
 def render_graph(search: str | None, ready: dict | None, label_sets: list | None) -> tuple:
     """The head graph of the URL's pairings, rule, metric, layout, overlay and selection."""
     return graph_view(view_params(state_of(search, label_sets), "graph", ready))
@@ -178,24 +242,38 @@ def graph_view(params: dict[str, Any] | None) -> tuple:
     pairings = list(params["pairings"])
     if not pairings:
         return (empty_figure("pick at least one pairing (OQ / OK / OV) above"), [], no_update, "0", "")
+    client = api()
     try:
-        data, info, threshold, slider = load_graph(api(), params)
+        data, info, threshold, slider = load_graph(client, params)
     except ApiError as err:
         return (empty_figure(err.message), [error_note(err.message)], no_update, None, None)
-    node_link = data["graph"]
-    backdrop = {"nodes": all_head_nodes(info)}
+    counts = data.get("edge_counts", {})
+    mode = params.get("verification", "off")
+    verdicts, rule = load_verdicts(client, params, counts) if mode != "off" else (None, None)
+    layers = params.get("layers")
+    in_range = filter_layers(data["graph"], layers)
+    node_link = keep_verified(in_range, verdicts) if verdicts is not None and mode == "verified" else in_range
+    layer_indices = [layer for layer in info["layer_indices"] if in_layers(layer, layers)]
+    backdrop = {"nodes": [n for n in all_head_nodes(info) if in_layers(n["layer"], layers)]}
     if params["layout"] == "grid":
-        pos = grid_positions(node_link, info["layer_indices"])
-        head_pos = grid_positions(backdrop, info["layer_indices"])
+        pos = grid_positions(node_link, layer_indices)
+        head_pos = grid_positions(backdrop, layer_indices)
     else:
         pos = positions(node_link, "force")
         head_pos = None
-    fig = graph_figure({**data, "layer_indices": info["layer_indices"]}, pos, layout=params["layout"],
+    found = find_matches(list(pos) + [n["id"] for n in backdrop["nodes"] if head_pos and n["id"] not in pos],
+                         params.get("find") or "")
+    shown_edges = node_link.get("edges", [])
+    fig = graph_figure({**data, "graph": node_link, "layer_indices": layer_indices,
+                        "edge_counts": edge_counts(shown_edges, pairings)}, pos, layout=params["layout"],
                        all_heads=[n["id"] for n in backdrop["nodes"]], head_pos=head_pos,
                        backdrop=backdrop["nodes"],
                        selected=params.get("head"),
-                       selected_edge=(*params["pair"], params["pairing"]) if params.get("pair") else None)
-    total = sum(data.get("edge_counts", {}).values())
+                       selected_edge=(*params["pair"], params["pairing"]) if params.get("pair") else None,
+                       verdicts=verdicts, highlight=found)
+    total = sum(counts.values())
     hubs = ",".join(data.get("hubs", {}).get("hubs", []))
-    return (fig, summary(data, threshold, graph_on(params)), no_update if slider is None else slider,
+    chips = filter_chips(params, len(shown_edges), total, found,
+                         None if verdicts is None else verdict_counts(in_range.get("edges", []), verdicts), rule)
+    return (fig, summary(data, threshold, graph_on(params)) + chips, no_update if slider is None else slider,
             str(total), hubs)

@@ -103,11 +103,15 @@ def register_clientside(app: Dash) -> None:
                             State("ready-initial", "data"), prevent_initial_call=True)
 
 
-def render_key(view: str, search: str | None, ready: dict | None, label_sets: list | None) -> str:
-    """What ``view`` draws from: its parameters (None while waiting) and the label sets' digest."""
+def render_key(view: str, search: str | None, ready: dict | None, label_sets: list | None,
+               variant: Callable[[dict[str, Any]], Any] | None = None) -> str:
+    """What ``view`` draws from: its parameters (None while waiting), the label sets' digest and,
+    with ``variant``, what else its drawing reads (``variant(params)``: server state such as
+    which ablations are cached)."""
     params = view_params(parse_query(search, vocab(), label_sets), view, ready)
     digest = hashlib.blake2b(json.dumps(label_sets, sort_keys=True, default=str).encode(), digest_size=8)
-    return json.dumps([params, digest.hexdigest()], sort_keys=True, default=str)
+    extra = [variant(params)] if variant is not None and params is not None else []
+    return json.dumps([params, digest.hexdigest(), *extra], sort_keys=True, default=str)
 
 
 def mark_error() -> None:
@@ -116,18 +120,24 @@ def mark_error() -> None:
         setattr(flask.g, ERROR_FLAG, True)
 
 
-def view_callback(view: str, *outputs: Output, labels: bool = True) -> Callable[[Callable[..., tuple]], Callable[..., tuple]]:
+def view_callback(view: str, *outputs: Output, labels: bool = True, triggers: tuple[Input, ...] = (),
+                  variant: Callable[[dict[str, Any]], Any] | None = None
+                  ) -> Callable[[Callable[..., tuple]], Callable[..., tuple]]:
     """Register ``func(search, ready[, label_sets]) -> tuple of outputs`` as ``view``'s callback,
     fed by the router's stores and skipped when its parameters are those last rendered.
-    Returns ``func`` unchanged (tests call it directly)."""
+    ``triggers``: more inputs that make it look again (their values are not passed);
+    ``variant``: see render_key. Returns ``func`` unchanged (tests call it directly)."""
     def decorate(func: Callable[..., tuple]) -> Callable[..., tuple]:
         inputs = [Input(f"in-{view}-search", "data"), Input(f"in-{view}-ready", "data")]
         if labels:
             inputs.append(Input(f"in-{view}-labels", "data"))
+        n_given = len(inputs)
+        inputs += list(triggers)
 
         def routed(*args: Any) -> tuple:
             *given, rendered = args
-            key = render_key(view, given[0], given[1], given[2] if labels else None)
+            given = given[:n_given]
+            key = render_key(view, given[0], given[1], given[2] if labels else None, variant)
             if key == rendered:
                 return tuple([no_update] * (len(outputs) + 1))
             views = rendered_views()

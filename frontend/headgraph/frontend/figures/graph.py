@@ -13,6 +13,8 @@ import plotly.graph_objects as go
 
 from headgraph.frontend.figures.handles import place_handles
 from headgraph.frontend.figures.common import NO_CLASS_COLOR, base_layout, class_colors, fmt_value, pairing_color
+from headgraph.frontend.figures.verdicts import verdict_hover, verdict_legend, verdict_line
+from headgraph.frontend.graph_filters import EdgeKey, edge_key, verdict_counts, verdict_of
 from headgraph.frontend.graph_layout import KV_ROW_OFFSET, Positions, grid_row, is_kv_node
 
 KV_NOTE = (f"<br>KV group: shared keys/values of %s<br>(drawn {KV_ROW_OFFSET:g} row under "
@@ -101,7 +103,9 @@ def graph_figure(data: dict[str, Any], pos: Positions, *, layout: str,
                  classes: dict[str, str] | None = None, all_heads: Sequence[str] = (),
                  head_pos: Positions | None = None, selected: str | None = None,
                  selected_edge: tuple[str, str, str] | None = None,
-                 backdrop: Sequence[dict[str, Any]] = ()) -> go.Figure:
+                 backdrop: Sequence[dict[str, Any]] = (),
+                 verdicts: dict[EdgeKey, dict[str, Any]] | None = None,
+                 highlight: Sequence[str] = ()) -> go.Figure:
     """The head graph: edges coloured by pairing with opacity = score / max, hubs marked.
 
     Each edge gets an invisible marker on it (customdata ["edge", source, target, pairing]) so it
@@ -109,6 +113,8 @@ def graph_figure(data: dict[str, Any], pos: Positions, *, layout: str,
     KV-group nodes (L6KV1) are diamonds whose hover names the query heads they serve; in the
     grid layout they sit on a sub-row under those heads (graph_layout.grid_positions).
     ``backdrop``: node records of ``all_heads`` (their KV members for the hover).
+    ``verdicts``: edges drawn by their path-ablation verdict (figures.verdicts; customdata
+    gains the verdict, a legend entry per verdict); ``highlight``: nodes ringed (a search).
     """
     g = data["graph"]
     nodes = g.get("nodes", [])
@@ -121,7 +127,7 @@ def graph_figure(data: dict[str, Any], pos: Positions, *, layout: str,
     scale = _pixel_scale(head_pos or pos, height, layout)
     fig = go.Figure()
     # Edges: one trace per (pairing, opacity bucket) keeps the trace count bounded.
-    buckets: dict[tuple[str, int, bool], tuple[list[float | None], list[float | None]]] = {}
+    buckets: dict[tuple[str, int, bool, str], tuple[list[float | None], list[float | None]]] = {}
     mids: dict[str, dict[str, list[Any]]] = {}
     # Click handles sit at a fraction of the edge that depends on the source node, so edges that
     # cross at their midpoints (same layer pair, same head sum) still get distinct handles.
@@ -141,31 +147,39 @@ def graph_figure(data: dict[str, Any], pos: Positions, *, layout: str,
         a, b = segments[i]
         alpha_bucket = max(1, min(10, round(float(e.get("opacity", 1.0)) * 10)))
         sink = bool(e.get("source_sink"))  # dotted: the source's output barely varies
-        xs, ys = buckets.setdefault((p, alpha_bucket, sink), ([], []))
+        verdict = "" if verdicts is None else verdict_of(e, verdicts)
+        xs, ys = buckets.setdefault((p, alpha_bucket, sink, verdict), ([], []))
         xs += [a[0], b[0], None]
         ys += [a[1], b[1], None]
         m = mids.setdefault(p, {"x": [], "y": [], "size": [], "custom": [], "text": []})
         m["x"].append(handles.x[i])
         m["y"].append(handles.y[i])
         m["size"].append(round(handles.size[i], 1))
-        m["custom"].append(["edge", s, t, p])
+        m["custom"].append(["edge", s, t, p] + ([verdict] if verdicts is not None else []))
         m["text"].append(f"{p} {s} → {t}<br>PK {fmt_value(e.get('score'))} · normalized "
                          f"{fmt_value(e.get('normalized'))}<br>CS {fmt_value(e.get('cs'))} · "
                          f"rank {e.get('rank', '–')}<br>opacity {fmt_value(e.get('opacity'))}"
-                         + sink_note(e))
-    pairings = list(dict.fromkeys(list(data.get("pairings", [])) + [p for p, _, _ in sorted(buckets)]))
+                         + sink_note(e) + ("" if verdicts is None else verdict_hover(verdicts.get(edge_key(e)))))
+    pairings = list(dict.fromkeys(list(data.get("pairings", [])) + [p for p, _, _, _ in sorted(buckets)]))
     counts = data.get("edge_counts", {})
     for p in pairings:
-        first = True
-        for (bp, bucket, sink), (xs, ys) in sorted(buckets.items()):
+        first = verdicts is None  # by verdict: the pairing's own legend line (below), in its colour
+        if not first and any(bp == p for bp, _, _, _ in buckets):
+            fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", hoverinfo="skip",
+                                     line=dict(color=pairing_color(p), width=2.2), name=f"{p} ({counts.get(p, '')})",
+                                     legendgroup=p, showlegend=True, legendrank=1))
+        for (bp, bucket, sink, verdict), (xs, ys) in sorted(buckets.items()):
             if bp != p:
                 continue
-            fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", hoverinfo="skip",
-                                     line=dict(color=pairing_color(p, bucket / 10), width=2.2,
-                                               dash="dot" if sink else "solid"),
+            line = (dict(color=pairing_color(p, bucket / 10), width=2.2, dash="dot" if sink else "solid")
+                    if verdicts is None else verdict_line(p, bucket / 10, verdict, sink))
+            fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", hoverinfo="skip", line=line,
                                      name=f"{p} ({counts.get(p, '')})", legendgroup=p,
-                                     showlegend=first, legendrank=1))
+                                     showlegend=first, legendrank=1,
+                                     meta=verdict or None))
             first = False
+    if verdicts is not None:
+        verdict_legend(fig, verdict_counts(drawn, verdicts))
     if selected_edge and selected_edge[0] in pos and selected_edge[1] in pos:
         s, t, p = selected_edge
         a, b = _offset(pos[s], pos[t], shift.get(p, 0) * step)
@@ -228,6 +242,12 @@ def graph_figure(data: dict[str, Any], pos: Positions, *, layout: str,
                             opacity=1),
                 name=(cls or "no class") + (" (hub)" if hub else ""), legendgroup="class:" + (cls or "-"),
                 showlegend=not hub, legendrank=2))
+    found = [(where[n], n) for n in highlight if n in where]
+    if found:
+        fig.add_trace(go.Scatter(x=[xy[0] for xy, _ in found], y=[xy[1] for xy, _ in found], mode="markers",
+                                 marker=dict(size=28, color="rgba(0,0,0,0)", line=dict(color="#d6336c", width=3)),
+                                 customdata=[["found", n] for _, n in found], hoverinfo="skip",
+                                 name=f"found ({len(found)})", showlegend=True, legendrank=4))
     if selected and selected in pos:
         fig.add_trace(go.Scatter(x=[pos[selected][0]], y=[pos[selected][1]], mode="markers",
                                  marker=dict(size=30, color="rgba(0,0,0,0)",

@@ -1,0 +1,143 @@
+"""Verifying edges by path ablation from the page: the pair panel's verdict and its "verify by
+ablation" button, and the graph's "verify the top edges" button.
+
+Reading never computes: the pair panel's verdict and the graph's colours come from
+GET /api/ablation?cached=true (an edge no cached ablation measured is "not measured"). Only
+the two buttons measure (GET /api/ablation without ``cached``: cold work, so in lab mode it
+needs the user's own token, forwarded by the dashboard; a refusal shows the API's message).
+After a measurement the ``ablation-token`` store changes, which redraws the pair's verdict
+and the graph (its rendered-view key includes the model's cached ablations, callbacks/graph).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from dash import Input, Output, State, html, no_update
+
+from headgraph.frontend.api_client import ApiError
+from headgraph.frontend.callbacks.common import api, state_of
+from headgraph.frontend.callbacks.graph import load_graph
+from headgraph.frontend.callbacks.registry import callback
+from headgraph.frontend.figures.common import fmt_value
+from headgraph.frontend.graph_filters import ABLATION_PAIRINGS, NOT_MEASURED, verify_k
+from headgraph.frontend.state import ViewState, view_params
+
+SHOW = {"display": "inline-block"}
+HIDE = {"display": "none"}
+MEASURES = {"tvd": "share of the target's attention mass moved (TVD)",
+            "relative_output": "relative change of the target's output"}
+
+
+def ablation_section(row: dict[str, Any] | None, rule: str | None) -> list[Any]:
+    """The pair panel's path-ablation block for its GET /api/ablation edge row (None or a
+    "not measured" row: says so)."""
+    verdict = (row or {}).get("verdict") or NOT_MEASURED
+    badge = html.Span(verdict, className="badge verdict verdict-" + verdict.replace(" ", "-"),
+                      id="pair-verdict", title=rule or "", **{"data-verdict": verdict})
+    out: list[Any] = [html.H4(["path ablation ", badge])]
+    if verdict == NOT_MEASURED or row is None:
+        out.append(html.P("not measured: the source head's output mean-ablated on the target's "
+                          "input only, on text and on repeated random tokens", className="hint"))
+        return out
+    halves = row.get("halves") or {}
+    rows = []
+    for name, key in (("text", "effect_text"), ("random tokens", "effect_random")):
+        split = halves.get("text" if name == "text" else "random") or []
+        rows.append(html.Tr([html.Th(name), html.Td(fmt_value(row.get(key)), id=f"pair-effect-{key[7:]}",
+                                                     **{"data-value": repr(row.get(key))}),
+                             html.Td("halves " + " / ".join(fmt_value(v) for v in split), className="hint")]))
+    out.append(html.Table(html.Tbody(rows), className="kv", id="pair-ablation-table"))
+    out.append(html.P(MEASURES.get(str(row.get("measure")), str(row.get("measure"))), className="hint"))
+    return out
+
+
+def pair_edge(state: ViewState) -> str | None:
+    """The ``edge`` parameter of the selected pair when ablation can measure it, else None."""
+    if not state.pair or state.pairing not in ABLATION_PAIRINGS:
+        return None
+    return ",".join(state.pair)
+
+
+@callback(Output("pair-ablation", "children"), Output("verify-edge-btn", "style"),
+          Output("verify-edge-msg", "children", allow_duplicate=True),
+          Input("in-pair-panel-search", "data"), Input("in-pair-panel-ready", "data"),
+          Input("ablation-token", "data"), prevent_initial_call=True)
+def render_pair_ablation(search: str | None, ready: dict | None, _token: Any) -> tuple:
+    """The selected pair's verdict and effects, read from the cache only; the verify button
+    shows while the edge is not measured."""
+    state = state_of(search)
+    edge = pair_edge(state)
+    if edge is None or view_params(state, "pair-panel", ready) is None:
+        return [], HIDE, ""
+    try:
+        answer = api().ablation(state.model, state.pairing, edge=edge, cached=True)
+    except ApiError as err:  # no forward edge (a later source), a model that cannot run, ...
+        return [html.P(f"path ablation: {err.message}", className="hint", id="pair-ablation-note")], HIDE, ""
+    row = next(iter(answer.get("edges") or []), None)
+    rule = (answer.get("verdict_rule") or {}).get("rule")
+    measured = row is not None and row.get("verdict") != NOT_MEASURED
+    return ablation_section(row, rule), HIDE if measured else SHOW, ""
+
+
+@callback(Output("ablation-token", "data", allow_duplicate=True),
+          Output("verify-edge-msg", "children", allow_duplicate=True),
+          Input("verify-edge-btn", "n_clicks"), State("url", "search"), prevent_initial_call=True,
+          running=[(Output("verify-edge-btn", "disabled"), True, False)])
+def verify_edge(n_clicks: int | None, search: str | None) -> tuple:
+    """Measure the selected pair's edge (the user's own credential; their 401 / 403 shown)."""
+    state = state_of(search)
+    edge = pair_edge(state)
+    if not n_clicks or edge is None:
+        return no_update, no_update
+    try:
+        api().ablation(state.model, state.pairing, edge=edge)
+    except ApiError as err:
+        return no_update, html.Span(err.message, className="error-note", id="verify-edge-error")
+    return {"model": state.model, "at": time.time()}, ""
+
+
+@callback(Output("verify-top-box", "style"), Input("url", "search"))
+def show_verify_top(search: str | None) -> dict[str, str]:
+    """The graph's verify button shows while the verification control is on."""
+    state = state_of(search)
+    return {"display": "flex"} if state.view == "graph" and state.verification != "off" else HIDE
+
+
+def graph_edge_counts(state: ViewState) -> dict[str, int]:
+    """Edges per pairing of the state's graph in threshold mode (a warm API read; {} in top-k
+    mode, where k says it, or when the graph cannot be read)."""
+    if state.rule == "topk":
+        return {}
+    try:
+        data, *_ = load_graph(api(), state.to_dict())
+    except ApiError:
+        return {}
+    return dict(data.get("edge_counts") or {})
+
+
+@callback(Output("ablation-token", "data", allow_duplicate=True), Output("verify-top-msg", "children"),
+          Input("verify-top-btn", "n_clicks"), State("url", "search"),
+          prevent_initial_call=True, running=[(Output("verify-top-btn", "disabled"), True, False)])
+def verify_top(n_clicks: int | None, search: str | None) -> tuple:
+    """Measure the top edges by PK of every shown pairing (as many as the graph shows, at most
+    50 each): the edges the graph's verdicts read."""
+    if not n_clicks:
+        return no_update, no_update
+    state = state_of(search)
+    per = verify_k(state.pairings, state.rule, state.k, graph_edge_counts(state))
+    if not per:
+        return no_update, "no edges to verify"
+    verdicts: list[str] = []
+    for pairing, k in per.items():
+        try:
+            answer = api().ablation(state.model, pairing, top=k)
+        except ApiError as err:
+            done = f" ({len(verdicts)} edges measured first)" if verdicts else ""
+            return ({"model": state.model, "at": time.time()} if verdicts else no_update,
+                    html.Span(err.message + done, className="error-note", id="verify-top-error"))
+        verdicts += [e["verdict"] for e in answer.get("edges", [])]
+    text = (f"measured the top {', '.join(f'{k} {p}' for p, k in per.items())} edges by PK: "
+            f"{verdicts.count('verified')} verified, {verdicts.count('no effect')} no effect")
+    return {"model": state.model, "at": time.time()}, html.Span(text, id="verify-top-done")
