@@ -176,3 +176,27 @@ def test_layer_range_and_search_on_the_demo(in_app: None, api: ApiClient, comput
     assert getattr(find(chips, "stat-shown-edges"), "data-value") == "0"
     served = api.graph("demo", ["OQ", "OK", "OV"], k=5)
     assert getattr(find(chips, "stat-edges"), "data-value") == str(sum(served["edge_counts"].values()))
+
+
+def test_verifying_without_the_lab_token_shows_the_apis_refusal(tmp_path) -> None:
+    from dash import no_update
+    from fastapi.testclient import TestClient
+
+    from headgraph.frontend.app import create_dash
+    from headgraph.frontend.callbacks.verify import verify_edge, verify_top
+    from headgraph.frontend.context import CONFIG_KEY, FrontendContext
+    from headgraph.server.app import create_app
+    from headgraph.server.settings import Settings
+
+    settings = Settings(cache_dir=tmp_path, api_token="verify-lab-token-0123456789", compute_processes=0)
+    with TestClient(create_app(settings)) as http:
+        client = ApiClient("http://testserver", http=http)
+        dash_app = create_dash(api_url="http://testserver")
+        dash_app.server.config[CONFIG_KEY] = FrontendContext(lambda: client)
+        refused = http.get("/api/ablation", params={"model": "demo", "pairing": "OK", "edge": "L0H0,L1H3"})
+        assert refused.status_code == 401
+        with dash_app.server.app_context():
+            token, note = verify_edge(1, "?model=demo&pairing=OK&pair=L0H0,L1H3")
+            assert token is no_update and note.children == refused.json()["error"]["message"]
+            token, note = verify_top(1, "?model=demo&view=graph&pairings=OK&k=3&verification=colour")
+            assert token is no_update and note.children == refused.json()["error"]["message"]
