@@ -453,6 +453,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_validate_parser(sub, cache_opt, cmd_validate)
 
+    from headgraph.server.cli_sweep import add_sweep_parser
+
+    add_sweep_parser(sub, cache_opt)
+
     m = sub.add_parser("models", help="list the models this deployment offers")
     m.add_argument("--json", action="store_true")
     cache_opt(m)
