@@ -122,13 +122,29 @@ def validation_computations() -> list[Computation]:
                          "k": _bounded("k", TOP_MAX), "seed": _seed})]
 
 
-def validation_view(scores: Any, ref: ModelRef, pairing: str, n: int, k: int, seed: int) -> dict[str, Any]:
-    """The API / CLI answer: the cached (or computed) validation of one pairing."""
+def validation_view(scores: Any, ref: ModelRef, pairing: str, n: int, k: int, seed: int,
+                    cached: bool = False) -> dict[str, Any]:
+    """The API / CLI answer: the cached (or computed) validation of one pairing.
+
+    ``cached``: only read (cache_only.CACHE_ONLY): a validation not cached, or a model whose
+    identity is not known yet, answers ``computed: false`` with no summary; nothing is ever
+    computed or loaded (what the dashboard shows before anyone asks)."""
     from headgraph.server.ablation_computations import check_ablation_pairing
+    from headgraph.server.cache_only import CACHE_ONLY, ColdMiss
 
     check_ablation_pairing(pairing)
     for name, value, hi in (("n", n, SAMPLE_MAX), ("k", k, TOP_MAX)):
         _bounded(name, hi)(value)
     _seed(seed)
-    result = scores.cache.get(ref, "validation", pairing=pairing, n=n, k=k, seed=seed)
-    return {"model": ref.id, **result}
+    if not cached:
+        result = scores.cache.get(ref, "validation", pairing=pairing, n=n, k=k, seed=seed)
+        return {"model": ref.id, **result, "computed": True, "cached_only": False}
+    token = CACHE_ONLY.set(True)
+    try:
+        result = scores.cache.get(ref, "validation", pairing=pairing, n=n, k=k, seed=seed)
+    except ColdMiss:
+        return {"model": ref.id, "pairing": pairing, "n_sample": n, "k": k, "seed": seed, "metrics": [],
+                "summary": {}, "edges": [], "method": "not computed", "computed": False, "cached_only": True}
+    finally:
+        CACHE_ONLY.reset(token)
+    return {"model": ref.id, **result, "computed": True, "cached_only": True}

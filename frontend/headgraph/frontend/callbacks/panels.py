@@ -111,6 +111,33 @@ def head_body(d: dict[str, Any], state: ViewState) -> list[Any]:
     return out
 
 
+DATA_PK_SETS = (("text", "text"), ("random", "random tokens"))
+DATA_PK_PAIRINGS = ("OQ", "OK", "OV")
+
+
+def data_pk_rows(d: dict[str, Any]) -> list[tuple[str, Any, str]]:
+    """The pair panel's data-weighted PK rows of an O -> Q/K/V pair: out / in share per prompt
+    set as /api/pair gives them (only read from the cache there), "not computed" for a set it
+    lacks; [] for other pairings."""
+    if d.get("pairing") not in DATA_PK_PAIRINGS:
+        return []
+    sets = d.get("data_pk") or {}
+    rows = []
+    for key, name in DATA_PK_SETS:
+        cell = sets.get(key)
+        for share in ("out_share", "in_share"):
+            label = f"data-PK {share[:-6]} ({name})"
+            cid = f"pair-datapk-{share[:-6]}-{key}"
+            if cell is None:
+                rows.append((label, html.Span("not computed", className="hint", **{"data-value": ""}), cid))
+            else:
+                v = cell.get(share)
+                base = cell.get(share + "_baseline")
+                text = _num(v) + ("" if base is None else f" (random {_num(base, 3)})")
+                rows.append((label, html.Span(text, **{"data-value": "" if v is None else repr(v)}), cid))
+    return rows
+
+
 def pair_body(d: dict[str, Any], state: ViewState) -> list[Any]:
     """Pair panel content for an /api/pair answer (close link from the current ``state``)."""
     title = f"{d['source']} → {d['target']}"
@@ -119,6 +146,7 @@ def pair_body(d: dict[str, Any], state: ViewState) -> list[Any]:
         ("PK", _num(d["pk"]), "pair-pk"), ("normalized", _num(d["normalized"]), "pair-normalized"),
         ("CS", _num(d.get("cs")) + (f" ({d['cs_of']})" if d.get("cs_of") and d.get("cs") is not None else ""),
          "pair-cs"),
+        *data_pk_rows(d),
         ("z (Haar)", _num(d.get("z"), 3), "pair-z"),
         ("p (Haar)", p_text(d.get("p_haar"), d.get("p_floor")), "pair-p-haar"),
         ("p (anisotropic)", p_text(d.get("p_anisotropic"), d.get("p_floor")), "pair-p-aniso"),

@@ -4,7 +4,8 @@ For one O -> Q/K/V pairing of a runnable model: a seeded random sample of forwar
 each metric's top-k (PK, CS, data-weighted PK), their path-ablation effects on both prompt
 sets, and per metric the Spearman against the effect (sample) and the mean effect of its
 top-k, with bootstrap 95% intervals. Cold results are computed like every other (a compute
-process, once; in lab mode only with the token) and cached.
+process, once; in lab mode only with the token) and cached; ``cached=true`` only reads
+(never computes): what the dashboard shows before anyone asks.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pydantic import BaseModel, Field
 from headgraph.server.deps import get_scores, model_ref
 from headgraph.server.params import ERRORS
 from headgraph.server.registry import ModelRef
-from headgraph.server.responses import warm_json
+from headgraph.server.responses import render_json, warm_json
 from headgraph.server.scores import ScoresService
 from headgraph.server.validation_computations import (DEFAULT_SAMPLE, DEFAULT_TOP, SAMPLE_MAX, TOP_MAX,
                                                       validation_view)
@@ -51,6 +52,8 @@ class ValidationOut(BaseModel):
                                                     "top_of (metrics), effect_text, effect_random, "
                                                     "and each metric's value")
     method: str
+    computed: bool = Field(True, description="false: not cached yet (cached=true), no summary")
+    cached_only: bool = Field(False, description="true: read from the cache only (cached=true)")
 
 
 @router.get("/validation", response_model=ValidationOut, responses=ERRORS,
@@ -60,5 +63,11 @@ async def validation(request: Request, ref: ModelRef = Depends(model_ref),
                      n: int = Query(DEFAULT_SAMPLE, ge=1, le=SAMPLE_MAX, description="random forward pairs"),
                      k: int = Query(DEFAULT_TOP, ge=1, le=TOP_MAX, description="top pairs per metric"),
                      seed: int = Query(0, ge=0, le=2**31 - 1, description="the sample's seed"),
+                     cached: bool = Query(False, description="only what is cached, never computed "
+                                                             "(no 401 in lab mode): computed=false "
+                                                             "while this validation is not cached"),
                      scores: ScoresService = Depends(get_scores)) -> Any:
+    if cached:  # what is cached changes: rendered each time, never kept
+        return await render_json(request, ValidationOut, lambda: validation_view(
+            scores, ref, pairing, n, k, seed, cached=True))
     return await warm_json(request, ValidationOut, ref, lambda: validation_view(scores, ref, pairing, n, k, seed))
