@@ -466,6 +466,10 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("action", choices=["info", "clear"])
     cache_opt(k)
     k.set_defaults(func=cmd_cache)
+
+    from headgraph.server.cli_plugins import add_plugin_commands
+
+    add_plugin_commands(sub, cache_opt, set(sub.choices))  # e.g. `headgraph report` (frontend)
     return p
 
 

@@ -1,0 +1,8 @@
+"""``headgraph report MODEL``: a findings page (markdown + figures) from the HTTP API's numbers.
+
+``numbers`` fetches every number over HTTP (a server it starts on a free loopback port, or
+``--url``), ``claims`` decides each of the paper's claims by stated rules, ``charts`` draws
+the figures (reusing ``headgraph.frontend.figures``), ``page`` writes the markdown and
+``command`` is the subcommand the ``headgraph`` CLI finds through the ``headgraph.commands``
+entry point.
+"""

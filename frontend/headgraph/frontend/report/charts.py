@@ -1,0 +1,163 @@
+"""The findings report's figures, built from the API answers ``numbers.collect`` gathered.
+
+The KL grid, the PK-vs-random histograms and the head graph reuse the dashboard's own figure
+functions (``headgraph.frontend.figures``), so the page shows what the dashboard shows; the
+path-ablation bars and the validation intervals are drawn here. PNGs are written by kaleido 1.x
+with the system Chromium (``exports.browser_path``; never a downloaded one), at scale 1 so a
+model's figures stay a few hundred KB.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import plotly.graph_objects as go
+import plotly.io as pio
+
+from headgraph.frontend.exports import browser_path
+from headgraph.frontend.figures.common import base_layout
+from headgraph.frontend.figures.graph import graph_figure
+from headgraph.frontend.figures.reference import kl_grid_figure, null_summary, reference_figure
+from headgraph.frontend.graph_filters import verdict_map
+from headgraph.frontend.graph_layout import grid_positions
+from headgraph.frontend.report.numbers import GRAPH_PAIRINGS, available
+
+WIDTH_PX = 900
+PROMPT_COLORS = {"text": "#4c72b0", "random": "#dd8452"}
+PROMPT_NAMES = {"text": "text prompts", "random": "repeated random tokens"}
+
+
+@dataclass(frozen=True)
+class Chart:
+    """One figure of the page: file name (no folder), caption, the figure and its width (px)."""
+
+    name: str
+    caption: str
+    figure: go.Figure
+    width: int = WIDTH_PX
+
+
+def head_classes(graph: dict[str, Any]) -> dict[str, str]:
+    """Node id -> its attention-pattern description (the graph colours nodes by it); empty
+    when the API has no pattern scores for the model."""
+    return {n["id"]: str(n["description"]) for n in graph["graph"].get("nodes", [])
+            if n.get("description")}
+
+
+def graph_chart(numbers: dict[str, Any]) -> Chart:
+    """The paper's head graph (top-20 PK edges per pairing, grid layout), nodes coloured by
+    pattern description, the ablated top OK edges drawn by verdict."""
+    graph = numbers["graph"]
+    layers = numbers["info"]["info"].get("layer_indices")
+    pos = grid_positions(graph["graph"], layers)
+    ablation = numbers.get("ablation")
+    verdicts = verdict_map([ablation]) if available(ablation) and ablation else None
+    fig = graph_figure(graph, pos, layout="grid", classes=head_classes(graph), verdicts=verdicts)
+    fig.update_layout(title=dict(text=f"{numbers['model']}: head graph, top-{graph_k(graph)} PK edges "
+                                      "per pairing (OQ red, OK green, OV blue; hubs starred)"))
+    return Chart("graph.png", "The paper's head graph from the weights (the dashboard's graph view). "
+                 "Nodes are coloured by their attention-pattern description; the top OK edges that "
+                 "were path-ablated are drawn by verdict (bold: verified, dashed grey: no effect).",
+                 fig, width=1000)
+
+
+def graph_k(graph: dict[str, Any]) -> int:
+    """The k of the graph's top-k rule (its largest per-pairing edge count)."""
+    return max(graph.get("edge_counts", {}).values(), default=0)
+
+
+def kl_chart(numbers: dict[str, Any]) -> Chart:
+    """The 4 x 4 KL(random ‖ model) grid (the dashboard's reference view)."""
+    fig = kl_grid_figure(numbers["reference"]["kl"])
+    return Chart("kl.png", "KL(random ‖ model) for every role pairing (rows: source role, "
+                 "columns: target role); larger is further from random subspaces.", fig, width=560)
+
+
+def histogram_chart(numbers: dict[str, Any], pairing: str) -> Chart:
+    """One pairing's PK histogram against the Haar density and the anisotropy-aware null."""
+    ref = numbers["reference"]
+    fig = reference_figure(ref["kl"], pairing, null_summary(ref["nulls"], pairing))
+    return Chart(f"reference-{pairing}.png", f"{pairing}: the model's PK distribution (bars) against "
+                 "random subspaces (Haar density, black) and the anisotropy-aware null (purple).",
+                 fig, width=760)
+
+
+def ablation_chart(ablation: dict[str, Any]) -> Chart:
+    """Path-ablation effect of each measured top OK edge on both prompt sets, with the
+    verdict threshold; bars ordered by PK rank."""
+    edges = ablation["edges"]
+    names = [f"{e['source']}→{e['target']}" for e in edges]
+    fig = go.Figure()
+    for prompts in ("text", "random"):
+        fig.add_trace(go.Bar(x=names, y=[e[f"effect_{prompts}"] for e in edges], name=PROMPT_NAMES[prompts],
+                             marker=dict(color=PROMPT_COLORS[prompts])))
+    threshold = float(ablation["verdict_rule"]["min_effect"])
+    fig.add_hline(y=threshold, line=dict(color="#333", dash="dash", width=1.5),
+                  annotation_text=f"verdict threshold {threshold:g}", annotation_position="top right")
+    verdicts = [e["verdict"] for e in edges]
+    fig.update_xaxes(tickmode="array", tickvals=names, tickangle=-35,
+                     ticktext=[f"{n}<br><i>{v}</i>" for n, v in zip(names, verdicts)])
+    measure = "attention TVD" if ablation["pairing"] in ("OQ", "OK") else "relative output change"
+    fig.update_yaxes(title=f"effect ({measure})", rangemode="tozero")
+    fig.update_layout(barmode="group", legend=dict(orientation="h", y=1.08, x=0.99, xanchor="right"))
+    base_layout(fig, f"Path ablation of the top-{len(edges)} {ablation['pairing']} edges by PK", height=420)
+    return Chart("ablation.png", f"Path-ablation effect of the top-{len(edges)} {ablation['pairing']} edges "
+                 "by PK (left: highest PK) on both prompt sets, each edge's verdict under its name.", fig)
+
+
+def validation_chart(validation: dict[str, Any]) -> Chart:
+    """Spearman ρ of each metric against the ablation effect over the random sample, with
+    its bootstrap 95% interval, per prompt set."""
+    fig = go.Figure()
+    for prompts, rows in validation["summary"].items():
+        rows = [r for r in rows if r["random_rho"]["value"] is not None]
+        rho = [r["random_rho"] for r in rows]
+        fig.add_trace(go.Scatter(
+            x=[r["metric"] for r in rows], y=[s["value"] for s in rho], mode="markers",
+            name=PROMPT_NAMES.get(prompts, prompts), marker=dict(size=11, color=PROMPT_COLORS.get(prompts)),
+            error_y=dict(type="data", symmetric=False, array=[s["high"] - s["value"] for s in rho],
+                         arrayminus=[s["value"] - s["low"] for s in rho], thickness=1.5, width=6)))
+    fig.add_hline(y=0, line=dict(color="#999", width=1))
+    fig.update_yaxes(title="Spearman ρ with the ablation effect", range=[-1.05, 1.1])
+    fig.update_layout(scattermode="group", legend=dict(orientation="h", y=-0.12, x=0.5, xanchor="center"))
+    n = validation["n_sample"]
+    base_layout(fig, f"Which weight metric predicts the effect? ({validation['pairing']}, {n} random pairs)",
+                height=400)
+    return Chart("validation.png", f"Spearman ρ between each metric and the path-ablation effect over {n} "
+                 f"random {validation['pairing']} pairs, with bootstrap 95% intervals.", fig, width=760)
+
+
+def all_charts(numbers: dict[str, Any]) -> list[Chart]:
+    """Every figure the numbers allow (ablation and validation only for a runnable model)."""
+    charts = [graph_chart(numbers), kl_chart(numbers)]
+    charts += [histogram_chart(numbers, p) for p in GRAPH_PAIRINGS if p in numbers["reference"]["kl"]["histograms"]]
+    if available(numbers.get("ablation")) and numbers["ablation"]["edges"]:
+        charts.append(ablation_chart(numbers["ablation"]))
+    if available(numbers.get("validation")) and numbers["validation"].get("summary"):
+        charts.append(validation_chart(numbers["validation"]))
+    return charts
+
+
+def figure_height(fig: go.Figure) -> int:
+    """A figure's own layout height in px (520 when unset, as the dashboard exports)."""
+    return int(fig.to_plotly_json()["layout"].get("height") or 520)
+
+
+def write_pngs(charts: list[Chart], folder: Path) -> list[Path]:
+    """Write each chart as ``folder/<name>`` (PNG, scale 1) in one kaleido session; returns the
+    paths. Needs a system Chromium (``BROWSER_PATH`` or /usr/bin/chromium)."""
+    path = browser_path()
+    if path is None:
+        raise RuntimeError("no Chromium found for the report's figures: install chromium or set BROWSER_PATH")
+    os.environ.setdefault("BROWSER_PATH", path)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = [folder / c.name for c in charts]
+    if charts:
+        files: list[str | Path] = list(paths)
+        pio.write_images([c.figure for c in charts], files, format="png", scale=1,
+                         width=[c.width for c in charts], height=[figure_height(c.figure) for c in charts])
+    return paths
+

@@ -1,0 +1,138 @@
+"""Every number of a findings report, read from the headgraph HTTP API (never computed here).
+
+``collect`` asks a running server for the model's info, reference (KL grid, nulls), pattern
+scores, the paper's head graph (top-k per pairing, hubs, sink flags), the top tokens of each
+role, the path ablation of the top OK edges and the validation of PK / CS / data-PK against
+those effects. Cold results are computed by that server (minutes for a real model).
+``LocalServer`` starts ``headgraph serve`` as a subprocess on a free loopback port: the
+frontend reaches the server only over HTTP, so it runs the server's module, never imports it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROLES = ("Q", "K", "V", "O")
+GRAPH_PAIRINGS = ("OQ", "OK", "OV")
+PAPER_K = 20  # the paper's head graph: top-20 edges per pairing
+TOKENS_K = 10
+TIMEOUT_S = 3600.0  # a cold SmolLM2 validation takes minutes on two cores
+
+
+class ApiFailure(RuntimeError):
+    """The API answered an error (its message), or could not be reached."""
+
+
+def _free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+class LocalServer:
+    """``python -m headgraph.server.cli serve`` on a free loopback port, stopped on exit."""
+
+    def __init__(self, cache_dir: Path | None, log_path: Path, host: str = "127.0.0.1",
+                 startup_timeout: float = 180.0) -> None:
+        self.cache_dir, self.log_path, self.host = cache_dir, log_path, host
+        self.port = _free_port(host)
+        self.url = f"http://{host}:{self.port}"
+        self.startup_timeout = startup_timeout
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> LocalServer:
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        if self.cache_dir is not None:
+            env["HEADGRAPH_CACHE_DIR"] = str(self.cache_dir.expanduser())
+        cmd = [sys.executable, "-m", "headgraph.server.cli", "serve", "--host", self.host,
+               "--port", str(self.port), "--workers", "1", "--log-level", "warning"]
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise ApiFailure(f"the server exited ({self.proc.returncode}); see {self.log_path}")
+            try:
+                if httpx.get(self.url + "/api/health", timeout=2.0).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        self.__exit__()
+        raise ApiFailure(f"the server did not answer within {self.startup_timeout:.0f} s; see {self.log_path}")
+
+    def __exit__(self, *exc: Any) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+
+
+def get(client: httpx.Client, path: str, **params: Any) -> dict[str, Any]:
+    """One GET of the API as JSON; an error answer raises ApiFailure with its message."""
+    try:
+        r = client.get(path, params=params)
+    except httpx.HTTPError as err:
+        raise ApiFailure(f"GET {path}: {err}") from err
+    if r.status_code != 200:
+        try:
+            detail = r.json().get("detail") or r.json().get("message") or r.text
+        except ValueError:
+            detail = r.text
+        raise ApiFailure(f"GET {path} -> {r.status_code}: {str(detail)[:300]}")
+    return r.json()
+
+
+def optional(client: httpx.Client, path: str, **params: Any) -> dict[str, Any] | None:
+    """Like ``get``, but a 4xx (a model that cannot run, no vocabulary) is None, not an error."""
+    try:
+        return get(client, path, **params)
+    except ApiFailure as err:
+        if " -> 4" in str(err):
+            return {"unavailable": str(err)}
+        raise
+
+
+def collect(client: httpx.Client, model: str, *, ablation_top: int = 10,
+            validation_pairing: str = "OK", say: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+    """The API answers a report is made of, keyed by what they are; ``say`` hears each step."""
+    out: dict[str, Any] = {"model": model, "url": str(client.base_url)}
+    out["health"] = get(client, "/api/health")
+    out["info"] = get(client, "/api/models/info", model=model)
+    say("random reference (KL grid, nulls)")
+    out["reference"] = get(client, "/api/reference", model=model)
+    # Pattern scores first: the graph describes and flags its heads only once they are cached.
+    say("attention-pattern scores")
+    out["patterns"] = optional(client, "/api/patterns", model=model)
+    say(f"head graph (top-{PAPER_K} per pairing) and hubs")
+    out["graph"] = get(client, "/api/graph", model=model, pairings=",".join(GRAPH_PAIRINGS), k=PAPER_K)
+    say("top tokens per role")
+    out["tokens"] = {role: optional(client, "/api/tokens", model=model, role=role, k=TOKENS_K)
+                     for role in ROLES}
+    say(f"path ablation of the top-{ablation_top} OK edges")
+    out["ablation"] = optional(client, "/api/ablation", model=model, pairing="OK", top=ablation_top)
+    say(f"validation of the metrics against ablation ({validation_pairing})")
+    out["validation"] = optional(client, "/api/validation", model=model, pairing=validation_pairing)
+    return out
+
+
+def available(answer: dict[str, Any] | None) -> bool:
+    """True for a real API answer (not None, not an ``unavailable`` 4xx marker)."""
+    return isinstance(answer, dict) and "unavailable" not in answer

@@ -1,0 +1,249 @@
+"""The findings page: markdown text from the API's numbers, the claims' verdicts and the charts.
+
+Every number printed is read from ``numbers`` (API answers) or a ``Verdict``'s evidence and
+formatted by ``fmt``; nothing is typed by hand, so a rerun on another model or cache says what
+that model measures. The page is deterministic (no date), so regenerating an unchanged model
+leaves the committed file unchanged.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from headgraph.frontend.report.charts import Chart
+from headgraph.frontend.report.claims import FAILS, HOLDS, NA, PARTLY, Verdict, sink_edges
+from headgraph.frontend.report.numbers import available
+
+MARK = {HOLDS: "✅ holds", PARTLY: "◐ partly holds", FAILS: "❌ does not hold", NA: "– not applicable here"}
+INDEX_TITLE = "# Findings reports"
+
+
+def fmt(value: Any, digits: int = 3) -> str:
+    """A number as the page prints it: 3 significant digits, integers as such, None as 'n/a'."""
+    if value is None:
+        return "n/a"
+    if isinstance(value, int):  # bool included
+        return str(value)
+    return f"{float(value):.{digits}g}"
+
+
+def fmt_ci(stat: dict[str, Any] | None) -> str:
+    """A bootstrap statistic ``{value, low, high}`` as 'v [low, high]'."""
+    if not stat or stat.get("value") is None:
+        return "n/a"
+    return f"{fmt(stat['value'], 2)} [{fmt(stat['low'], 2)}, {fmt(stat['high'], 2)}]"
+
+
+def slug(model: str) -> str:
+    """A file-name-safe form of a model id ('Qwen/Qwen2-0.5B' -> 'Qwen-Qwen2-0.5B')."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", model).strip("-.") or "model"
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A markdown table (cells already formatted; '|' escaped)."""
+    def cell(v: Any) -> str:
+        return str(v).replace("|", "\\|").replace("\n", " ")
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def figure(folder: str, chart: Chart) -> str:
+    """A chart as a markdown image (alt: its file stem) with its caption under it."""
+    return f"![{chart.name.removesuffix('.png')}]({folder}/{chart.name})\n\n*{chart.caption}*"
+
+
+def model_section(numbers: dict[str, Any]) -> str:
+    """The model's shape, weights and where the numbers came from."""
+    info = numbers["info"]["info"]
+    kv = info.get("n_kv_heads")
+    rows = [("architecture", info.get("architecture")), ("layers", info.get("n_layers")),
+            ("query heads per layer", info.get("n_heads")),
+            ("KV heads per layer", f"{kv} (grouped-query)" if kv and kv != info.get("n_heads") else kv),
+            ("d_model / d_head", f"{info.get('d_model')} / {info.get('d_head')}"),
+            ("vocabulary", info.get("d_vocab")), ("weights", info.get("source")),
+            ("quantization", info.get("quantization") or "none"), ("processing", info.get("processing")),
+            ("fingerprint", f"`{numbers['info'].get('fingerprint')}`")]
+    version = (numbers.get("health") or {}).get("version")
+    return ("## The model\n\n" + table(("", ""), [(k, "n/a" if v is None else v) for k, v in rows])
+            + f"\n\nNumbers read from the headgraph API (server version {version or 'n/a'}); "
+            "figures drawn by the dashboard's own figure code.")
+
+
+def summary_section(verdicts: Sequence[Verdict]) -> str:
+    """The verdict table and, in words, where the claims hold and where they do not."""
+    rows = [(v.claim, MARK[v.verdict], v.because) for v in verdicts]
+    holds = [v for v in verdicts if v.verdict == HOLDS]
+    partly = [v for v in verdicts if v.verdict == PARTLY]
+    fails = [v for v in verdicts if v.verdict == FAILS]
+    na = [v for v in verdicts if v.verdict == NA]
+
+    def names(vs: Sequence[Verdict]) -> str:
+        return "; ".join(f"{v.claim.rstrip('.')} ({v.because})" for v in vs)
+    lines = []
+    if holds:
+        lines.append(f"- **Holds here:** {names(holds)}.")
+    if partly:
+        lines.append(f"- **Holds only in part:** {names(partly)}.")
+    if fails:
+        lines.append(f"- **Does not hold here:** {names(fails)}.")
+    if na:
+        lines.append(f"- **Could not be tested here:** {names(na)}.")
+    return ("## Verdicts\n\nEach claim is decided by the rule printed in its section, the same rule for "
+            "every model (`headgraph.frontend.report.claims`).\n\n"
+            + table(("claim", "verdict", "measured"), rows) + "\n\n" + "\n".join(lines))
+
+
+def _head(v: Verdict) -> str:
+    """A claim section's opening: the claim, its rule and its verdict."""
+    return f"**Claim.** {v.claim}\n\n**Rule.** {v.rule[0].upper() + v.rule[1:]}.\n\n**Verdict: {MARK[v.verdict]}** ({v.because})."
+
+
+def kl_section(v: Verdict, charts: dict[str, Chart], folder: str) -> str:
+    """KL claim: per-pairing distances, the direction of each shift, the null's qualifier, figures."""
+    rows = [(r["pairing"], fmt(r["kl"]), fmt(r["model_mean"]), f"{fmt(r['haar_mean'])} ± {fmt(r['haar_std'])}",
+             fmt(r["shift_std"]), "yes" if r["far"] else "no",
+             f"{r['significant_haar']} / {r['valid_pairs']}", f"{r['significant_anisotropic']} / {r['valid_pairs']}")
+            for r in v.evidence["pairings"]]
+    text = [ "## 1. Far from random subspaces (KL)", _head(v),
+            table(("pairing", "KL(random ‖ model)", "model mean PK", "Haar mean ± std", "shift (Haar std)",
+                   "far", "pairs above Haar 95%", "pairs above anisotropic null"), rows)]
+    below = [r["pairing"] for r in v.evidence["pairings"] if r["far"] and r["shift_std"] < 0]
+    if below:
+        text.append(f"Far is not always *more aligned*: {', '.join(below)} {'is' if len(below) == 1 else 'are'} "
+                    "far from random because the model's mean PK lies *below* the Haar mean (its head "
+                    "subspaces overlap less than random planes would), not above it.")
+    text.append("The last two columns are the honest qualifier: the Haar null draws planes uniformly in "
+                "R^d, while a trained model's weights live in an anisotropic part of it. The "
+                "anisotropy-aware null draws planes where this model's weights live; the pairs still "
+                "above it are the ones the weights single out beyond that anisotropy.")
+    text += [figure(folder, charts[n]) for n in ("kl.png", "reference-OQ.png", "reference-OK.png",
+                                                  "reference-OV.png") if n in charts]
+    return "\n\n".join(text)
+
+
+def hub_section(v: Verdict, numbers: dict[str, Any], charts: dict[str, Chart], folder: str) -> str:
+    """Hub claim: the hub table, the API's hub and description rules, the graph figure."""
+    hubs = v.evidence.get("hubs", [])
+    rows = [(h["name"], h["degree"], h["in_degree"], h["out_degree"],
+             ", ".join(f"{p} {c['in']}/{c['out']}" for p, c in h["edges_by_pairing"].items()),
+             h.get("description") or "not measured", "yes" if h.get("sink") else "no") for h in hubs]
+    graph = numbers["graph"]
+    text = ["## 2. An identity-head hub", _head(v)]
+    if rows:
+        text.append(table(("hub", "degree", "in", "out", "edges in/out per pairing", "pattern description",
+                           "attention sink"), rows))
+    text.append(f"Hub rule (API): {graph['hubs']['rule']}. Descriptions: {graph['flags'].get('describe_rule') or 'n/a'}.")
+    if v.verdict != HOLDS and hubs:
+        text.append(f"So the paper's GPT-2 finding (an identity head as the hub) is not what this model shows: "
+                    f"its top hub {hubs[0]['name']} is {hubs[0].get('description') or 'not described'}. "
+                    "The hub rule itself transfers; which kind of head becomes the hub depends on the model.")
+    if "graph.png" in charts:
+        text.append(figure(folder, charts["graph.png"]))
+    return "\n\n".join(text)
+
+
+def tokens_section(v: Verdict, numbers: dict[str, Any]) -> str:
+    """Tokens claim: lists above baseline per role and the lists furthest above it."""
+    text = ["## 3. Heads named by tokens", _head(v)]
+    roles = v.evidence.get("roles", {})
+    if roles:
+        text.append(table(("role", "token lists above the random baseline", "heads"),
+                          [(r, s["above"], s["heads"]) for r, s in roles.items()]))
+        examples = []
+        for role in ("O", "V", "K", "Q"):
+            answer = numbers["tokens"].get(role)
+            if not available(answer):
+                continue
+            above = [h for h in answer["heads"] if h.get("above_baseline")]
+            above.sort(key=lambda h: -(h["mean_score"] - h["baseline_threshold"]))
+            for h in above[:2]:
+                words = ", ".join(f"`{t.get('display') or t.get('text')}`" for t in h["tokens"][:6])
+                examples.append(f"- {h['name']} ({role}): {words} (mean score {fmt(h['mean_score'])}, "
+                                f"random 95% {fmt(h['baseline_threshold'])})")
+        if examples:
+            text.append("The lists furthest above their baseline:\n\n" + "\n".join(examples))
+        text.append("A list below the baseline is one a random subspace of the same rank would score as "
+                    "high: those heads are not named by this projection, whatever their tokens look like.")
+    return "\n\n".join(text)
+
+
+def pk_cs_section(v: Verdict, numbers: dict[str, Any], charts: dict[str, Chart], folder: str) -> str:
+    """PK-vs-CS claim: every metric's validation statistics with intervals, the figure."""
+    text = ["## 4. PK against CS on what matters", _head(v)]
+    val = numbers.get("validation")
+    if available(val) and val:
+        rows = [(p, r["metric"], fmt_ci(r["random_rho"]), fmt_ci(r["top_mean_effect"]))
+                for p, rs in val["summary"].items() for r in rs]
+        text.append(table(("prompts", "metric", f"Spearman ρ with the effect ({val['n_sample']} random pairs)",
+                           f"mean effect of the metric's top-{val['k']}"), rows))
+        best = {p: max((r for r in rs if r["random_rho"]["value"] is not None),
+                       key=lambda r: r["random_rho"]["value"], default=None) for p, rs in val["summary"].items()}
+        text.append("Best predictor over the random sample: " + "; ".join(
+            f"{p}: {r['metric']} (ρ {fmt_ci(r['random_rho'])})" for p, r in best.items() if r)
+            + ". data-PK (weights × this model's activations) is beyond the paper; PK and CS read weights only.")
+        if "validation.png" in charts:
+            text.append(figure(folder, charts["validation.png"]))
+    return "\n\n".join(text)
+
+
+def induction_section(v: Verdict, numbers: dict[str, Any], charts: dict[str, Chart], folder: str) -> str:
+    """Induction check: the ablated top OK edges, their verdicts, sink-sourced edges, the figure."""
+    text = ["## 5. The induction circuit (a check beyond the paper)", _head(v)]
+    a = numbers.get("ablation")
+    if available(a) and a:
+        rows = [(i + 1, e["source"], e["target"], fmt(e["pk"]), fmt(e["cs"]), fmt(e["effect_text"]),
+                 fmt(e["effect_random"]), e["verdict"]) for i, e in enumerate(a["edges"])]
+        text.append(table(("PK rank", "source", "target", "PK", "CS", "effect (text)", "effect (random tokens)",
+                           "verdict"), rows))
+        n_ver = sum(e["verdict"] == "verified" for e in a["edges"])
+        text.append(f"Verdict rule (API): {a['verdict_rule']['rule']}. {n_ver} of the top-{len(a['edges'])} "
+                    "OK edges by PK are verified by path ablation.")
+        sinks = sink_edges(numbers)
+        if sinks["sink_edges"]:
+            names = ", ".join(f"{e['source']}→{e['target']} ({e['verdict']})" for e in sinks["sink_edges"])
+            text.append(f"{len(sinks['sink_edges'])} of these edges leave attention-sink heads "
+                        f"(first-token attention ≥ {fmt(numbers['graph']['flags'].get('threshold'))}): {names}; "
+                        f"{sinks['no_effect']} of them have no effect. A high PK there is a property of "
+                        "the weights that the activations do not use.")
+        if "ablation.png" in charts:
+            text.append(figure(folder, charts["ablation.png"]))
+    return "\n\n".join(text)
+
+
+def render(numbers: dict[str, Any], verdicts: Sequence[Verdict], charts: Sequence[Chart], folder: str) -> str:
+    """The whole findings page; ``folder``: the figures' folder relative to the page."""
+    by_key = {v.key: v for v in verdicts}
+    by_name = {c.name: c for c in charts}
+    model = numbers["model"]
+    parts = [f"# Findings: `{model}`",
+             f"Generated by `headgraph report {model}`: every number below comes from the headgraph API "
+             "for this model, and each claim of Yamagiwa, Takase & Shimodaira (*Measuring Affinity "
+             "between Attention-Head Weight Subspaces via the Projection Kernel*, arXiv:2601.10266) is "
+             "decided by a stated rule. Rerun the command to refresh it.",
+             model_section(numbers), summary_section(verdicts),
+             kl_section(by_key["kl"], by_name, folder),
+             hub_section(by_key["hub"], numbers, by_name, folder),
+             tokens_section(by_key["tokens"], numbers),
+             pk_cs_section(by_key["pk_vs_cs"], numbers, by_name, folder),
+             induction_section(by_key["induction"], numbers, by_name, folder)]
+    return "\n\n".join(parts).rstrip() + "\n"
+
+
+def index_page(folder: Path) -> str:
+    """The findings index: one link per page in ``folder`` with its verdict line."""
+    lines = [INDEX_TITLE, "", "Pages written by `headgraph report MODEL` (see the README's "
+             "\"Findings report\"). Each decides the paper's claims for one model from the API's numbers.", ""]
+    for page in sorted(folder.glob("*.md")):
+        if page.name == "README.md":
+            continue
+        text = page.read_text(encoding="utf-8")
+        marks = re.findall(r"^\| [^|]+ \| (✅ holds|◐ partly holds|❌ does not hold|– not applicable here) \|",
+                           text, flags=re.M)
+        counts = {m: marks.count(m) for m in MARK.values() if marks.count(m)}
+        summary = ", ".join(f"{n} {m.split(' ', 1)[1]}" for m, n in counts.items())
+        lines.append(f"- [{page.stem}]({page.name}): {summary or 'no verdicts'}")
+    return "\n".join(lines) + "\n"
