@@ -16,6 +16,7 @@ import httpx
 
 BUSY_POLL_S = 0.25  # how often a GET answered 429 (busy) is tried again
 ABLATION_TIMEOUT_S = 600.0  # measuring edges of a real model: loading it, then forward passes
+VALIDATION_TIMEOUT_S = 3600.0  # ~40-100 pairs measured on two prompt sets: minutes on a real model
 
 
 class ApiError(Exception):
@@ -180,6 +181,15 @@ class ApiClient:
                   "cached": "true" if cached else None}
         extra = {} if cached else {"timeout": timeout}  # a cached read is as quick as any other
         return self.request("GET", "/api/ablation", params=params, **extra).json()
+
+    def validation(self, model: str, pairing: str, *, cached: bool = False, **sample: Any) -> dict[str, Any]:
+        """GET /api/validation: PK, CS and data-weighted PK against path-ablation effects, with
+        bootstrap CIs; ``sample``: n, k, seed (the API's defaults when omitted). ``cached``: read
+        only (``computed`` false while not cached), else computed (cold work: needs the token in
+        lab mode; minutes on a real model)."""
+        params = {"model": model, "pairing": pairing, **sample, "cached": "true" if cached else None}
+        extra = {} if cached else {"timeout": VALIDATION_TIMEOUT_S}
+        return self.request("GET", "/api/validation", params=params, **extra).json()
 
     def labels(self) -> list[dict[str, Any]]:
         data = self.get("/api/labels")

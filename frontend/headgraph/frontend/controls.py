@@ -18,7 +18,8 @@ from headgraph.frontend.state import (DEFAULT_MODEL, FDR_Q_RANGE, RANK_ON, THRES
 from headgraph.frontend.vocab import Vocabulary
 
 VIEW_LABELS: dict[str, str] = {"graph": "Head graph", "heatmap": "Heatmaps", "scatter": "PK vs CS",
-                               "reference": "Random reference", "tokens": "Tokens & patterns"}
+                               "reference": "Random reference", "tokens": "Tokens & patterns",
+                               "validation": "Validation"}
 # Which control groups each view shows.
 VIEW_CONTROLS: dict[str, tuple[str, ...]] = {
     # the rule group holds the graph's scales; "filter": layer range and head search
@@ -27,6 +28,7 @@ VIEW_CONTROLS: dict[str, tuple[str, ...]] = {
     "scatter": ("pairing", "top_percent"),
     "reference": ("pairing",),
     "tokens": ("role",),
+    "validation": ("pairing",),
 }
 CONTROL_GROUPS = ("pairing", "pairings", "rule", "metric", "grain", "layout", "direction", "top_percent",
                   "role", "overlay", "verification", "filter")

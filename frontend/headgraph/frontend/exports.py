@@ -131,3 +131,19 @@ def patterns_csv(patterns: dict[str, Any]) -> str:
 def cosines_csv(pair: dict[str, Any]) -> str:
     return csv_text(("index", "cosine", "angle_rad"),
                     ((i + 1, c, a) for i, (c, a) in enumerate(zip(pair["cosines"], pair["angles"]))))
+
+
+def validation_csv(data: dict[str, Any]) -> str:
+    """A /api/validation answer's summary: one row per prompt set, metric and statistic."""
+    return csv_text(("prompts", "metric", "statistic", "value", "low", "high", "n"),
+                    ((prompts, row["metric"], key, iv.get("value"), iv.get("low"), iv.get("high"), iv.get("n"))
+                     for prompts, rows in (data.get("summary") or {}).items() for row in rows
+                     for key in ("random_rho", "top_mean_effect", "top_rho") if (iv := row.get(key) or {})))
+
+
+def validation_edges_csv(data: dict[str, Any]) -> str:
+    """Every pair a /api/validation answer measured: its metric values and effects."""
+    metrics = list(data.get("metrics") or [])
+    cols = ("source", "target", "in_sample", "top_of", "effect_text", "effect_random", *metrics)
+    return csv_text(cols, ([";".join(e.get(c) or []) if c == "top_of" else e.get(c) for c in cols]
+                           for e in data.get("edges") or []))

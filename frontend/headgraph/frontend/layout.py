@@ -2,8 +2,8 @@
 
 Element ids are stable (tests and screenshots find them): "model-select", "compute-btn",
 "progress", "copy-link", "graph", "heatmap", "head-grid", "scatter", "kl-grid", "ref-hist",
-"null-fig", "token-grid", "patterns", "head-panel", "pair-panel", "overlay-upload",
-"upload-error", "tab-<view>", and "<view>-summary" text blocks that carry the rendered values.
+"null-fig", "token-grid", "patterns", "validation", "validation-scatter", "head-panel",
+"pair-panel", "overlay-upload", "upload-error", "tab-<view>", and "<view>-summary" text blocks that carry the rendered values.
 The tabs, the model dropdown and the controls are placeholders here: ``render_controls``
 builds them from the URL (controls.py).
 """
@@ -21,7 +21,7 @@ GRAPH_CONFIG = {"displaylogo": False, "toImageButtonOptions": {"format": "png", 
                 "modeBarButtonsToRemove": ["select2d", "lasso2d"]}
 # Figures with PNG / SVG / CSV buttons.
 DOWNLOADABLE: tuple[str, ...] = ("graph", "heatmap", "head-grid", "scatter", "kl-grid", "ref-hist",
-                                 "null-fig", "token-grid", "patterns", "cosines")
+                                 "null-fig", "token-grid", "patterns", "cosines", "validation", "validation-scatter")
 
 
 def download_bar(fig_id: str) -> html.Div:
@@ -89,25 +89,56 @@ def controls() -> html.Div:
     ], className="controls", id="controls")
 
 
-def views() -> html.Div:
+def view_style(view: str, shown: str | None) -> dict[str, str]:
+    """A view container's style at mount: only the link's own view is displayed (the others'
+    figures then wait unplotted, assets/deferred-plots.js); the URL's callback
+    (navigation.show_views) owns it afterwards. ``shown`` None: none yet."""
+    return {"display": "block" if view == shown else "none"}
+
+
+def views(shown: str | None = None) -> html.Div:
     return html.Div([
         html.Div([verify_top_box(), html.Div(id="graph-summary", className="summary"), figure_block("graph")],
-                 id="view-graph", className="view"),
+                 id="view-graph", className="view", style=view_style("graph", shown)),
         html.Div([html.Div(id="heatmap-summary", className="summary"), figure_block("heatmap"),
                   html.Div(id="head-grid-box", children=[
                       html.Div(id="head-grid-summary", className="summary"), figure_block("head-grid")])],
-                 id="view-heatmap", className="view"),
+                 id="view-heatmap", className="view", style=view_style("heatmap", shown)),
         html.Div([html.Div(id="scatter-summary", className="summary"), figure_block("scatter")],
-                 id="view-scatter", className="view"),
+                 id="view-scatter", className="view", style=view_style("scatter", shown)),
         html.Div([html.Div(id="reference-summary", className="summary"),
                   html.Div([html.Div(figure_block("kl-grid"), className="col-kl"),
                             html.Div(figure_block("ref-hist"), className="col-hist")], className="row"),
                   figure_block("null-fig")],
-                 id="view-reference", className="view"),
+                 id="view-reference", className="view", style=view_style("reference", shown)),
         html.Div([html.Div(id="tokens-summary", className="summary"), figure_block("token-grid"),
                   figure_block("patterns")],
-                 id="view-tokens", className="view"),
+                 id="view-tokens", className="view", style=view_style("tokens", shown)),
+        html.Div([html.Div(id="validation-summary", className="summary"),
+                  html.Div(id="validation-words", className="validation-words"), validation_run_box(),
+                  figure_block("validation"),
+                  html.Div(figure_block("validation-scatter"), id="validation-scatter-box", style={"display": "none"})],
+                 id="view-validation", className="view", style=view_style("validation", shown)),
     ], className="views")
+
+
+def validation_run_box() -> html.Div:
+    """The validation view's "run validation" button (shown while not computed,
+    callbacks/validation.py), its running note with the seconds so far, and its message."""
+    return html.Div([
+        html.Div([html.Button("run validation", id="validation-run-btn", className="btn primary", n_clicks=0,
+                              title="measure a random sample of forward pairs and each metric's top-k by path "
+                                    "ablation (computes; in a lab it needs your token)"),
+                  html.Span([html.Span(className="running-dot"),
+                             "running: measuring the sampled pairs by path ablation on both prompt sets "
+                             "(minutes on a real model)… ", html.Span(id="validation-elapsed")],
+                            id="validation-running", className="verify-msg", style={"display": "none"})],
+                 id="validation-run-box", className="verify-box", style={"display": "none"}),
+        html.Span(id="validation-run-msg", className="verify-msg"),
+        dcc.Store(id="validation-token"),  # changes when the page computed a validation
+        dcc.Store(id="validation-started"),
+        dcc.Interval(id="validation-tick", interval=1000, disabled=True),
+    ])
 
 
 def verify_top_box() -> html.Div:
@@ -140,12 +171,13 @@ def side_panels() -> html.Div:
     ], id="side", className="side")
 
 
-def build_layout(labels: Any = None, ready: Any = None) -> html.Div:
+def build_layout(labels: Any = None, ready: Any = None, view: str | None = None) -> html.Div:
     """The whole page; state comes from the URL, so the initial values are only defaults.
 
     ``labels`` (the API's label sets) and ``ready`` (the ready record of the model the page's
     link names, when it is fully cached) come with the layout when the app knows them
-    (callbacks/model.py ``page_data``), so a warm view need not wait for a first callback.
+    (callbacks/model.py ``page_data``), so a warm view need not wait for a first callback;
+    ``view``, the view that link opens, is the one displayed at mount.
     """
     return html.Div([
         dcc.Location(id="url", refresh=False),
@@ -163,7 +195,7 @@ def build_layout(labels: Any = None, ready: Any = None) -> html.Div:
         model_bar(),
         html.Nav(tab_links(None), id="view-tabs", className="tabs"),
         controls(),
-        html.Div([views(), side_panels()], className="main"),
+        html.Div([views(view), side_panels()], className="main"),
         html.Footer([
             "PK(U, U′) = ‖UᵀU′‖²_F between head subspaces (Yamagiwa, Takase & Shimodaira, ",
             html.A("arXiv:2601.10266", href="https://arxiv.org/abs/2601.10266"),

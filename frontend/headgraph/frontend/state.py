@@ -18,7 +18,7 @@ from urllib.parse import parse_qs, urlencode
 from headgraph.frontend.vocab import Vocabulary
 
 # Frontend-only lists (what the dashboard shows; the API's names come from the vocabulary).
-VIEWS: tuple[str, ...] = ("graph", "heatmap", "scatter", "reference", "tokens")
+VIEWS: tuple[str, ...] = ("graph", "heatmap", "scatter", "reference", "tokens", "validation")
 LAYOUTS: tuple[str, ...] = ("grid", "force")
 RULES: tuple[str, ...] = ("topk", "threshold")
 DIRECTIONS: tuple[str, ...] = ("out", "in")
@@ -287,6 +287,8 @@ VIEW_PARAMS: dict[str, tuple[str, ...]] = {
     "scatter": ("model", "pairing", "top_percent"),
     "reference": ("model", "pairing"),
     "tokens": ("model", "role", "overlay"),
+    # GET /api/validation?cached=true of the pairing (the API's n, k and seed): read only.
+    "validation": ("model", "pairing"),
     "head-panel": ("model", "head", "overlay"),
     "pair-panel": ("model", "pairing", "pair", "overlay"),
 }
@@ -296,7 +298,10 @@ ROUTED_VIEWS: tuple[str, ...] = tuple(VIEW_PARAMS)
 ROUTED_PARTS: tuple[str, ...] = ("search", "ready", "labels", "rendered")
 # The tab each figure block belongs to (panels show on every tab).
 TAB_OF = {"graph": "graph", "heatmap": "heatmap", "head-grid": "heatmap", "scatter": "scatter",
-          "reference": "reference", "tokens": "tokens"}
+          "reference": "reference", "tokens": "tokens", "validation": "validation"}
+# Views that read no result of the model's job (only their own cache entries): they render
+# while it runs, or with no job at all, never waiting for the ready record.
+JOB_FREE_VIEWS: tuple[str, ...] = ("validation",)
 
 
 def focus_head(state: ViewState) -> str | None:
@@ -359,17 +364,20 @@ def view_params(state: ViewState, view: str, ready: dict[str, Any] | None) -> di
     """The parameters ``view`` (a figure block or a panel) renders from, or None.
 
     None when the view is not shown (another tab; a panel with nothing selected) or its
-    model's results are not ready yet. The dict carries the ready token so a recompute shows.
+    model's results are not ready yet (a JOB_FREE_VIEWS view never waits: its ready token is
+    None until the model bar has a record of its model). The dict carries the ready token so
+    a recompute shows.
     """
     if view in TAB_OF and TAB_OF[view] != state.view:
         return None
     if (view == "head-panel" and not state.head) or (view == "pair-panel" and not state.pair):
         return None
-    if not is_ready(state, ready, view):
+    if view not in JOB_FREE_VIEWS and not is_ready(state, ready, view):
         return None
     d = state.to_dict()
     out = {f: d[f] for f in VIEW_PARAMS[view]}
     if view == "head-grid":
         out["head"] = focus_head(state)
-    out["ready"] = ready_token(ready)
+    own = bool(ready) and (ready or {}).get("model") == state.model
+    out["ready"] = ready_token(ready) if own or view not in JOB_FREE_VIEWS else None
     return out

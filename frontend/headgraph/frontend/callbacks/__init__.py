@@ -11,7 +11,7 @@ from __future__ import annotations
 from dash import Dash
 
 from headgraph.frontend.callbacks import (auth, downloads, graph, heatmap, labels, model, navigation,  # noqa: F401
-                                          panels, reference, router, scatter, tokens, verify)
+                                          panels, reference, router, scatter, tokens, validation, verify)
 from headgraph.frontend.callbacks.registry import register_all
 
 
@@ -21,3 +21,4 @@ def register_callbacks(app: Dash) -> None:
     auth.register_clientside(app)
     panels.register_clientside(app)
     router.register_clientside(app)
+    validation.register_clientside(app)

@@ -25,7 +25,8 @@ CsvMaker = Callable[[ApiClient, dict[str, Any]], tuple[str, str]]
 # Which view's parameters describe each figure's data.
 PARAMS_OF = {"graph": "graph", "heatmap": "heatmap", "head-grid": "head-grid", "scatter": "scatter",
              "kl-grid": "reference", "ref-hist": "reference", "null-fig": "reference",
-             "token-grid": "tokens", "patterns": "tokens", "cosines": "pair-panel"}
+             "token-grid": "tokens", "patterns": "tokens", "cosines": "pair-panel",
+             "validation": "validation", "validation-scatter": "validation"}
 
 
 def _stem(*parts: Any) -> str:
@@ -58,6 +59,11 @@ CSV_MAKERS: dict[str, CsvMaker] = {
     "patterns": lambda c, p: (exports.patterns_csv(c.patterns(p["model"])), _stem(p["model"], "patterns")),
     "cosines": lambda c, p: (exports.cosines_csv(c.pair(p["model"], p["pairing"], *p["pair"])),
                              _stem(p["model"], p["pairing"], *p["pair"])),
+    "validation": lambda c, p: (exports.validation_csv(c.validation(p["model"], p["pairing"], cached=True)),
+                                _stem(p["model"], "validation", p["pairing"])),
+    "validation-scatter": lambda c, p: (exports.validation_edges_csv(c.validation(p["model"], p["pairing"],
+                                                                                  cached=True)),
+                                        _stem(p["model"], "validation-pairs", p["pairing"])),
 }
 
 

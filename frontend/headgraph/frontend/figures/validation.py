@@ -1,0 +1,174 @@
+"""The validation view's figures: do the weight metrics predict the path-ablation effect?
+
+From a GET /api/validation answer (``summary``: per prompt set, per metric, ``random_rho`` and
+``top_mean_effect`` as ``{"value", "low", "high", "n"}``; ``edges``: every measured pair with
+its metric values and effects): a forest plot of each metric's Spearman over the random
+sample and its top-k's mean effect with their bootstrap 95% intervals, a scatter of metric
+against effect, and the comparison in words. Pure functions of that JSON (no HTTP, no Dash).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from headgraph.frontend.figures.common import CLASS_PALETTE, base_layout, fmt_value
+
+PROMPT_LABELS: dict[str, str] = {"text": "text prompts", "random": "repeated random tokens"}
+METRIC_COLORS: dict[str, str] = {"PK": "#1f77b4", "CS": "#ff7f0e", "data-PK out": "#9467bd",
+                                 "data-PK in": "#d62728"}
+# The forest plot's two columns: (summary key, what its x axis is).
+STATS: tuple[tuple[str, str], ...] = (("random_rho", "Spearman ρ with the effect, random pairs"),
+                                      ("top_mean_effect", "mean effect of the metric's top-k"))
+EFFECTS: dict[str, str] = {"OQ": "TVD of the target's attention", "OK": "TVD of the target's attention",
+                           "OV": "relative change of the target's output"}
+SAMPLE_COLOR = "#6b7b8c"
+TOP_COLOR = "#e8a33d"
+
+
+def metric_color(metric: str, index: int = 0) -> str:
+    """A metric's colour (the four API metrics fixed, any other from the class palette)."""
+    return METRIC_COLORS.get(metric, CLASS_PALETTE[index % len(CLASS_PALETTE)])
+
+
+def prompt_sets(data: dict[str, Any]) -> list[str]:
+    """The answer's prompt sets in display order (text, random, then any other)."""
+    sets = list((data.get("summary") or {}).keys())
+    return sorted(sets, key=lambda s: (list(PROMPT_LABELS).index(s) if s in PROMPT_LABELS else 99, s))
+
+
+def interval_text(iv: dict[str, Any] | None) -> str:
+    """``0.69 [0.39, 0.89]``; "undefined" where the API has no value (too few pairs, ties)."""
+    if not iv or iv.get("value") is None:
+        return "undefined"
+    if iv.get("low") is None or iv.get("high") is None:
+        return f"{fmt_value(iv['value'], 2)} [no interval]"
+    return f"{iv['value']:.2f} [{iv['low']:.2f}, {iv['high']:.2f}]"
+
+
+def _finite(x: Any) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and math.isfinite(x) else None
+
+
+def validation_figure(data: dict[str, Any]) -> go.Figure:
+    """Forest plot: a row per prompt set, a column per statistic (STATS), a point per metric
+    at its value with its bootstrap 95% interval as error bars.
+
+    Each trace's customdata holds, per metric, [metric, value, low, high, n] as the API gave
+    them (tests compare it with the JSON), and ``meta`` names its prompt set and statistic."""
+    sets, metrics = prompt_sets(data), list(data.get("metrics") or [])
+    k, n = data.get("k"), data.get("n_sample")
+    titles = [f"{PROMPT_LABELS.get(p, p)}: " + (f"Spearman ρ over {n} random pairs" if key == "random_rho"
+                                                 else f"mean effect of each metric's top-{k}")
+              for p in sets for key, _ in STATS]
+    fig = make_subplots(rows=max(len(sets), 1), cols=len(STATS), shared_yaxes=True, subplot_titles=titles,
+                        horizontal_spacing=0.06, vertical_spacing=0.16)
+    colors = [metric_color(m, i) for i, m in enumerate(metrics)]
+    for row, prompts in enumerate(sets, start=1):
+        rows = {r["metric"]: r for r in data["summary"][prompts]}
+        for col, (key, _) in enumerate(STATS, start=1):
+            ivs = [rows.get(m, {}).get(key) or {} for m in metrics]
+            x = [_finite(iv.get("value")) for iv in ivs]
+            lo = [None if v is None or _finite(iv.get("low")) is None else v - iv["low"] for v, iv in zip(x, ivs)]
+            hi = [None if v is None or _finite(iv.get("high")) is None else iv["high"] - v for v, iv in zip(x, ivs)]
+            fig.add_trace(go.Scatter(
+                x=x, y=metrics, mode="markers", showlegend=False, name=f"{prompts}: {key}",
+                meta={"prompts": prompts, "stat": key},
+                marker=dict(size=11, color=colors, symbol="diamond", line=dict(width=1, color="#333")),
+                error_x=dict(type="data", symmetric=False, array=hi, arrayminus=lo, thickness=2, width=6,
+                             color="#555"),
+                customdata=[[m, iv.get("value"), iv.get("low"), iv.get("high"), iv.get("n")]
+                            for m, iv in zip(metrics, ivs)],
+                hovertemplate="%{customdata[0]}: %{customdata[1]:.3f} [%{customdata[2]:.3f}, "
+                              "%{customdata[3]:.3f}], n = %{customdata[4]}<extra>" + PROMPT_LABELS.get(prompts, prompts)
+                              + "</extra>"), row=row, col=col)
+        fig.add_vline(x=0, line=dict(color="#999", dash="dot", width=1), row=row, col=1)
+        fig.update_xaxes(range=[-1.05, 1.05], row=row, col=1)
+    fig.update_yaxes(categoryorder="array", categoryarray=list(reversed(metrics)))
+    fig.update_annotations(font_size=13)  # the subplot titles
+    fig.update_xaxes(title_text="Spearman ρ (95% bootstrap interval)", row=len(sets), col=1)
+    fig.update_xaxes(title_text=f"mean effect: {EFFECTS.get(str(data.get('pairing')), 'effect')}",
+                     row=len(sets), col=2)
+    title = (f"{data.get('pairing')}: which weight metric predicts the path-ablation effect? "
+             f"(n = {n} random forward pairs, top-{k}, seed {data.get('seed')})")
+    return base_layout(fig, title, height=150 + 46 * max(len(metrics), 1) * max(len(sets), 1),
+                       margin=dict(l=100, r=30, t=90, b=60))
+
+
+def validation_scatter_figure(data: dict[str, Any]) -> go.Figure:
+    """Metric against effect, a row per prompt set and a column per metric: the random
+    sample's pairs (whose Spearman the forest plot shows) and that metric's top-k.
+
+    customdata: [source, target] per point; ``meta``: prompts, metric and which pairs."""
+    sets, metrics = prompt_sets(data), list(data.get("metrics") or [])
+    edges = data.get("edges") or []
+    rho = {(p, r["metric"]): r.get("random_rho") for p in sets for r in data["summary"][p]}
+    titles = [f"{m} · ρ {interval_text(rho.get((p, m)))}" for p in sets for m in metrics]
+    fig = make_subplots(rows=max(len(sets), 1), cols=max(len(metrics), 1), subplot_titles=titles,
+                        horizontal_spacing=0.05, vertical_spacing=0.18)
+    for row, prompts in enumerate(sets, start=1):
+        effect = f"effect_{prompts}"
+        for col, metric in enumerate(metrics, start=1):
+            for which, keep, color, symbol in (("sample", lambda e: e.get("in_sample"), SAMPLE_COLOR, "circle"),
+                                               ("top", lambda e, m=metric: m in (e.get("top_of") or []),
+                                                TOP_COLOR, "diamond-open")):
+                pts = [e for e in edges if keep(e) and _finite(e.get(metric)) is not None
+                       and _finite(e.get(effect)) is not None]
+                label = "random sample" if which == "sample" else f"top-{data.get('k')} by {metric}"
+                fig.add_trace(go.Scatter(
+                    x=[e[metric] for e in pts], y=[e[effect] for e in pts], mode="markers", name=label,
+                    showlegend=False, meta={"prompts": prompts, "metric": metric, "pairs": which},
+                    customdata=[[e["source"], e["target"]] for e in pts],
+                    marker=dict(size=7 if which == "sample" else 10, color=color, symbol=symbol,
+                                opacity=0.75 if which == "sample" else 1.0, line=dict(width=1.5 if which == "top" else 0)),
+                    hovertemplate="%{customdata[0]} → %{customdata[1]}<br>" + metric + " %{x:.4g}<br>effect %{y:.4g}"
+                                  f"<extra>{label}</extra>"), row=row, col=col)
+            fig.update_xaxes(title_text=metric, row=row, col=col)
+        fig.update_yaxes(title_text=f"effect, {PROMPT_LABELS.get(prompts, prompts)}", row=row, col=1)
+    title = (f"{data.get('pairing')}: metric against effect · grey: the {data.get('n_sample')} random pairs, "
+             f"orange: each metric's top-{data.get('k')}")
+    fig.update_annotations(font_size=12)  # the subplot titles
+    return base_layout(fig, title, height=170 + 260 * max(len(sets), 1), margin=dict(l=70, r=20, t=90, b=60))
+
+
+def comparison(stats: dict[str, dict[str, Any] | None]) -> tuple[str | None, list[str]]:
+    """The metric with the highest value and the metrics whose whole interval lies below its
+    interval (their high end under its low end); (None, []) when no metric has a value."""
+    known = {m: iv for m, iv in stats.items() if iv and iv.get("value") is not None}
+    if not known:
+        return None, []
+    best = max(known, key=lambda m: known[m]["value"])
+    low = known[best].get("low")
+    below = [m for m, iv in known.items() if m != best and low is not None and iv.get("high") is not None
+             and iv["high"] < low]
+    return best, below
+
+
+def validation_words(data: dict[str, Any]) -> list[str]:
+    """The answer in words, a sentence per prompt set: which metric's Spearman is highest,
+    whose intervals lie below its interval (or that all overlap), and the same for the
+    top-k's mean effect."""
+    out = [f"{data.get('pairing')}: {data.get('n_sample')} forward pairs drawn at random (seed {data.get('seed')}) "
+           f"plus each metric's top-{data.get('k')}, {len(data.get('edges') or [])} pairs measured by path ablation."]
+    for prompts in prompt_sets(data):
+        parts = []
+        for key, what in (("random_rho", "Spearman with the effect"), ("top_mean_effect", f"top-{data.get('k')} mean effect")):
+            stats = {r["metric"]: r.get(key) for r in data["summary"][prompts]}
+            best, below = comparison(stats)
+            if best is None:
+                parts.append(f"{what}: undefined")
+                continue
+            text = f"{what} highest for {best} ({interval_text(stats[best])})"
+            others = [m for m in stats if m != best]
+            if below and len(below) == len(others):
+                text += f", its interval above every other metric's ({', '.join(below)})"
+            elif below:
+                text += f", its interval above {', '.join(below)}'s, overlapping the rest"
+            else:
+                text += ", its interval overlapping every other metric's"
+            parts.append(text)
+        out.append(f"{PROMPT_LABELS.get(prompts, prompts)}: " + "; ".join(parts) + ".")
+    return out
