@@ -19,6 +19,9 @@ from headgraph.frontend.report.numbers import available
 
 MARK = {HOLDS: "✅ holds", PARTLY: "◐ partly holds", FAILS: "❌ does not hold", NA: "– not applicable here"}
 INDEX_TITLE = "# Findings reports"
+TITLES = {"kl": "Far from random subspaces (KL)", "hub": "An identity-head hub",
+          "tokens": "Heads named by tokens", "pk_vs_cs": "PK against CS on what matters",
+          "induction": "The induction circuit (a check beyond the paper)"}
 
 
 def fmt(value: Any, digits: int = 3) -> str:
@@ -40,6 +43,15 @@ def fmt_ci(stat: dict[str, Any] | None) -> str:
 def slug(model: str) -> str:
     """A file-name-safe form of a model id ('Qwen/Qwen2-0.5B' -> 'Qwen-Qwen2-0.5B')."""
     return re.sub(r"[^A-Za-z0-9._-]+", "-", model).strip("-.") or "model"
+
+
+def code(text: str) -> str:
+    """``text`` as a markdown code span (outside tables) that survives backticks, newlines and
+    blanks in tokens."""
+    text = text.replace("\n", "\\n")
+    fence = "``" if "`" in text else "`"
+    pad = " " if text.startswith("`") or text.endswith("`") or text != text.strip() else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -82,7 +94,7 @@ def summary_section(verdicts: Sequence[Verdict]) -> str:
     na = [v for v in verdicts if v.verdict == NA]
 
     def names(vs: Sequence[Verdict]) -> str:
-        return "; ".join(f"{v.claim.rstrip('.')} ({v.because})" for v in vs)
+        return "; ".join(f"{TITLES[v.key].split(' (')[0]} ({v.because})" for v in vs)
     lines = []
     if holds:
         lines.append(f"- **Holds here:** {names(holds)}.")
@@ -108,7 +120,7 @@ def kl_section(v: Verdict, charts: dict[str, Chart], folder: str) -> str:
              fmt(r["shift_std"]), "yes" if r["far"] else "no",
              f"{r['significant_haar']} / {r['valid_pairs']}", f"{r['significant_anisotropic']} / {r['valid_pairs']}")
             for r in v.evidence["pairings"]]
-    text = [ "## 1. Far from random subspaces (KL)", _head(v),
+    text = [f"## 1. {TITLES['kl']}", _head(v),
             table(("pairing", "KL(random ‖ model)", "model mean PK", "Haar mean ± std", "shift (Haar std)",
                    "far", "pairs above Haar 95%", "pairs above anisotropic null"), rows)]
     below = [r["pairing"] for r in v.evidence["pairings"] if r["far"] and r["shift_std"] < 0]
@@ -132,7 +144,7 @@ def hub_section(v: Verdict, numbers: dict[str, Any], charts: dict[str, Chart], f
              ", ".join(f"{p} {c['in']}/{c['out']}" for p, c in h["edges_by_pairing"].items()),
              h.get("description") or "not measured", "yes" if h.get("sink") else "no") for h in hubs]
     graph = numbers["graph"]
-    text = ["## 2. An identity-head hub", _head(v)]
+    text = [f"## 2. {TITLES['hub']}", _head(v)]
     if rows:
         text.append(table(("hub", "degree", "in", "out", "edges in/out per pairing", "pattern description",
                            "attention sink"), rows))
@@ -148,7 +160,7 @@ def hub_section(v: Verdict, numbers: dict[str, Any], charts: dict[str, Chart], f
 
 def tokens_section(v: Verdict, numbers: dict[str, Any]) -> str:
     """Tokens claim: lists above baseline per role and the lists furthest above it."""
-    text = ["## 3. Heads named by tokens", _head(v)]
+    text = [f"## 3. {TITLES['tokens']}", _head(v)]
     roles = v.evidence.get("roles", {})
     if roles:
         text.append(table(("role", "token lists above the random baseline", "heads"),
@@ -161,7 +173,7 @@ def tokens_section(v: Verdict, numbers: dict[str, Any]) -> str:
             above = [h for h in answer["heads"] if h.get("above_baseline")]
             above.sort(key=lambda h: -(h["mean_score"] - h["baseline_threshold"]))
             for h in above[:2]:
-                words = ", ".join(f"`{t.get('display') or t.get('text')}`" for t in h["tokens"][:6])
+                words = ", ".join(code(str(t.get("display") or t.get("text"))) for t in h["tokens"][:6])
                 examples.append(f"- {h['name']} ({role}): {words} (mean score {fmt(h['mean_score'])}, "
                                 f"random 95% {fmt(h['baseline_threshold'])})")
         if examples:
@@ -173,7 +185,7 @@ def tokens_section(v: Verdict, numbers: dict[str, Any]) -> str:
 
 def pk_cs_section(v: Verdict, numbers: dict[str, Any], charts: dict[str, Chart], folder: str) -> str:
     """PK-vs-CS claim: every metric's validation statistics with intervals, the figure."""
-    text = ["## 4. PK against CS on what matters", _head(v)]
+    text = [f"## 4. {TITLES['pk_vs_cs']}", _head(v)]
     val = numbers.get("validation")
     if available(val) and val:
         rows = [(p, r["metric"], fmt_ci(r["random_rho"]), fmt_ci(r["top_mean_effect"]))
@@ -192,7 +204,7 @@ def pk_cs_section(v: Verdict, numbers: dict[str, Any], charts: dict[str, Chart],
 
 def induction_section(v: Verdict, numbers: dict[str, Any], charts: dict[str, Chart], folder: str) -> str:
     """Induction check: the ablated top OK edges, their verdicts, sink-sourced edges, the figure."""
-    text = ["## 5. The induction circuit (a check beyond the paper)", _head(v)]
+    text = [f"## 5. {TITLES['induction']}", _head(v)]
     a = numbers.get("ablation")
     if available(a) and a:
         rows = [(i + 1, e["source"], e["target"], fmt(e["pk"]), fmt(e["cs"]), fmt(e["effect_text"]),
