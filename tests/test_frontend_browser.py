@@ -514,8 +514,18 @@ def test_graph_colours_edges_verified_after_verification(server: Server, page: P
 
     before = cached_verdicts(server, pairing="OK", top=k)
     wait_figure(page, "graph", lambda f: shown(f) == before)
+    page.evaluate("""() => { const el = document.getElementById('verify-top-progress');
+        window.__verifySteps = [];
+        new MutationObserver(() => window.__verifySteps.push([el.dataset.state, el.dataset.fraction,
+                                                                el.innerText]))
+            .observe(el, {attributes: true, attributeFilter: ['data-state', 'data-fraction']}); }""")
     page.locator("#verify-top-btn").click()
     page.locator("#verify-top-done").wait_for(timeout=90_000)
+    # The progress bar: running at 0 while the pairing is measured, then done at 1 (one step a pairing).
+    steps = page.evaluate("() => window.__verifySteps")
+    assert steps and steps[0][:2] == ["running", "0.000"] and f"top {k} OK" in steps[0][2], steps
+    assert steps[-1][:2] == ["done", "1.000"], steps
+    assert not page.locator("#verify-top-btn").is_disabled()
     after = cached_verdicts(server, pairing="OK", top=k)
     assert "not measured" not in after.values()
     fig = wait_figure(page, "graph", lambda f: shown(f) == after)

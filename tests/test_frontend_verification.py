@@ -183,7 +183,7 @@ def test_verifying_without_the_lab_token_shows_the_apis_refusal(tmp_path) -> Non
     from fastapi.testclient import TestClient
 
     from headgraph.frontend.app import create_dash
-    from headgraph.frontend.callbacks.verify import verify_edge, verify_top
+    from headgraph.frontend.callbacks.verify import verify_edge, verify_top, verify_top_step
     from headgraph.frontend.context import CONFIG_KEY, FrontendContext
     from headgraph.server.app import create_app
     from headgraph.server.settings import Settings
@@ -198,5 +198,35 @@ def test_verifying_without_the_lab_token_shows_the_apis_refusal(tmp_path) -> Non
         with dash_app.server.app_context():
             token, note = verify_edge(1, "?model=demo&pairing=OK&pair=L0H0,L1H3")
             assert token is no_update and note.children == refused.json()["error"]["message"]
-            token, note = verify_top(1, "?model=demo&view=graph&pairings=OK&k=3&verification=colour")
-            assert token is no_update and note.children == refused.json()["error"]["message"]
+            # The graph's button queues one step a pairing; the first step meets the refusal,
+            # stops the queue (progress "failed", button enabled again) and shows the message.
+            queue, *bar, note = verify_top(1, "?model=demo&view=graph&pairings=OQ,OK&k=3&verification=colour")
+            assert queue["per"] == [["OQ", 3], ["OK", 3]] and queue["done"] == 0 and note == ""
+            assert bar[3:] == ["running", "0.000", True] and "top 3 OQ edges (1 of 2)" in bar[2]
+            token, queue2, *bar, note = verify_top_step(queue)
+            assert token is no_update and queue2 is no_update
+            assert bar[3:] == ["failed", "0.000", False]
+            assert note.children == refused.json()["error"]["message"]
+
+
+def test_verifying_the_top_edges_steps_one_pairing_at_a_time(api: ApiClient, computed: list[str],
+                                                               in_app: None) -> None:
+    """The graph's button: a queue of the shown pairings, measured one per callback round trip,
+    the progress bar moving between them; the message counts the API's own verdicts."""
+    from dash import no_update
+
+    from headgraph.frontend.callbacks.verify import verify_top, verify_top_step
+
+    queue, *bar, note = verify_top(1, "?model=demo&view=graph&pairings=OQ,OV&k=2&verification=colour")
+    assert queue["per"] == [["OQ", 2], ["OV", 2]] and bar[3:] == ["running", "0.000", True]
+    token, queue, *bar, note = verify_top_step(queue)
+    assert token is no_update and note is no_update and queue["done"] == 1
+    assert bar[3:] == ["running", "0.500", True] and bar[1] == {"width": "50.0%"}
+    assert "top 2 OV edges (2 of 2)" in bar[2]
+    token, queue, *bar, note = verify_top_step(queue)
+    assert token["model"] == "demo" and bar[3:] == ["done", "1.000", False]
+    served = [e["verdict"] for p in ("OQ", "OV")
+              for e in api.get("/api/ablation", model="demo", pairing=p, top=2, cached="true")["edges"]]
+    assert "not measured" not in served and queue["verdicts"] == served
+    assert note.children.endswith(f"{served.count('verified')} verified, {served.count('no effect')} no effect")
+    assert verify_top_step(queue) == (no_update,) * 9  # a finished queue does nothing more

@@ -147,7 +147,11 @@ def verify_top_box() -> html.Div:
     return html.Div([html.Button("verify the top edges", id="verify-top-btn", className="btn", n_clicks=0,
                                  title="measure the top edges by PK of each shown pairing by path ablation "
                                        "(computes; in a lab it needs your token)"),
-                     html.Span(id="verify-top-msg", className="verify-msg")],
+                     html.Div([html.Div(id="verify-top-bar", className="progress-fill", style={"width": "0%"}),
+                               html.Span(id="verify-top-label", className="progress-label")],
+                              id="verify-top-progress", className="progress", style={"display": "none"}),
+                     html.Span(id="verify-top-msg", className="verify-msg"),
+                     dcc.Store(id="verify-top-queue")],
                     id="verify-top-box", className="verify-box", style={"display": "none"})
 
 
@@ -157,6 +161,10 @@ def pair_ablation_box() -> html.Div:
                      html.Button("verify by ablation", id="verify-edge-btn", className="btn", n_clicks=0,
                                  style={"display": "none"},
                                  title="measure this edge by path ablation (computes; in a lab it needs your token)"),
+                     html.Div(html.Span("measuring this edge: forward passes on text and on repeated random "
+                                        "tokens…", className="progress-label"),
+                              id="verify-edge-progress", className="progress indeterminate",
+                              style={"display": "none"}),
                      html.Span(id="verify-edge-msg", className="verify-msg")],
                     id="pair-ablation-box", className="pair-ablation")
 

@@ -84,7 +84,8 @@ def render_pair_ablation(search: str | None, ready: dict | None, _token: Any) ->
 @callback(Output("ablation-token", "data", allow_duplicate=True),
           Output("verify-edge-msg", "children", allow_duplicate=True),
           Input("verify-edge-btn", "n_clicks"), State("url", "search"), prevent_initial_call=True,
-          running=[(Output("verify-edge-btn", "disabled"), True, False)])
+          running=[(Output("verify-edge-btn", "disabled"), True, False),
+                   (Output("verify-edge-progress", "style"), {"display": "flex"}, HIDE)])
 def verify_edge(n_clicks: int | None, search: str | None) -> tuple:
     """Measure the selected pair's edge (the user's own credential; their 401 / 403 shown)."""
     state = state_of(search)
@@ -117,27 +118,68 @@ def graph_edge_counts(state: ViewState) -> dict[str, int]:
     return dict(data.get("edge_counts") or {})
 
 
-@callback(Output("ablation-token", "data", allow_duplicate=True), Output("verify-top-msg", "children"),
-          Input("verify-top-btn", "n_clicks"), State("url", "search"),
-          prevent_initial_call=True, running=[(Output("verify-top-btn", "disabled"), True, False)])
+def queue_outputs(again: bool = False) -> list[Output]:
+    """The verification queue and its progress bar (``again``: the second callback to write them)."""
+    return [Output(cid, prop, allow_duplicate=again) for cid, prop in (
+        ("verify-top-queue", "data"), ("verify-top-progress", "style"), ("verify-top-bar", "style"),
+        ("verify-top-label", "children"), ("verify-top-progress", "data-state"),
+        ("verify-top-progress", "data-fraction"), ("verify-top-btn", "disabled"))]
+
+
+def queue_progress(queue: dict[str, Any], failed: bool = False) -> tuple:
+    """(style, bar style, label, state, fraction, button disabled) of the verification queue
+    ``{"per": [[pairing, k], ...], "done": n, ...}``: one step per pairing."""
+    per, done = queue["per"], int(queue["done"])
+    frac = done / len(per)
+    finished = failed or done >= len(per)
+    if failed:
+        label, state = f"stopped after {done} of {len(per)} pairings", "failed"
+    elif finished:
+        label, state = f"measured {len(per)} of {len(per)} pairings", "done"
+    else:
+        pairing, k = per[done]
+        label, state = f"measuring the top {k} {pairing} edges ({done + 1} of {len(per)})…", "running"
+    return ({"display": "flex"}, {"width": f"{frac * 100:.1f}%"}, label, state, f"{frac:.3f}", not finished)
+
+
+@callback(*queue_outputs(), Output("verify-top-msg", "children"), Input("verify-top-btn", "n_clicks"),
+          State("url", "search"), prevent_initial_call=True)
 def verify_top(n_clicks: int | None, search: str | None) -> tuple:
-    """Measure the top edges by PK of every shown pairing (as many as the graph shows, at most
-    50 each): the edges the graph's verdicts read."""
+    """Queue the top edges by PK of every shown pairing (as many as the graph shows, at most
+    50 each: the edges the graph's verdicts read); ``verify_top_step`` measures them one
+    pairing per round trip, so the progress bar moves between pairings."""
     if not n_clicks:
-        return no_update, no_update
+        return (no_update,) * 8
     state = state_of(search)
     per = verify_k(state.pairings, state.rule, state.k, graph_edge_counts(state))
     if not per:
-        return no_update, "no edges to verify"
-    verdicts: list[str] = []
-    for pairing, k in per.items():
-        try:
-            answer = api().ablation(state.model, pairing, top=k)
-        except ApiError as err:
-            done = f" ({len(verdicts)} edges measured first)" if verdicts else ""
-            return ({"model": state.model, "at": time.time()} if verdicts else no_update,
-                    html.Span(err.message + done, className="error-note", id="verify-top-error"))
-        verdicts += [e["verdict"] for e in answer.get("edges", [])]
-    text = (f"measured the top {', '.join(f'{k} {p}' for p, k in per.items())} edges by PK: "
+        return (no_update,) * 7 + ("no edges to verify",)
+    queue = {"model": state.model, "per": [[p, k] for p, k in per.items()], "done": 0, "verdicts": []}
+    return queue, *queue_progress(queue), ""
+
+
+@callback(Output("ablation-token", "data", allow_duplicate=True), *queue_outputs(again=True),
+          Output("verify-top-msg", "children", allow_duplicate=True), Input("verify-top-queue", "data"),
+          prevent_initial_call=True)
+def verify_top_step(queue: dict[str, Any] | None) -> tuple:
+    """Measure the queue's next pairing (the user's own credential; a refusal shows the API's
+    message and stops the queue); the last step redraws the verdicts and says what was found."""
+    if not queue or int(queue["done"]) >= len(queue["per"]):
+        return (no_update,) * 9
+    model, (pairing, k) = queue["model"], queue["per"][int(queue["done"])]
+    measured = {"model": model, "at": time.time()}
+    try:
+        answer = api().ablation(model, pairing, top=int(k))
+    except ApiError as err:
+        verdicts = queue["verdicts"]
+        done = f" ({len(verdicts)} edges measured first)" if verdicts else ""
+        return (measured if verdicts else no_update, no_update, *queue_progress(queue, failed=True),
+                html.Span(err.message + done, className="error-note", id="verify-top-error"))
+    queue = {**queue, "done": int(queue["done"]) + 1,
+             "verdicts": queue["verdicts"] + [e["verdict"] for e in answer.get("edges", [])]}
+    if queue["done"] < len(queue["per"]):
+        return no_update, queue, *queue_progress(queue), no_update
+    verdicts = queue["verdicts"]
+    text = (f"measured the top {', '.join(f'{k} {p}' for p, k in queue['per'])} edges by PK: "
             f"{verdicts.count('verified')} verified, {verdicts.count('no effect')} no effect")
-    return {"model": state.model, "at": time.time()}, html.Span(text, id="verify-top-done")
+    return measured, queue, *queue_progress(queue), html.Span(text, id="verify-top-done")
