@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from urllib.parse import parse_qs
 
 import httpx
 import pytest
@@ -178,6 +179,15 @@ def test_compute_job_progress_idempotency_and_cached_listing(server):
     cached = models["demo"]["cached"]
     assert "pk?order=forward&pairing=QK" in cached and "tokens?baseline=haar-40-q95&k=50&role=O" in cached
     assert models["demo"]["fingerprint"] and models["demo"]["info"]["n_heads"] == 8
+    # Data-weighted PK is a job stage too (last): every O -> Q/K/V pairing on both prompt sets
+    # cached, so a pair read shows it without computing.
+    assert {"datapk text", "datapk random"} <= set(state["computed"])
+    data_pk = {(q["pairing"][0], q["prompts"][0]) for c in cached if c.startswith("data_pk?")
+               for q in [parse_qs(c.split("?", 1)[1])]}
+    assert data_pk == {(p, s) for p in ("OQ", "OK", "OV") for s in ("text", "random")}
+    pair = httpx.get(server.url + "/api/pair", params={"model": "demo", "pairing": "OK", "source": "L0H0",
+                                                       "target": "L1H3"}, headers=AUTH, timeout=30).json()
+    assert set(pair["data_pk"]) == {"text", "random"}
 
     before = stats(server.url)["computations"]
     redo = httpx.post(url, params={"model": "demo", "pairings": ALL_PAIRINGS}, headers=AUTH, timeout=30).json()

@@ -30,6 +30,7 @@ from typing import Any
 from headgraph.core.errors import HeadgraphError
 from headgraph.server.catalog import ModelCatalog
 from headgraph.server.compute import process_alive, process_started
+from headgraph.server.data_pk_computations import DATA_PK_PROMPTS
 from headgraph.server.errors import ApiError, one_line
 from headgraph.server.registry import ModelRef
 from headgraph.server.scores import ScoresService
@@ -131,6 +132,10 @@ def compute_plan(scores: ScoresService, catalog: ModelCatalog, ref: ModelRef, pa
     if info.get("d_vocab"):
         for role in ("O", "V", "Q", "K"):
             plan.append((f"tokens {role}", lambda r=role: scores.tokens(ref, r)))
+    # Last: data-weighted PK (a forward pass per prompt set; a no-op for a model that cannot
+    # run), so the pair panel shows it beside PK and CS without a request computing it.
+    for prompts in DATA_PK_PROMPTS:
+        plan.append((f"datapk {prompts}", lambda p=prompts: scores.data_pk_all(ref, p)))
     return plan
 
 

@@ -16,6 +16,7 @@ from headgraph.core.errors import UnsupportedModel
 from headgraph.core.types import PairScores
 from headgraph.core.vocabulary import check_pairing, check_role, cs_mode_of
 from headgraph.server.catalog import ModelCatalog
+from headgraph.server.data_pk_computations import DATA_PK_PAIRINGS
 from headgraph.server.errors import NotFound
 from headgraph.server.graph_computations import cs_modes_for
 from headgraph.server.registry import ModelRef
@@ -103,3 +104,13 @@ class ScoresService:
             return self.patterns(ref)
         except NotFound:
             return None
+
+    def data_pk_all(self, ref: ModelRef, prompts: str) -> bool:
+        """Cache the data-weighted PK of every O -> Q/K/V pairing on ``prompts`` (one forward
+        pass serves the three), for the background job; False, computing nothing, for a model
+        that cannot run here (no attention-pattern scores either)."""
+        if self.patterns_or_none(ref) is None:
+            return False
+        for pairing in DATA_PK_PAIRINGS:
+            self.cache.get(ref, "data_pk", pairing=pairing, prompts=prompts)
+        return True
