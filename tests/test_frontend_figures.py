@@ -249,3 +249,24 @@ def test_dense_heatmaps_have_no_gaps_and_grow_with_their_rows():
         assert fig.layout.height == grid_height(rows) >= 560
         usable = fig.layout.height - 160  # margins, title and axis
         assert rows <= 64 or usable / rows >= 2.9  # at least ~3 px per row when dense
+
+
+def test_a_dense_token_grid_shows_one_token_per_cell_and_keeps_the_list_on_hover(api: ApiClient) -> None:
+    """Past DENSE_TOKEN_CELLS heads (SmolLM2: 270) a cell shows only its top token (each extra
+    line is SVG text Plotly lays out per cell); the hover keeps the whole list. The demo's real
+    layer-1 rows, repeated over 20 layers (160 heads), make the dense grid."""
+    from headgraph.frontend.figures import token_grid_figure
+    from headgraph.frontend.figures.tokens import DENSE_TOKEN_CELLS
+
+    tokens = api.get("/api/tokens", model="demo", role="V", k=5)
+    small = token_grid_figure(tokens, [0, 1], 8).data[0]
+    dense_rows = [{**h, "layer": layer} for layer in range(20) for h in tokens["heads"] if h["layer"] == 1]
+    assert len(dense_rows) > DENSE_TOKEN_CELLS
+    dense = token_grid_figure({**tokens, "heads": dense_rows}, list(range(20)), 8)
+    for row in dense_rows:
+        cell, hover = dense.data[0].text[row["layer"]][row["head"]], dense.data[0].customdata[row["layer"]][row["head"]]
+        assert "<br>" not in cell and row["tokens"][0]["display"] in cell
+        assert all(t["display"] in hover for t in row["tokens"])  # the whole list on hover
+        assert small.text[1][row["head"]].count("<br>") == 2  # 3 tokens a cell on a small grid
+    assert dense.layout.height < token_grid_figure({**tokens, "heads": dense_rows}, list(range(20)), 8,
+                                                   shown=3).layout.height

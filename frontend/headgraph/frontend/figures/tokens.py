@@ -47,15 +47,24 @@ def baseline_line(head: dict[str, Any] | None) -> str:
     return f"<br><b>at random level</b>: no better than a random rank-{head.get('rank', '?')} subspace{nums}"
 
 
+# Cells past which a grid shows one token per cell: each extra text line is a multi-line SVG
+# text Plotly lays out and measures per cell (~0.2 s more on SmolLM2's 270), and the grid
+# grows ~40 px a row; the hover and the head panel keep the whole list.
+DENSE_TOKEN_CELLS = 144
+
+
 def token_grid_figure(tokens: dict[str, Any], layers: Sequence[int], n_heads: int,
-                      shown: int = 3) -> go.Figure:
+                      shown: int | None = None) -> go.Figure:
     """Top tokens of each head's role subspace in a layer x head grid (paper Fig. 6).
 
-    Cell colour = top-1 score; cell text = the ``shown`` best tokens. A list whose scores do not
+    Cell colour = top-1 score; cell text = the ``shown`` best tokens (default: 3, or 1 on a
+    grid of more than DENSE_TOKEN_CELLS heads). A list whose scores do not
     exceed those of random subspaces of the same rank (the API's ``above_baseline`` False) is
     greyed and says so on hover: its tokens name nothing the head does.
     """
     rows = {(h["layer"], h["head"]): h for h in tokens["heads"]}
+    if shown is None:
+        shown = 1 if len(layers) * n_heads > DENSE_TOKEN_CELLS else 3
     z, text, hover = [], [], []
     for layer in layers:
         zr, tr, hr = [], [], []
@@ -83,4 +92,5 @@ def token_grid_figure(tokens: dict[str, Any], layers: Sequence[int], n_heads: in
     fig.update_yaxes(title="layer (deeper ↑)", tickmode="array", tickvals=list(range(len(layers))),
                      ticktext=[f"L{layer}" for layer in layers], showgrid=False)
     return base_layout(fig, f"Top tokens of each head's {tokens['role']} subspace (fraction of the centred "
-                            "unembedding vector inside the subspace)", height=max(300, 150 + 70 * len(layers)))
+                            "unembedding vector inside the subspace)",
+                       height=max(300, 150 + (16 + 18 * shown) * len(layers)))
