@@ -17,6 +17,7 @@ from typing import Any
 import plotly.graph_objects as go
 import plotly.io as pio
 
+from headgraph.frontend.callbacks.graph import all_head_nodes
 from headgraph.frontend.exports import browser_path
 from headgraph.frontend.figures.common import base_layout
 from headgraph.frontend.figures.graph import graph_figure
@@ -51,11 +52,15 @@ def graph_chart(numbers: dict[str, Any]) -> Chart:
     """The paper's head graph (top-20 PK edges per pairing, grid layout), nodes coloured by
     pattern description, the ablated top OK edges drawn by verdict."""
     graph = numbers["graph"]
-    layers = numbers["info"]["info"].get("layer_indices")
-    pos = grid_positions(graph["graph"], layers)
+    info = numbers["info"]["info"]
+    layers = list(info["layer_indices"])
+    backdrop = all_head_nodes(info)  # every head, grey when it has no edge (as the dashboard)
     ablation = numbers.get("ablation")
     verdicts = verdict_map([ablation]) if available(ablation) and ablation else None
-    fig = graph_figure(graph, pos, layout="grid", classes=head_classes(graph), verdicts=verdicts)
+    fig = graph_figure({**graph, "layer_indices": layers}, grid_positions(graph["graph"], layers),
+                       layout="grid", classes=head_classes(graph), all_heads=[n["id"] for n in backdrop],
+                       head_pos=grid_positions({"nodes": backdrop}, layers), backdrop=backdrop,
+                       verdicts=verdicts)
     fig.update_layout(title=dict(text=f"{numbers['model']}: head graph, top-{graph_k(graph)} PK edges "
                                       "per pairing (OQ red, OK green, OV blue; hubs starred)"))
     return Chart("graph.png", "The paper's head graph from the weights (the dashboard's graph view). "

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from headgraph.frontend.report.charts import Chart
-from headgraph.frontend.report.claims import FAILS, HOLDS, NA, PARTLY, Verdict, sink_edges
+from headgraph.frontend.report.claims import FAILS, HOLDS, KL_MIN, NA, PARTLY, Verdict, sink_edges
 from headgraph.frontend.report.numbers import available
 
 MARK = {HOLDS: "✅ holds", PARTLY: "◐ partly holds", FAILS: "❌ does not hold", NA: "– not applicable here"}
@@ -128,6 +128,11 @@ def kl_section(v: Verdict, charts: dict[str, Chart], folder: str) -> str:
         text.append(f"Far is not always *more aligned*: {', '.join(below)} {'is' if len(below) == 1 else 'are'} "
                     "far from random because the model's mean PK lies *below* the Haar mean (its head "
                     "subspaces overlap less than random planes would), not above it.")
+    kl_only = [r for r in v.evidence["pairings"] if not r["far"] and r["kl"] is not None and r["kl"] >= KL_MIN]
+    for r in kl_only:
+        text.append(f"{r['pairing']} passes the KL test (KL {fmt(r['kl'])}) but its mean PK lies only "
+                    f"{fmt(abs(r['shift_std']))} Haar std from the random mean: its distribution differs from "
+                    "random in spread or shape, not in where it is centred, so the rule does not call it far.")
     text.append("The last two columns are the honest qualifier: the Haar null draws planes uniformly in "
                 "R^d, while a trained model's weights live in an anisotropic part of it. The "
                 "anisotropy-aware null draws planes where this model's weights live; the pairs still "
@@ -149,9 +154,13 @@ def hub_section(v: Verdict, numbers: dict[str, Any], charts: dict[str, Chart], f
         text.append(table(("hub", "degree", "in", "out", "edges in/out per pairing", "pattern description",
                            "attention sink"), rows))
     text.append(f"Hub rule (API): {graph['hubs']['rule']}. Descriptions: {graph['flags'].get('describe_rule') or 'n/a'}.")
-    if v.verdict != HOLDS and hubs:
+    top = hubs[0] if hubs else None
+    if top and v.verdict == PARTLY:
+        text.append(f"Only in part: the top hub {top['name']} (heads {str(top['members']).replace(',', ', ')}) mixes kinds "
+                    f"({top.get('description')}); identity is one of them, not the only one.")
+    elif top and v.verdict == FAILS:
         text.append(f"So the paper's GPT-2 finding (an identity head as the hub) is not what this model shows: "
-                    f"its top hub {hubs[0]['name']} is {hubs[0].get('description') or 'not described'}. "
+                    f"its top hub {top['name']} is {top.get('description') or 'not described'}. "
                     "The hub rule itself transfers; which kind of head becomes the hub depends on the model.")
     if "graph.png" in charts:
         text.append(figure(folder, charts["graph.png"]))
@@ -197,6 +206,10 @@ def pk_cs_section(v: Verdict, numbers: dict[str, Any], charts: dict[str, Chart],
         text.append("Best predictor over the random sample: " + "; ".join(
             f"{p}: {r['metric']} (ρ {fmt_ci(r['random_rho'])})" for p, r in best.items() if r)
             + ". data-PK (weights × this model's activations) is beyond the paper; PK and CS read weights only.")
+        above_zero = {p: [r["metric"] for r in rs if (r["random_rho"].get("low") or 0) > 0]
+                      for p, rs in val["summary"].items()}
+        text.append("Metrics whose ρ interval lies wholly above 0 (a correlation with the effect the sample "
+                    "supports): " + "; ".join(f"{p}: {', '.join(m) or 'none'}" for p, m in above_zero.items()) + ".")
         if "validation.png" in charts:
             text.append(figure(folder, charts["validation.png"]))
     return "\n\n".join(text)
