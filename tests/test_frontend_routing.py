@@ -21,7 +21,7 @@ from browser import Server, click_point, figure, query_of, start_server, wait_fi
 
 pytestmark = pytest.mark.timeout(300)
 VIEW_FIGURES = {"graph": "graph.figure", "heatmap": "heatmap.figure", "scatter": "scatter.figure",
-                "reference": "kl-grid.figure", "tokens": "token-grid.figure"}
+                "reference": "kl-grid.figure", "tokens": "token-grid.figure", "validation": "validation.figure"}
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +56,9 @@ class Calls:
         return [o for o, _ in self.records]
 
     def views(self) -> set[str]:
-        return {v for v, fig in VIEW_FIGURES.items() for o in self.outputs() if fig in o}
+        # A multi-output callback's output reads "..a.figure...b.children..": split it into its parts.
+        parts = {part for o in self.outputs() for part in o.strip(".").split("...")}
+        return {v for v, fig in VIEW_FIGURES.items() if fig in parts}
 
 
 @pytest.fixture()
@@ -178,3 +180,46 @@ def test_the_layout_brings_label_sets_and_a_cached_models_ready_record(server: S
     assert [s["name"] for s in got["labels-store"]] == [s["name"] for s in listed]
     assert stores("http://elsewhere.example/?model=demo")["ready-initial"] is None  # another site's link
     assert stores(server.url + "/?model=random:nope")["ready-initial"] is None  # not cached
+
+
+def test_the_validation_view_reads_the_cache_then_runs_and_draws_the_apis_numbers(server: Server, page: Page) -> None:
+    """Opening it never computes ("not computed" and the run button); the button computes (the
+    API's default sample), and the forest plot and scatter then carry the API's numbers."""
+    calls = Calls(page)
+    page.goto(server.url + "/?model=demo&view=validation&pairing=OV")
+    page.locator("#validation-not-computed").wait_for(timeout=60_000)
+    assert page.locator("#validation-state").get_attribute("data-computed") == "false"
+    cached = httpx.get(server.url + "/api/validation", params={"model": "demo", "pairing": "OV", "cached": "true"},
+                       timeout=60).json()
+    assert cached["computed"] is False  # opening the view computed nothing
+    settle(page)
+    assert calls.views() == {"validation"}, calls.outputs()
+    page.click("#validation-run-btn")
+    fig = wait_figure(page, "validation", lambda f: len(f["data"]) == 4, timeout=120)
+    page.locator("#validation-run-done").wait_for(timeout=10_000)
+    data = httpx.get(server.url + "/api/validation", params={"model": "demo", "pairing": "OV", "cached": "true"},
+                     timeout=60).json()
+    assert data["computed"] is True and data["pairing"] == "OV"
+    for trace in fig["data"]:  # a point per metric: [metric, value, low, high, n] as the API has them
+        prompts, key = trace["meta"]["prompts"], trace["meta"]["stat"]
+        want = [[r["metric"], r[key]["value"], r[key]["low"], r[key]["high"], r[key]["n"]]
+                for r in data["summary"][prompts]]
+        assert trace["customdata"] == want and trace["x"] == [w[1] for w in want]
+    assert {(t["meta"]["prompts"], t["meta"]["stat"]) for t in fig["data"]} == {
+        (p, k) for p in data["summary"] for k in ("random_rho", "top_mean_effect")}
+    assert page.locator("#stat-val-n").get_attribute("data-value") == str(data["n_sample"])
+    assert page.locator("#stat-val-edges").get_attribute("data-value") == str(len(data["edges"]))
+    assert not page.locator("#validation-run-btn").is_visible()
+    scatter = wait_figure(page, "validation-scatter", lambda f: len(f["data"]) > 0)
+    sample = [e for e in data["edges"] if e["in_sample"]]
+    for trace in scatter["data"]:
+        if trace["meta"]["pairs"] == "sample":
+            metric, effect = trace["meta"]["metric"], "effect_" + trace["meta"]["prompts"]
+            shown = [e for e in sample if e[metric] is not None]
+            assert trace["customdata"] == [[e["source"], e["target"]] for e in shown]
+            assert trace["y"] == [e[effect] for e in shown]
+    # Opened again (a shared link), it reads the cached answer at once: no button.
+    page.goto(server.url + "/?model=demo&view=validation&pairing=OV")
+    again = wait_figure(page, "validation", lambda f: len(f["data"]) == 4)
+    assert [t["customdata"] for t in again["data"]] == [t["customdata"] for t in fig["data"]]
+    assert not page.locator("#validation-run-btn").is_visible()

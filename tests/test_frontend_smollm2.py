@@ -11,11 +11,14 @@ when the job ends; the finished title (``#pair-panel-title`` data-pair / data-pa
 ``#head-panel-title`` data-head / data-kind / data-members) is compared with /api/pair and
 /api/head. So the module lasts about one SmolLM2 job (~1 min on two idle cores, most of it
 the token tables and nulls); stopping the server at the end cancels a job still running.
+The validation view is opened too (cached read only: "not computed" and its run button; the
+SmolLM2 validation itself takes minutes, so it is not run here).
 Every number is compared with the API's answers, none hard-coded.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -172,6 +175,19 @@ def test_a_cold_heatmap_shows_before_the_reference_is_computed(server: Server, p
                                                             rel=1e-6)  # float32 on the wire
 
 
+def test_the_validation_view_says_not_computed_and_offers_the_run_button(server: Server, page: Page) -> None:
+    """Opened while the job may still run: it reads only its own cache (nothing computed, no
+    wait for the job), says "not computed" and offers the button, left unclicked here (minutes)."""
+    page.goto(server.url + f"/?model={MODEL}&view=validation&pairing=OK")
+    page.locator("#validation-not-computed").wait_for(timeout=60_000)
+    assert page.locator("#validation-state").get_attribute("data-computed") == "false"
+    assert page.locator("#validation-run-btn").is_visible() and page.locator("#validation-run-btn").is_enabled()
+    wait_until(lambda: page.locator("#tab-validation").get_attribute("class") == "tab tab-selected", 30,
+               message="validation tab selected", page=page)  # the tabs are built from the URL
+    cached = api(server, "/api/validation", pairing="OK", cached="true")  # what the view read: not cached
+    assert cached["computed"] is False and cached["summary"] == {} and cached["model"] == MODEL
+
+
 def test_a_kv_edge_opens_that_pairs_panel(server: Server, page: Page) -> None:
     fig, graph = open_graph(server, page)
     kv_edges = [e for e in graph["edges"] if e["pairing"] in ("OK", "OV")]
@@ -230,3 +246,29 @@ def test_a_kv_node_opens_that_kv_groups_panel(server: Server, page: Page) -> Non
     assert title.get_attribute("data-head") == head["head"] == kv
     assert title.get_attribute("data-kind") == head["kind"] == "kv_group"
     assert title.get_attribute("data-members") == ",".join(head["heads"]) == ",".join(members)
+
+
+def chip(page: Page, key: str) -> str | None:
+    """data-value of a summary chip once drawn (None before)."""
+    loc = page.locator(f"#stat-{key}")
+    return loc.get_attribute("data-value") if loc.count() else None
+
+
+def test_the_scatter_reference_and_tokens_views_draw_the_apis_numbers(server: Server, page: Page) -> None:
+    """With the tests above, every view is opened on SmolLM2: here the rest, through their tabs
+    (the job is done by now: the panels above waited for it; alone, this waits for it)."""
+    page.goto(server.url + f"/?model={MODEL}&view=scatter&pairing=OK&top_percent=5")
+    scatter = api(server, "/api/scatter", pairing="OK", top_percent=5)
+    wait_until(lambda: chip(page, "points"), JOB_WAIT_S, interval=0.5, message="scatter drawn", page=page)
+    assert int(chip(page, "points") or 0) == len(scatter["points"]["pk"])
+    assert float(chip(page, "rho-all") or "nan") == pytest.approx(scatter["comparison"]["rho_all"], rel=1e-12)
+    page.click("#tab-reference")
+    kl = page.locator("#reference-summary")
+    wait_until(lambda: kl.get_attribute("data-kl"), 60, message="reference drawn", page=page)
+    assert json.loads(kl.get_attribute("data-kl") or "null") == api(server, "/api/reference")["kl"]["kl"]
+    page.click("#tab-tokens")
+    wait_until(lambda: chip(page, "token-heads"), 60, message="tokens drawn", page=page)
+    tokens = api(server, "/api/tokens", role="O", k=5)
+    assert chip(page, "token-role") == "O" and int(chip(page, "token-heads") or 0) == len(tokens["heads"])
+    fig = wait_figure(page, "token-grid", lambda f: f["data"] and f["data"][0]["type"] == "heatmap")
+    assert len(fig["data"][0]["text"]) == 30  # a row per layer
