@@ -196,7 +196,8 @@ def activation_covariances(model: Any, *, prompt_set: str = "text",
     """Covariances of a runnable model (what core.ablation.ablation_runner takes) over one of
     core.ablation's prompt sets: "text" (``prompts``, default the bundled ones) or "random"
     (``induction_batch`` sequences [(bos) r r], |r| = ``induction_length``, ``seed``)."""
-    from headgraph.core.ablation import ablation_runner, prompt_sets
+    from headgraph.core.ablation import prompt_sets
+    from headgraph.core.runners import ablation_runner
 
     check_prompt_set(prompt_set)
     runner = ablation_runner(model)
@@ -273,7 +274,7 @@ def data_pk(model: Any, pairings: Sequence[str] = DATA_PK_PAIRINGS, *,
     as PK's); the rest as :func:`activation_covariances`. UnsupportedModel when the model
     cannot be run or its runnable weights do not match ``heads``.
     """
-    from headgraph.core.ablation import ablation_runner
+    from headgraph.core.runners import ablation_runner
     from headgraph.core.demo_model import DemoModel
 
     for p in pairings:
