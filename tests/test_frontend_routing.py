@@ -166,6 +166,8 @@ def test_the_layout_brings_label_sets_and_a_cached_models_ready_record(server: S
                 props = node.get("props") or {}
                 if node.get("type") == "Store":
                     found[props.get("id")] = props.get("data")
+                if str(props.get("id", "")).startswith("view-") and "style" in props:
+                    found[props["id"]] = (props.get("style") or {}).get("display")
                 walk(props.get("children"))
             elif isinstance(node, list):
                 for child in node:
@@ -180,6 +182,11 @@ def test_the_layout_brings_label_sets_and_a_cached_models_ready_record(server: S
     assert [s["name"] for s in got["labels-store"]] == [s["name"] for s in listed]
     assert stores("http://elsewhere.example/?model=demo")["ready-initial"] is None  # another site's link
     assert stores(server.url + "/?model=random:nope")["ready-initial"] is None  # not cached
+    # Only the link's own view is displayed at mount (the others' figures wait unplotted).
+    shown = {k: v for k, v in got.items() if k.startswith("view-")}
+    assert shown["view-heatmap"] == "block" and set(shown.values()) == {"block", "none"}
+    assert [k for k, v in shown.items() if v == "block"] == ["view-heatmap"]
+    assert [k for k, v in stores(server.url + "/?model=demo").items() if v == "block"] == ["view-graph"]
 
 
 def test_the_validation_view_reads_the_cache_then_runs_and_draws_the_apis_numbers(server: Server, page: Page) -> None:
@@ -223,3 +230,28 @@ def test_the_validation_view_reads_the_cache_then_runs_and_draws_the_apis_number
     again = wait_figure(page, "validation", lambda f: len(f["data"]) == 4)
     assert [t["customdata"] for t in again["data"]] == [t["customdata"] for t in fig["data"]]
     assert not page.locator("#validation-run-btn").is_visible()
+
+
+# What each figure element holds: drawn by Plotly, waiting unplotted (assets/deferred-plots.js), or nothing.
+PLOT_STATES = """() => Object.fromEntries([...document.querySelectorAll('.dash-graph')].map(el => [el.id,
+    (el.querySelector('.js-plotly-plot') || {})._fullLayout ? 'drawn'
+    : [el, ...el.querySelectorAll('*')].some(n => n.__headgraphPending) ? 'deferred' : 'none']))"""
+
+
+def test_hidden_figures_wait_unplotted_until_shown_then_answer_clicks(server: Server, page: Page) -> None:
+    """A page load plots only the shown view's figure: the hidden views' and panels' figures are
+    kept (with the handlers dcc.Graph binds) and drawn when shown; a click on a figure drawn that
+    way still opens its panel."""
+    page.goto(server.url + "/?model=demo&view=graph&pairings=OK&k=3&overlay=")
+    wait_figure(page, "graph", lambda f: any(t.get("customdata") for t in f["data"]))
+    settle(page)
+    states = page.evaluate(PLOT_STATES)
+    assert states["graph"] == "drawn" and {"heatmap", "scatter", "kl-grid", "token-grid"} <= set(states)
+    assert {k for k, v in states.items() if v == "drawn"} == {"graph"}, states
+    page.click("#tab-heatmap")
+    wait_figure(page, "heatmap", lambda f: f["data"] and f["data"][0]["type"] == "heatmap")
+    assert page.evaluate(PLOT_STATES)["scatter"] == "deferred"  # still hidden: still not plotted
+    grid = httpx.get(server.url + "/api/pk", params={"model": "demo", "pairing": "OK"}, timeout=60).json()
+    title = page.locator("#pair-panel-title")
+    click_point(page, "heatmap", 11, 0, expect=title)  # source row 0, target column 11
+    assert title.get_attribute("data-pair") == f"{grid['source_labels'][0]},{grid['target_labels'][11]}"

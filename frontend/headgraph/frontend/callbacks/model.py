@@ -23,23 +23,26 @@ HIDDEN = {"display": "none"}
 def page_data() -> dict[str, Any]:
     """What the page's layout brings along (layout.build_layout): the API's label sets and, when
     the model the page's link names (the layout request's Referer) is fully cached, its ready
-    record, as the model bar would write it. Read for this browser's own credential; empty
-    when the API cannot answer (the callbacks then fill both)."""
+    record, as the model bar would write it, and the view that link opens (displayed at mount).
+    Read for this browser's own credential; without the API's answer, only the view (the
+    callbacks then fill the rest)."""
     import flask
 
     if not flask.has_request_context():
         return {}
     out: dict[str, Any] = {}
+    referrer = urlparse(flask.request.referrer or "")
+    link = state_of("?" + referrer.query) if referrer.netloc == flask.request.host else None  # this page's own
+    if link is not None:
+        out["view"] = link.view
     client = api()
     try:
         out["labels"] = client.labels()
-        referrer = urlparse(flask.request.referrer or "")
-        if referrer.netloc == flask.request.host:  # only this page's own link
+        if link is not None:
             vocab = client_vocab()
-            model = state_of("?" + referrer.query).model
-            entry = next((m for m in client.models() if m["id"] == model), None)
+            entry = next((m for m in client.models() if m["id"] == link.model), None)
             if entry and entry.get("status") != UNAVAILABLE and is_complete(entry.get("cached"), vocab.graph_pairings):
-                out["ready"] = {"model": model, "token": entry.get("fingerprint") or model}
+                out["ready"] = {"model": link.model, "token": entry.get("fingerprint") or link.model}
     except ApiError:
         pass
     return out
