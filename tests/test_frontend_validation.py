@@ -35,10 +35,11 @@ def test_cached_validation_reads_only_then_equals_the_computed_answer(api: ApiCl
     before = api.get("/api/validation", **PARAMS, cached="true")
     assert before["computed"] is False and before["cached_only"] is True and before["summary"] == {}
     assert not any(c.startswith("validation?") for c in api.model_info("demo")["cached"])  # nothing computed
-    # The pair panel before any data-weighted PK is cached: "not computed".
-    pair = api.pair("demo", "OK", "L0H0", "L1H3")
+    # The pair panel of an answer without data-weighted PK (before the job's 'datapk' stages
+    # cached it; the job above has): "not computed".
+    pair = {**api.pair("demo", "OK", "L0H0", "L1H3"), "data_pk": None}
     body = pair_body(pair, default_state(VOCAB, pair=("L0H0", "L1H3")))
-    assert pair.get("data_pk") is None and cell_value(body, "pair-datapk-out-text") == ""
+    assert cell_value(body, "pair-datapk-out-text") == ""
     assert "not computed" in str(find(body, "pair-datapk-in-text").children.children)
 
     full = api.get("/api/validation", **PARAMS)  # computes (the demo runs here)
@@ -46,7 +47,7 @@ def test_cached_validation_reads_only_then_equals_the_computed_answer(api: ApiCl
     assert full["computed"] is True and after["computed"] is True and after["cached_only"] is True
     assert after["summary"] == full["summary"] and after["edges"] == full["edges"]
 
-    # Validation computed the text prompts' data-weighted PK: the pair panel shows the API's values.
+    # The job (and validation) computed the data-weighted PK: the pair panel shows the API's values.
     pair = api.pair("demo", "OK", "L0H0", "L1H3")
     text = pair["data_pk"]["text"]
     body = pair_body(pair, default_state(VOCAB, pair=("L0H0", "L1H3")))
@@ -83,6 +84,10 @@ def test_the_forest_plot_and_scatter_carry_the_apis_numbers(api: ApiClient) -> N
         assert list(trace.y) == [e[f"effect_{prompts}"] for e in want]
     assert sum(len(t.x) for t in scatter.data if t.meta["pairs"] == "sample") == 2 * len(data["metrics"]) * sum(
         e["in_sample"] for e in data["edges"] if all(e[m] is not None for m in data["metrics"]))
+    from headgraph.frontend import exports  # the CSV buttons under the two figures
+
+    assert len(exports.validation_csv(data).splitlines()) == 1 + 3 * sum(map(len, data["summary"].values()))
+    assert len(exports.validation_edges_csv(data).splitlines()) == 1 + len(data["edges"])
     words = validation_words(data)
     assert f"{data['n_sample']} forward pairs" in words[0] and f"top-{data['k']}" in words[0]
     for prompts, line in zip(("text", "random"), words[1:]):
