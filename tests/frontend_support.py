@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -60,3 +62,16 @@ def find(component: Any, cid: str) -> Any:
         return component
     children = getattr(component, "children", None)
     return find(children, cid) if isinstance(children, (list, tuple, Component)) else None
+
+
+@contextmanager
+def lab_dashboard(cache_dir: Path, token: str) -> Iterator[TestClient]:
+    """A lab-mode API (``token`` required for cold work) in process, and an app context of a
+    dashboard whose callbacks reach it as a reader without that token; yields the API client."""
+    settings = Settings(cache_dir=cache_dir, api_token=token, compute_processes=0)
+    with TestClient(create_app(settings)) as http:
+        client = ApiClient("http://testserver", http=http)
+        dash_app = create_dash(api_url="http://testserver")
+        dash_app.server.config[CONFIG_KEY] = FrontendContext(lambda: client)
+        with dash_app.server.app_context():
+            yield http

@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from frontend_support import api, computed, find, http, in_app  # noqa: F401  (fixtures found by name)
+from frontend_support import api, computed, find, http, in_app, lab_dashboard  # noqa: F401  (fixtures found by name)
 from headgraph.core.vocabulary import vocabulary
 from headgraph.frontend.api_client import ApiClient
 from headgraph.frontend.callbacks.panels import pair_body
@@ -122,25 +122,14 @@ def test_opening_the_view_only_reads_and_offers_the_run_button(in_app: None, api
 
 def test_running_it_without_the_lab_token_shows_the_apis_refusal(tmp_path) -> None:
     from dash import no_update
-    from fastapi.testclient import TestClient
 
-    from headgraph.frontend.app import create_dash
-    from headgraph.frontend.context import CONFIG_KEY, FrontendContext
-    from headgraph.server.app import create_app
-    from headgraph.server.settings import Settings
-
-    settings = Settings(cache_dir=tmp_path, api_token="validate-lab-token-0123456789", compute_processes=0)
-    with TestClient(create_app(settings)) as http:
-        client = ApiClient("http://testserver", http=http)
-        dash_app = create_dash(api_url="http://testserver")
-        dash_app.server.config[CONFIG_KEY] = FrontendContext(lambda: client)
+    with lab_dashboard(tmp_path, "validate-lab-token-0123456789") as http:
         refused = http.get("/api/validation", params={"model": "demo", "pairing": "OK"})
         assert refused.status_code == 401
         search = "?model=demo&view=validation&pairing=OK"
-        with dash_app.server.app_context():
-            # Reading needs no token: "not computed" and the button ...
-            shown = validation_view(view_params(parse_query(search, VOCAB), "validation", None))
-            assert getattr(find(shown[2], "validation-state"), "data-computed") == "false" and shown[4] == SHOW
-            # ... which, without it, shows the API's own refusal.
-            token, note = run_validation(1, search)
-            assert token is no_update and note.children == refused.json()["error"]["message"]
+        # Reading needs no token: "not computed" and the button ...
+        shown = validation_view(view_params(parse_query(search, VOCAB), "validation", None))
+        assert getattr(find(shown[2], "validation-state"), "data-computed") == "false" and shown[4] == SHOW
+        # ... which, without it, shows the API's own refusal.
+        token, note = run_validation(1, search)
+        assert token is no_update and note.children == refused.json()["error"]["message"]

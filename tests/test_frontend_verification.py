@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from frontend_support import READY, api, computed, find, http, in_app  # noqa: F401  (fixtures found by name)
+from frontend_support import READY, api, computed, find, http, in_app, lab_dashboard  # noqa: F401  (fixtures found by name)
 from headgraph.core.vocabulary import vocabulary
 from headgraph.frontend.api_client import ApiClient
 from headgraph.frontend.callbacks.graph import ablation_digest, graph_view
@@ -180,33 +180,23 @@ def test_layer_range_and_search_on_the_demo(in_app: None, api: ApiClient, comput
 
 def test_verifying_without_the_lab_token_shows_the_apis_refusal(tmp_path) -> None:
     from dash import no_update
-    from fastapi.testclient import TestClient
 
-    from headgraph.frontend.app import create_dash
     from headgraph.frontend.callbacks.verify import verify_edge, verify_top, verify_top_step
-    from headgraph.frontend.context import CONFIG_KEY, FrontendContext
-    from headgraph.server.app import create_app
-    from headgraph.server.settings import Settings
 
-    settings = Settings(cache_dir=tmp_path, api_token="verify-lab-token-0123456789", compute_processes=0)
-    with TestClient(create_app(settings)) as http:
-        client = ApiClient("http://testserver", http=http)
-        dash_app = create_dash(api_url="http://testserver")
-        dash_app.server.config[CONFIG_KEY] = FrontendContext(lambda: client)
+    with lab_dashboard(tmp_path, "verify-lab-token-0123456789") as http:
         refused = http.get("/api/ablation", params={"model": "demo", "pairing": "OK", "edge": "L0H0,L1H3"})
         assert refused.status_code == 401
-        with dash_app.server.app_context():
-            token, note = verify_edge(1, "?model=demo&pairing=OK&pair=L0H0,L1H3")
-            assert token is no_update and note.children == refused.json()["error"]["message"]
-            # The graph's button queues one step a pairing; the first step meets the refusal,
-            # stops the queue (progress "failed", button enabled again) and shows the message.
-            queue, *bar, note = verify_top(1, "?model=demo&view=graph&pairings=OQ,OK&k=3&verification=colour")
-            assert queue["per"] == [["OQ", 3], ["OK", 3]] and queue["done"] == 0 and note == ""
-            assert bar[3:] == ["running", "0.000", True] and "top 3 OQ edges (1 of 2)" in bar[2]
-            token, queue2, *bar, note = verify_top_step(queue)
-            assert token is no_update and queue2 is no_update
-            assert bar[3:] == ["failed", "0.000", False]
-            assert note.children == refused.json()["error"]["message"]
+        token, note = verify_edge(1, "?model=demo&pairing=OK&pair=L0H0,L1H3")
+        assert token is no_update and note.children == refused.json()["error"]["message"]
+        # The graph's button queues one step a pairing; the first step meets the refusal,
+        # stops the queue (progress "failed", button enabled again) and shows the message.
+        queue, *bar, note = verify_top(1, "?model=demo&view=graph&pairings=OQ,OK&k=3&verification=colour")
+        assert queue["per"] == [["OQ", 3], ["OK", 3]] and queue["done"] == 0 and note == ""
+        assert bar[3:] == ["running", "0.000", True] and "top 3 OQ edges (1 of 2)" in bar[2]
+        token, queue2, *bar, note = verify_top_step(queue)
+        assert token is no_update and queue2 is no_update
+        assert bar[3:] == ["failed", "0.000", False]
+        assert note.children == refused.json()["error"]["message"]
 
 
 def test_verifying_the_top_edges_steps_one_pairing_at_a_time(api: ApiClient, computed: list[str],
