@@ -352,7 +352,7 @@ def test_views_fill_as_their_own_results_are_cached():
 
     plan = ["pk", "pk OQ", "pk OK", "pk OV", "cs Q", "cs K", "cs V", "patterns", "z OQ", "z OK",
             "z OV", "reference", "null OQ", "null OK", "null OV", "tokens O", "tokens V",
-            "tokens Q", "tokens K", "datapk text", "datapk random"]
+            "tokens Q", "tokens K"]
 
     def partial(n: int) -> dict:
         return {"model": "demo", "token": f"job1:{n}", "partial": True, "computed": plan[:n],
@@ -375,12 +375,7 @@ def test_views_fill_as_their_own_results_are_cached():
     assert not view_params(ref, "reference", partial(plan.index("null OV")))
     assert view_params(ref, "reference", partial(plan.index("null OV") + 1))
     pair = VS(view="graph", pairing="OK", pair="L0H0,L1H0")
-    # A panel waits for the job, but not for its optional last stages (data-weighted PK,
-    # shown where cached): it renders once the tokens are in, and again when the job ends.
-    assert not view_params(pair, "pair-panel", partial(plan.index("tokens K")))
-    early = view_params(pair, "pair-panel", partial(plan.index("tokens K") + 1))
-    assert early and early["ready"] == "job1:partial"
-    assert view_params(pair, "pair-panel", partial(len(plan) - 1)) == early
+    assert not view_params(pair, "pair-panel", partial(len(plan) - 1))  # waits for the job
     done = {"model": "demo", "token": "job1"}
     assert view_params(pair, "pair-panel", done)["ready"] == "job1"
     assert not view_params(heat, "heatmap", {**partial(len(plan)), "model": "other"})

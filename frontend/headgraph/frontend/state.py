@@ -313,15 +313,9 @@ def focus_head(state: ViewState) -> str | None:
     return None
 
 
-# Job stages no view waits for (computed last; shown where cached): the pair panel's
-# data-weighted PK, which alone costs SmolLM2 a minute of forward passes.
-OPTIONAL_STAGES: tuple[str, ...] = ("datapk ",)
-
-
 def needed_stages(state: ViewState, view: str) -> tuple[str, ...] | None:
     """Job stages (names, or prefixes ending in a blank) whose results ``view`` reads; None
-    for the panels, which read a bit of everything (they wait for every stage of the job but
-    OPTIONAL_STAGES, and draw again when the job ends)."""
+    for the panels, which read a bit of everything (they wait for the whole job)."""
     base = ("pk", "pk ", "cs ")
     overlay = ("patterns",) if state.overlay == PATTERN_OVERLAY else ()
     if view == "graph":
@@ -348,15 +342,12 @@ def is_ready(state: ViewState, ready: dict[str, Any] | None, view: str | None = 
         return False
     if not ready.get("partial"):
         return True
-    if view is None:
+    needs = None if view is None else needed_stages(state, view)
+    if needs is None:
         return False
-    needs = needed_stages(state, view)
     done = set(ready.get("computed") or ())
-    plan = ready.get("plan") or ()
-    if needs is None:  # a panel: every stage but the optional ones
-        required = [s for s in plan if not any(s.startswith(o) for o in OPTIONAL_STAGES)]
-    else:
-        required = [s for s in plan if any(s == n or (n.endswith(" ") and s.startswith(n)) for n in needs)]
+    required = [s for s in ready.get("plan") or ()
+                if any(s == n or (n.endswith(" ") and s.startswith(n)) for n in needs)]
     return bool(required) and all(s in done for s in required)
 
 
