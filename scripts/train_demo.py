@@ -7,9 +7,15 @@ layer 1). Loss is taken only where the copy is predictable: on the copied block,
 first token onward, predicting the next copied token.
 
     .venv/bin/python scripts/train_demo.py [--steps 3000] [--seed 0] [--out core/headgraph/core/data/demo]
+    .venv/bin/python scripts/train_demo.py --checkpoints 7 \
+        --checkpoint-dir core/headgraph/core/data/demo_series
 
 Seeded, one CPU thread, a few minutes. It prints and checks that Projection Kernel's top
-O->K edge runs from a previous-token head to an induction head.
+O->K edge runs from a previous-token head to an induction head. ``--checkpoints N`` also saves
+the model at N log-spaced steps (the last one is ``--steps``) into ``DIR/step-<step>`` in the
+demo's own format: the same seed and recipe as the shipped demo, so the series shows its
+induction edge L0H0 -> layer 1 forming (the ``demo-series`` model series). With
+``--checkpoint-dir`` the final model is written to ``--out`` only when ``--out`` is given.
 """
 
 from __future__ import annotations
@@ -61,14 +67,51 @@ def ok_scores_float64(model: DemoModel) -> torch.Tensor:
     return (torch.einsum("adi,bdj->abij", U_o, U_k) ** 2).sum(dim=(-2, -1))
 
 
+def checkpoint_steps(n: int, steps: int) -> list[int]:
+    """``n`` distinct log-spaced steps from ``steps // 100`` (at least 1) to ``steps``."""
+    if n < 1:
+        return []
+    first = max(1, steps // 100)
+    if n == 1:
+        return [steps]
+    ratio = (steps / first) ** (1 / (n - 1))
+    out = sorted({min(steps, round(first * ratio ** i)) for i in range(n)} | {steps})
+    return out
+
+
+def training_recipe(args: argparse.Namespace, seq_len: int, min_block: int, max_block: int
+                    ) -> dict[str, object]:
+    """The recipe config.json records (shipped demo and every checkpoint)."""
+    return {
+        "task": "random filler, then a random block and its copy; block length "
+                f"uniform in [{min_block}, {max_block}], sequence length {seq_len}",
+        "loss": "cross-entropy on predictable copy positions only",
+        "positions": "shortformer: W_pos added to query/key inputs only",
+        "optimizer": f"AdamW lr {args.lr} (one-cycle), weight decay 0.01, grad clip 1.0",
+        "batch": args.batch, "steps": args.steps, "seed": args.seed,
+        "script": "scripts/train_demo.py",
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=3000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--lr", type=float, default=1e-3)
-    parser.add_argument("--out", type=Path, default=DEMO_DIR)
+    parser.add_argument("--out", type=Path, default=None,
+                        help="where the final model goes (default: the shipped demo's folder, "
+                             "or nowhere with --checkpoint-dir)")
+    parser.add_argument("--checkpoints", type=int, default=0,
+                        help="save the model at this many log-spaced steps")
+    parser.add_argument("--checkpoint-dir", type=Path, default=None,
+                        help="folder of the step-<step> checkpoints")
     args = parser.parse_args()
+    if args.checkpoints and args.checkpoint_dir is None:
+        parser.error("--checkpoints needs --checkpoint-dir")
+    if args.out is None and args.checkpoint_dir is None:
+        args.out = DEMO_DIR
+    save_at = set(checkpoint_steps(args.checkpoints, args.steps))
 
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
@@ -88,6 +131,10 @@ def main() -> None:
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
+        if step in save_at:
+            recipe = training_recipe(args, seq_len, min_block, max_block)
+            save_demo_model(model, args.checkpoint_dir / f"step-{step}",
+                            extra={"training": {**recipe, "checkpoint_step": step}})
         if step % 250 == 0 or step == 1:
             print(f"step {step:5d}  loss {loss.item():.4f}  copy acc {acc.item():.3f}  "
                   f"{time.time() - start:.0f}s", flush=True)
@@ -110,16 +157,11 @@ def main() -> None:
     if not (prev[src] > 0.5 and ind[dst] > 0.5):
         raise SystemExit("top OK edge is not previous-token -> induction; not saving")
 
+    if args.out is None:
+        print(f"checkpoints at steps {sorted(save_at)} in {args.checkpoint_dir}")
+        return
     save_demo_model(model, args.out, extra={
-        "training": {
-            "task": "random filler, then a random block and its copy; block length "
-                    f"uniform in [{min_block}, {max_block}], sequence length {seq_len}",
-            "loss": "cross-entropy on predictable copy positions only",
-            "positions": "shortformer: W_pos added to query/key inputs only",
-            "optimizer": f"AdamW lr {args.lr} (one-cycle), weight decay 0.01, grad clip 1.0",
-            "batch": args.batch, "steps": args.steps, "seed": args.seed,
-            "script": "scripts/train_demo.py",
-        },
+        "training": training_recipe(args, seq_len, min_block, max_block),
         "results": {
             "copy_loss": round(loss.item(), 5), "copy_accuracy": round(acc.item(), 5),
             "top_ok_edge": [[0, src], [1, dst]],

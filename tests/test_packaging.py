@@ -65,6 +65,8 @@ def test_core_wheel_carries_the_demo_model_and_types_marker(wheels):
     files = set(wheel_files(wheels["core"]))
     assert {"headgraph/core/data/demo/model.safetensors", "headgraph/core/data/demo/config.json",
             "headgraph/core/py.typed", "headgraph/core/vocabulary.py"} <= files
+    # the bundled checkpoint series (core.series): step-named folders one level deeper
+    assert "headgraph/core/data/demo_series/step-3000/model.safetensors" in files
 
 
 def test_declared_dependencies_point_one_way(wheels):

@@ -3,6 +3,7 @@
 Spec forms:
 
 - ``"demo"``: the built-in trained demo model (core/data/demo), always offline, no TL needed;
+- ``"demo@step-<step>"``: a checkpoint of the bundled demo series (core.series);
 - a ``.gguf`` file, or a folder holding one and no config.json: llama.cpp weights, attention
   tensors dequantized one at a time (``core.gguf_model``; processing "raw"); runnable through a
   pattern source that dequantizes the whole model on first use (``core.gguf_runnable``);
@@ -60,6 +61,7 @@ from headgraph.core.random_models import (
     random_demo_model,
     read_config_json,
 )
+from headgraph.core.series import demo_checkpoint, is_demo_checkpoint_spec
 from headgraph.core.streaming import (
     checkpoint_bytes,
     load_heads_safetensors,
@@ -119,6 +121,9 @@ def load_model(
     if spec == "demo":
         from headgraph.core.demo_model import DEMO_DIR
         return _load_demo_folder(DEMO_DIR, name="demo", device=device, processing=processing)
+    if is_demo_checkpoint_spec(spec):  # a checkpoint of the bundled demo series
+        return _load_demo_folder(demo_checkpoint(spec).folder, name=spec, device=device,
+                                 processing=processing)
     if spec.startswith(RANDOM_PREFIX):
         return _load_random(spec, device=device, processing=processing, dtype=torch_dtype,
                             model_root=model_root)
