@@ -15,11 +15,12 @@ from dash import dcc, html
 from headgraph.frontend.figures import PAIRING_COLORS
 from headgraph.frontend.state import (DEFAULT_MODEL, FDR_Q_RANGE, RANK_ON, THRESHOLD_ON, VERIFICATION_MODES, VIEWS,
                                       ViewState, format_layers, format_threshold, to_query)
+from headgraph.frontend.controls_compare import comparison_groups
 from headgraph.frontend.vocab import Vocabulary
 
 VIEW_LABELS: dict[str, str] = {"graph": "Head graph", "heatmap": "Heatmaps", "scatter": "PK vs CS",
                                "reference": "Random reference", "tokens": "Tokens & patterns",
-                               "validation": "Validation"}
+                               "validation": "Validation", "compare": "Compare", "timeline": "Timeline"}
 # Which control groups each view shows.
 VIEW_CONTROLS: dict[str, tuple[str, ...]] = {
     # the rule group holds the graph's scales; "filter": layer range and head search
@@ -29,9 +30,11 @@ VIEW_CONTROLS: dict[str, tuple[str, ...]] = {
     "reference": ("pairing",),
     "tokens": ("role",),
     "validation": ("pairing",),
+    "compare": ("pairing", "compare"),  # model A / B and top-k
+    "timeline": ("pairing", "series"),  # the series and top-k (the step slider is in the view)
 }
 CONTROL_GROUPS = ("pairing", "pairings", "rule", "metric", "grain", "layout", "direction", "top_percent",
-                  "role", "overlay", "verification", "filter")
+                  "role", "overlay", "verification", "filter", "compare", "series")
 METRIC_LABELS = {"raw": "raw", "normalized": "normalized", "z": "z", "cs": "CS"}
 # The graph's scales (the API's threshold_on): no CS, which GET /api/graph cannot rank by.
 RANK_LABELS = {"pk": "raw PK", "normalized": "normalized", "z": "z"}
@@ -196,4 +199,5 @@ def control_groups(state: ViewState | None, vocab: Vocabulary | None,
                html.Span(dcc.Input(id="find-input", type="text", value=state.find if state else "",
                                    placeholder="L17H3 · L17KV1 · L17", debounce=True, className="text-input"),
                          title="highlight a head or a layer's heads; a head name opens its panel")),
+        *comparison_groups(state, vocab, _group),
     ]

@@ -14,6 +14,7 @@ from typing import Any
 
 from dash import dcc, html
 
+from headgraph.frontend.layout_compare import compare_view, timeline_view
 from headgraph.frontend.controls import control_groups, model_dropdown, tab_links
 from headgraph.frontend.state import ROUTED_PARTS, ROUTED_VIEWS
 
@@ -119,6 +120,8 @@ def views(shown: str | None = None) -> html.Div:
                   figure_block("validation"),
                   html.Div(figure_block("validation-scatter"), id="validation-scatter-box", style={"display": "none"})],
                  id="view-validation", className="view", style=view_style("validation", shown)),
+        compare_view(view_style("compare", shown)),
+        timeline_view(view_style("timeline", shown)),
     ], className="views")
 
 

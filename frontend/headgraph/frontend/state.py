@@ -18,7 +18,8 @@ from urllib.parse import parse_qs, urlencode
 from headgraph.frontend.vocab import Vocabulary
 
 # Frontend-only lists (what the dashboard shows; the API's names come from the vocabulary).
-VIEWS: tuple[str, ...] = ("graph", "heatmap", "scatter", "reference", "tokens", "validation")
+VIEWS: tuple[str, ...] = ("graph", "heatmap", "scatter", "reference", "tokens", "validation", "compare",
+                          "timeline")
 LAYOUTS: tuple[str, ...] = ("grid", "force")
 RULES: tuple[str, ...] = ("topk", "threshold")
 DIRECTIONS: tuple[str, ...] = ("out", "in")
@@ -46,6 +47,8 @@ FDR_Q_RANGE = (0.001, 0.2)
 THRESHOLD_DIGITS = 3
 THRESHOLD_FLOOR = 1e-6
 DEFAULT_MODEL = "demo"
+DEFAULT_SERIES = "demo-series"  # the timeline's series (GET /api/series)
+TIMELINE_K_MAX = 50  # the most edges GET /api/timeline follows
 DEFAULT_PAIRING = "OK"
 DEFAULT_ROLE = "O"
 # The API's per-model label set: each model's heads classed by its own attention patterns.
@@ -95,6 +98,10 @@ class ViewState:
     verification: str = "off"  # graph edges by ablation verdict (VERIFICATION_MODES)
     layers: tuple[int, int] | None = None  # graph: only heads of blocks lo..hi (both ends in it)
     find: str = ""  # graph: a head name ("L17H3", "L17KV1") or a layer ("L17") to highlight
+    a: str = ""  # compare: model A ("" = ``model``)
+    b: str = ""  # compare: model B ("" = none picked yet)
+    series: str = DEFAULT_SERIES  # timeline: a named series or a comma list of model ids
+    checkpoint: str = ""  # timeline: the shown checkpoint's position in the series ("" = the last)
 
     def with_(self, **changes: Any) -> ViewState:
         """Copy with some fields changed (frozen dataclass helper)."""
@@ -225,7 +232,17 @@ def parse_query(search: str | None, vocab: Vocabulary,
         verification=_choice(q.get("verification"), VERIFICATION_MODES, d.verification),
         layers=parse_layers(q.get("layers")),
         find=parse_find(q.get("find"), vocab),
+        a=_model_id(q.get("a")),
+        b=_model_id(q.get("b")),
+        series=_model_id(q.get("series"), 4096) or d.series,
+        checkpoint=q.get("checkpoint", "") if (q.get("checkpoint") or "").isdigit() else "",
     )
+
+
+def _model_id(value: str | None, limit: int = 512) -> str:
+    """A model id (or series) from the URL: blank-trimmed, no control characters, bounded."""
+    text = (value or "").strip()
+    return text if len(text) <= limit and not any(ord(c) < 32 or ord(c) == 127 for c in text) else ""
 
 
 def _zoom(value: str | None) -> tuple[str, str] | None:
@@ -263,6 +280,10 @@ def to_query(state: ViewState) -> str:
         items.append(("find", state.find))
     if state.zoom:
         items.append(("zoom", ",".join(state.zoom)))
+    if state.view == "compare" or state.a or state.b:
+        items += [("a", state.a), ("b", state.b)]
+    if state.view == "timeline" or state.series != DEFAULT_SERIES or state.checkpoint:
+        items += [("series", state.series), ("checkpoint", state.checkpoint)]
     if state.head:
         items.append(("head", state.head))
     if state.pair:
@@ -289,6 +310,9 @@ VIEW_PARAMS: dict[str, tuple[str, ...]] = {
     "tokens": ("model", "role", "overlay"),
     # GET /api/validation?cached=true of the pairing (the API's n, k and seed): read only.
     "validation": ("model", "pairing"),
+    # GET /api/compare of A (or the model) and B; GET /api/timeline of the series (k <= 50).
+    "compare": ("model", "a", "b", "pairing", "k"),
+    "timeline": ("series", "pairing", "k", "checkpoint"),
     "head-panel": ("model", "head", "overlay"),
     "pair-panel": ("model", "pairing", "pair", "overlay"),
 }
@@ -298,10 +322,11 @@ ROUTED_VIEWS: tuple[str, ...] = tuple(VIEW_PARAMS)
 ROUTED_PARTS: tuple[str, ...] = ("search", "ready", "labels", "rendered")
 # The tab each figure block belongs to (panels show on every tab).
 TAB_OF = {"graph": "graph", "heatmap": "heatmap", "head-grid": "heatmap", "scatter": "scatter",
-          "reference": "reference", "tokens": "tokens", "validation": "validation"}
+          "reference": "reference", "tokens": "tokens", "validation": "validation",
+          "compare": "compare", "timeline": "timeline"}
 # Views that read no result of the model's job (only their own cache entries): they render
 # while it runs, or with no job at all, never waiting for the ready record.
-JOB_FREE_VIEWS: tuple[str, ...] = ("validation",)
+JOB_FREE_VIEWS: tuple[str, ...] = ("validation", "compare", "timeline")
 
 
 def focus_head(state: ViewState) -> str | None:

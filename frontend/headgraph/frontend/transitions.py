@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from headgraph.frontend.state import (DIRECTIONS, GRAINS, LAYOUTS, RANK_ON, RULES, THRESHOLD_ON, VERIFICATION_MODES,
+from headgraph.frontend.state import (DEFAULT_SERIES, DIRECTIONS, GRAINS, LAYOUTS, RANK_ON, RULES, THRESHOLD_ON, VERIFICATION_MODES,
                                       VIEWS, ViewState, clean_threshold, default_overlay, focus_head, parse_find,
                                       parse_layers)
 from headgraph.frontend.vocab import Vocabulary
@@ -38,6 +38,12 @@ CONTROL_FIELDS: dict[str, str] = {
     "verification-radio": "verification",
     "layers-input": "layers",
     "find-input": "find",
+    "compare-a-input": "a",
+    "compare-b-input": "b",
+    "compare-k-input": "k",
+    "series-input": "series",
+    "timeline-k-input": "k",
+    "step-slider": "checkpoint",
 }
 # Figures whose clicks select something (their clickData goes to the URL writer).
 CLICK_SOURCES: tuple[str, ...] = ("graph", "heatmap", "head-grid", "scatter", "kl-grid")
@@ -66,6 +72,14 @@ def set_field(state: ViewState, field: str, value: Any, vocab: Vocabulary) -> Vi
         text = str(value or "").strip()
         layers = parse_layers(text)
         return state.with_(layers=layers) if layers or not text else state
+    if field in ("a", "b", "series"):  # model ids / a series: as typed (blank: the default)
+        text = str(value or "").strip()
+        if field == "series":
+            return state.with_(series=text or DEFAULT_SERIES, checkpoint="")
+        return state.with_(**{field: text})
+    if field == "checkpoint":  # the timeline's shown checkpoint (its position in the series)
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 10**6
+        return state.with_(checkpoint=str(int(value))) if ok else state
     if field == "find":
         text = str(value or "").strip()
         found = parse_find(text, vocab)

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from dash import Dash
 
-from headgraph.frontend.callbacks import (auth, downloads, graph, heatmap, labels, model, navigation,  # noqa: F401
-                                          panels, reference, router, scatter, tokens, validation, verify)
+from headgraph.frontend.callbacks import (auth, compare, downloads, graph, heatmap, labels, model,  # noqa: F401
+                                          navigation, panels, reference, router, scatter, tokens, validation,
+                                          verify)
 from headgraph.frontend.callbacks.registry import register_all
 
 

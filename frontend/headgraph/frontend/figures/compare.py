@@ -1,0 +1,143 @@
+"""Figures of the compare and timeline views: pure functions of GET /api/compare and
+GET /api/timeline JSON (and /api/pk for a checkpoint's grid).
+
+``compare_heatmaps``: A, B and B - A side by side (source heads x target heads, blocked by
+layer); ``compare_graph``: the edges of both top-k sets on a layer x head grid, coloured by
+gained / lost / kept, hubs starred; ``timeline_figure``: one PK line per edge over the steps,
+the shown checkpoint marked.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from headgraph.frontend.figures.common import base_layout, empty_figure
+from headgraph.frontend.figures.heatmaps import flatten_grid
+
+STATUS_STYLE = {  # edge status -> (colour, dash, legend name)
+    "gained": ("#1a9850", "solid", "gained (B's top-k only)"),
+    "lost": ("#d73027", "dash", "lost (A's top-k only)"),
+    "kept": ("#7f7f7f", "solid", "kept (both)"),
+}
+TRAJECTORY_COLORS = ("#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d",
+                     "#666666", "#1f78b4", "#b2df8a")
+
+
+def compare_heatmaps(data: dict[str, Any]) -> go.Figure:
+    """A | B | B - A heatmaps of the compared metric (null cells: not a valid pair in both)."""
+    src, tgt = data["source_labels"], data["target_labels"]
+    grids = [flatten_grid(data[k]) for k in ("grid_a", "grid_b", "diff")]
+    shown = [v for g in grids[:2] for row in g for v in row if v is not None]
+    lo, hi = (min(shown), max(shown)) if shown else (0.0, 1.0)
+    diffs = [abs(v) for row in grids[2] for v in row if v is not None]
+    span = max(diffs) if diffs else 1.0
+    fig = make_subplots(rows=1, cols=3, horizontal_spacing=0.08, subplot_titles=(
+        f"A: {data['a']}", f"B: {data['b']}", "B − A"))
+    for i, g in enumerate(grids):
+        diff = i == 2
+        fig.add_trace(go.Heatmap(
+            z=g, x=tgt, y=src, zmin=-span if diff else lo, zmax=span if diff else hi,
+            colorscale="RdBu" if diff else "Viridis", reversescale=diff, showscale=i != 0,
+            colorbar=dict(x=1.0 if diff else 0.63, len=0.9, thickness=10,
+                          title=dict(text="B − A" if diff else data["metric"])),
+            name=("A", "B", "B − A")[i], hoverongaps=False,
+            hovertemplate="%{y} → %{x}<br>%{z:.3f}<extra>" + ("A", "B", "B − A")[i] + "</extra>"),
+            row=1, col=i + 1)
+        fig.update_yaxes(autorange="reversed", row=1, col=i + 1, showticklabels=i == 0)
+    fig.update_xaxes(tickangle=-90)
+    return base_layout(fig, f"{data['pairing']} {data['metric']}: A, B and B − A", height=460)
+
+
+def _position(name: str, layer_of: dict[int, int]) -> tuple[float, float]:
+    """Grid position of a head name: x = head (KV groups half a step over), y = layer row."""
+    body = name[1:]
+    kv = "KV" in body
+    layer, head = (body.split("KV") if kv else body.split("H"))
+    return int(head) + (0.5 if kv else 0.0), -layer_of.get(int(layer), int(layer))
+
+
+def compare_graph(data: dict[str, Any]) -> go.Figure:
+    """Both top-k edge sets on a layer x head grid: gained green, lost dashed red, kept grey
+    (width grows with |B - A|); hubs of B (or A) drawn as stars."""
+    edges = data["gained"] + data["lost"] + data["changed"]
+    if not edges:
+        return empty_figure("no edges in either top-k")
+    layer_of = {b: i for i, b in enumerate(data["layer_indices"])}
+    span = max(abs(e["delta"]) for e in edges) or 1.0
+    fig = go.Figure()
+    for status, (color, dash, label) in STATUS_STYLE.items():
+        xs: list[float | None] = []
+        ys: list[float | None] = []
+        mx: list[float] = []
+        my: list[float] = []
+        text = []
+        chosen = [e for e in edges if e["status"] == status]
+        for e in chosen:
+            (x0, y0), (x1, y1) = _position(e["source"], layer_of), _position(e["target"], layer_of)
+            xs += [x0, x1, None]
+            ys += [y0, y1, None]
+            mx.append((x0 + x1) / 2)
+            my.append((y0 + y1) / 2)
+            text.append(f"{e['source']} → {e['target']}<br>A {e['a']:.3f} · B {e['b']:.3f} · "
+                        f"B − A {e['delta']:+.3f}<br>rank A {e['rank_a'] or '–'} · rank B {e['rank_b'] or '–'}")
+        width = 1.5 + 3.0 * (sum(abs(e["delta"]) for e in chosen) / len(chosen) / span) if chosen else 1.5
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=f"{label}: {len(chosen)}",
+                                 line=dict(color=color, dash=dash, width=width), hoverinfo="skip",
+                                 legendgroup=status))
+        fig.add_trace(go.Scatter(x=mx, y=my, mode="markers", marker=dict(size=9, color=color, opacity=0.35),
+                                 text=text, hovertemplate="%{text}<extra></extra>", showlegend=False,
+                                 legendgroup=status, name=status, customdata=[status] * len(mx)))
+    hubs = {m["name"]: m for m in data["hub_moves"]}
+    names = sorted({e["source"] for e in edges} | {e["target"] for e in edges})
+    pos = [_position(n, layer_of) for n in names]
+    fig.add_trace(go.Scatter(
+        x=[p[0] for p in pos], y=[p[1] for p in pos], mode="markers+text", text=names,
+        textposition="top center", name="heads (★ hub)", customdata=names,
+        marker=dict(size=[18 if n in hubs else 10 for n in names],
+                    symbol=["star" if n in hubs else "circle" for n in names],
+                    color=["#f0a30a" if n in hubs else "#4c72b0" for n in names],
+                    line=dict(width=1, color="#333")),
+        hovertext=[f"{n}: {hubs[n]['status']} (rank A {hubs[n]['rank_a'] or '–'}, rank B "
+                   f"{hubs[n]['rank_b'] or '–'})" if n in hubs else n for n in names],
+        hovertemplate="%{hovertext}<extra></extra>"))
+    fig.update_xaxes(title="head", dtick=1, zeroline=False)
+    fig.update_yaxes(title="layer", tickvals=[-i for i in range(len(data["layer_indices"]))],
+                     ticktext=[f"L{b}" for b in data["layer_indices"]], zeroline=False)
+    fig.update_layout(legend=dict(orientation="h", y=-0.2))
+    return base_layout(fig, f"{data['pairing']} top-{data['k']} edges: A → B", height=460)
+
+
+def timeline_figure(data: dict[str, Any], step: int | None) -> go.Figure:
+    """One PK line per edge over the series' steps (log x), the shown checkpoint marked."""
+    if not data["edges"]:
+        return empty_figure("no edges to follow")
+    steps = data["steps"]
+    fig = go.Figure()
+    for i, e in enumerate(data["edges"]):
+        fig.add_trace(go.Scatter(
+            x=steps, y=e["pk"], mode="lines+markers", name=f"{e['source']} → {e['target']}",
+            line=dict(color=TRAJECTORY_COLORS[i % len(TRAJECTORY_COLORS)], width=2),
+            customdata=data["models"],
+            hovertemplate="step %{x}<br>PK %{y:.3f}<br>%{customdata}<extra>%{fullData.name}</extra>"))
+    if step is not None:
+        fig.add_vline(x=step, line=dict(color="#333", dash="dot", width=1))
+    positive = all(s > 0 for s in steps)
+    fig.update_xaxes(title="training step", type="log" if positive and len(steps) > 2 else "linear",
+                     tickvals=steps, ticktext=[str(s) for s in steps])
+    fig.update_yaxes(title=f"{data['pairing']} PK")
+    return base_layout(fig, f"{data['pairing']} PK over {data['series']}: {data['selection']}", height=440)
+
+
+def checkpoint_heatmap(grid: dict[str, Any], step: int, model: str) -> go.Figure:
+    """The shown checkpoint's PK grid (GET /api/pk), source heads x target heads."""
+    fig = go.Figure(go.Heatmap(
+        z=flatten_grid(grid["grid"]), x=grid["target_labels"], y=grid["source_labels"],
+        zmin=grid.get("min"), zmax=grid.get("max"), colorscale="Viridis", hoverongaps=False,
+        colorbar=dict(thickness=10, title=dict(text="PK")),
+        hovertemplate="%{y} → %{x}<br>PK %{z:.3f}<extra></extra>"))
+    fig.update_yaxes(autorange="reversed")
+    fig.update_xaxes(tickangle=-90)
+    return base_layout(fig, f"{grid['pairing']} PK at step {step} ({model})", height=440)
