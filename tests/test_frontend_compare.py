@@ -11,11 +11,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 
 from headgraph.core.series import demo_series
 from headgraph.core.vocabulary import vocabulary
-from headgraph.frontend.callbacks.compare import compare_view, timeline_view
+from headgraph.frontend.callbacks.compare import compare_view, download_timeline, timeline_view
 from headgraph.frontend.figures.heatmaps import flatten_grid
 from headgraph.frontend.state import parse_query, to_query, view_params
 from headgraph.frontend.transitions import next_state
@@ -31,6 +32,13 @@ VOCAB = Vocabulary.from_json(vocabulary())
 
 def vocab() -> Vocabulary:
     return VOCAB
+
+
+def crop(grid: list, valid: list) -> list[list[Any]]:
+    """The flattened grid's valid cells, in the rows and columns holding any (None elsewhere)."""
+    ok = np.array(flatten_grid(valid), dtype=bool)
+    g = flatten_grid(grid)
+    return [[g[i][j] if ok[i, j] else None for j in np.flatnonzero(ok.any(0))] for i in np.flatnonzero(ok.any(1))]
 
 
 def test_url_state_round_trips_compare_and_timeline() -> None:
@@ -56,8 +64,9 @@ def test_compare_view_draws_the_api_answer(http, in_app) -> None:
     heat, graph, _, _, options = compare_view(view_params(s, "compare", None))
     data = http.get("/api/compare", params={"a": FIRST.model_id, "b": "demo", "pairing": "OK", "k": 10}).json()
     assert [t.z for t in heat.data][2] is not None
-    assert [list(r) for r in heat.data[2].z] == flatten_grid(data["diff"])
-    assert [list(r) for r in heat.data[0].z] == flatten_grid(data["grid_a"])
+    assert [list(r) for r in heat.data[2].z] == crop(data["diff"], data["valid"])
+    assert [list(r) for r in heat.data[0].z] == crop(data["grid_a"], data["valid"])
+    assert list(heat.data[0].y) == [f"L0H{h}" for h in range(8)] and list(heat.data[0].x) == [f"L1H{h}" for h in range(8)]
     gained = next(t for t in graph.data if str(t.name).startswith("gained"))
     assert gained.name.endswith(f": {len(data['gained'])}")
     assert any(o.value == LAST.model_id for o in options)
@@ -77,7 +86,11 @@ def test_timeline_view_draws_the_api_answer(http, in_app) -> None:
     assert (lo, hi, value) == (0, len(SERIES) - 1, 0)
     assert list(marks.values()) == [str(c.step) for c in SERIES]
     pk = http.get("/api/pk", params={"model": FIRST.model_id, "pairing": "OK"}).json()
-    assert [list(r) for r in grid.data[0].z] == flatten_grid(pk["grid"])
+    assert [list(r) for r in grid.data[0].z] == crop(pk["grid"], pk["valid"])
+    assert grid.data[0].zmax == max(max(e["pk"]) for e in data["edges"])  # one colour scale for the series
+    csv_file = download_timeline(1, "?view=timeline&series=demo-series&pairing=OK&k=5")
+    served = http.get("/api/timeline", params={"series": "demo-series", "pairing": "OK", "k": 5, "format": "csv"})
+    assert csv_file["content"] == served.text and csv_file["filename"] == "timeline-demo-series-OK.csv"
     default = timeline_view(view_params(parse_query("?view=timeline&k=5", v), "timeline", None))
     assert default[6] == len(SERIES) - 1 and f"step {LAST.step}" in default[1].layout.title.text
 
@@ -104,7 +117,7 @@ def test_browser_compare_and_timeline_views_and_copied_links(server: Server, bro
         heat = wait_figure(page, "compare-heatmaps", lambda f: f and len(f["data"]) == 3, timeout=90)
         data = httpx.get(server.url + "/api/compare", params={"a": FIRST.model_id, "b": "demo", "pairing": "OK",
                                                                "k": 10}, timeout=60).json()
-        assert _z(heat, 2) == flatten_grid(data["diff"])
+        assert _z(heat, 2) == crop(data["diff"], data["valid"])
         graph = wait_figure(page, "compare-graph", lambda f: f and any(
             str(t.get("name", "")).startswith("gained") for t in f["data"]))
         assert any(t.get("name") == f"gained (B's top-k only): {len(data['gained'])}" for t in graph["data"])

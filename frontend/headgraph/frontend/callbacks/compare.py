@@ -123,7 +123,8 @@ def timeline_view(params: dict[str, Any] | None) -> tuple:
     shown = min(shown, len(steps) - 1)
     step, model = steps[shown], models[shown]
     try:
-        grid = checkpoint_heatmap(api().pk(model, params["pairing"]), step, model)
+        top = [v for e in data["edges"] for v in e["pk"] if v is not None]  # one scale for every step
+        grid = checkpoint_heatmap(api().pk(model, params["pairing"]), step, model, max(top) if top else None)
     except ApiError as err:
         grid = empty_figure(err.message, 300)
     marks = {i: str(s) for i, s in enumerate(steps)}

@@ -26,10 +26,28 @@ TRAJECTORY_COLORS = ("#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6
                      "#666666", "#1f78b4", "#b2df8a")
 
 
+def masked_grid(grid: list, valid: list) -> list[list[float | None]]:
+    """[L][Hs][L][Ht] values and validity -> flattened rows, None where not valid."""
+    return [[v if ok else None for v, ok in zip(row, vrow)]
+            for row, vrow in zip(flatten_grid(grid), flatten_grid(valid))]
+
+
+def cropped(grids: list[list[list[float | None]]], rows: list[str], cols: list[str]
+            ) -> tuple[list[list[list[float | None]]], list[str], list[str]]:
+    """The grids without the rows and columns that hold no value in any of them (heads that
+    are never a valid source or target: a forward grid's last layer as source, first as
+    target)."""
+    keep_r = [i for i in range(len(rows)) if any(g[i][j] is not None for g in grids for j in range(len(cols)))]
+    keep_c = [j for j in range(len(cols)) if any(g[i][j] is not None for g in grids for i in range(len(rows)))]
+    return ([[[g[i][j] for j in keep_c] for i in keep_r] for g in grids], [rows[i] for i in keep_r],
+            [cols[j] for j in keep_c])
+
+
 def compare_heatmaps(data: dict[str, Any]) -> go.Figure:
-    """A | B | B - A heatmaps of the compared metric (null cells: not a valid pair in both)."""
-    src, tgt = data["source_labels"], data["target_labels"]
-    grids = [flatten_grid(data[k]) for k in ("grid_a", "grid_b", "diff")]
+    """A | B | B - A heatmaps of the compared metric (null cells: not a valid pair in both;
+    rows and columns with no valid pair left out)."""
+    grids, src, tgt = cropped([flatten_grid(data[k]) for k in ("grid_a", "grid_b", "diff")],
+                              data["source_labels"], data["target_labels"])
     shown = [v for g in grids[:2] for row in g for v in row if v is not None]
     lo, hi = (min(shown), max(shown)) if shown else (0.0, 1.0)
     diffs = [abs(v) for row in grids[2] for v in row if v is not None]
@@ -41,7 +59,7 @@ def compare_heatmaps(data: dict[str, Any]) -> go.Figure:
         fig.add_trace(go.Heatmap(
             z=g, x=tgt, y=src, zmin=-span if diff else lo, zmax=span if diff else hi,
             colorscale="RdBu" if diff else "Viridis", reversescale=diff, showscale=i != 0,
-            colorbar=dict(x=1.0 if diff else 0.63, len=0.9, thickness=10,
+            colorbar=dict(x=1.01 if diff else 0.645, xanchor="left", len=0.9, thickness=10,
                           title=dict(text="B − A" if diff else data["metric"])),
             name=("A", "B", "B − A")[i], hoverongaps=False,
             hovertemplate="%{y} → %{x}<br>%{z:.3f}<extra>" + ("A", "B", "B − A")[i] + "</extra>"),
@@ -131,11 +149,18 @@ def timeline_figure(data: dict[str, Any], step: int | None) -> go.Figure:
     return base_layout(fig, f"{data['pairing']} PK over {data['series']}: {data['selection']}", height=440)
 
 
-def checkpoint_heatmap(grid: dict[str, Any], step: int, model: str) -> go.Figure:
-    """The shown checkpoint's PK grid (GET /api/pk), source heads x target heads."""
+def checkpoint_heatmap(grid: dict[str, Any], step: int, model: str, zmax: float | None = None) -> go.Figure:
+    """The shown checkpoint's PK grid (GET /api/pk), source heads x target heads (invalid
+    pairs blank; rows and columns with no valid pair left out). ``zmax``: the colour scale's
+    top shared by every checkpoint of a series (default: this grid's max)."""
+    hi = grid.get("max")
+    if zmax is not None:
+        hi = zmax if hi is None else max(hi, zmax)
+    (z,), rows, cols = cropped([masked_grid(grid["grid"], grid["valid"])], grid["source_labels"],
+                               grid["target_labels"])
     fig = go.Figure(go.Heatmap(
-        z=flatten_grid(grid["grid"]), x=grid["target_labels"], y=grid["source_labels"],
-        zmin=grid.get("min"), zmax=grid.get("max"), colorscale="Viridis", hoverongaps=False,
+        z=z, x=cols, y=rows,
+        zmin=grid.get("min"), zmax=hi, colorscale="Viridis", hoverongaps=False,
         colorbar=dict(thickness=10, title=dict(text="PK")),
         hovertemplate="%{y} → %{x}<br>PK %{z:.3f}<extra></extra>"))
     fig.update_yaxes(autorange="reversed")
