@@ -60,9 +60,5 @@ def test_a_cold_heatmap_shows_before_the_reference_is_computed(server: Server, p
     ok = [v for sl in grid["valid"] for sh in sl for tl in sh for v in tl]
     z = [v for row in seen["fig"]["data"][0]["z"] for v in row]
     assert [v for v in z if v is not None] == pytest.approx([v for v, o in zip(flat, ok) if o])
-    # The rest fills in behind it: the job ends and the reference view then draws.
-    wait_until(lambda: page.locator("#progress").get_attribute("data-state") == "done", 240,
-               message="job done", page=page)
-    page.click("#tab-reference")
-    wait_until(lambda: (figure(page, "kl-grid") or {}).get("data"), 60, message="reference drawn",
-               page=page)
+    # That the rest then fills in behind it (the job ends, the reference view draws) is checked
+    # on SmolLM2 (test_frontend_smollm2); waiting for this model's whole job here took CI ~2 min.

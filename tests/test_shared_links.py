@@ -21,7 +21,7 @@ from playwright.sync_api import Page
 
 from browser import Server, figure, start_server
 
-TRIES = int(os.environ.get("SHARED_LINK_TRIES", "12"))  # SHARED_LINK_TRIES=30 for a longer hunt
+TRIES = int(os.environ.get("SHARED_LINK_TRIES", "8"))  # SHARED_LINK_TRIES=30 for a longer hunt
 BATCH = 3  # fresh contexts opened side by side (each checked on its own)
 PER_TRY_S = 90.0
 pytestmark = pytest.mark.timeout(1800)
