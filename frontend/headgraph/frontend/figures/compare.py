@@ -2,8 +2,8 @@
 GET /api/timeline JSON (and /api/pk for a checkpoint's grid).
 
 ``compare_heatmaps``: A, B and B - A side by side (source heads x target heads, blocked by
-layer); ``compare_graph``: the edges of both top-k sets on a layer x head grid, coloured by
-gained / lost / kept, hubs starred; ``timeline_figure``: one PK line per edge over the steps,
+layer); ``compare_graph``: A's and B's top-k edges side by side on a layer x head grid and
+the change, coloured by gained / lost / kept, hubs starred; ``timeline_figure``: one PK line per edge over the steps,
 the shown checkpoint marked.
 """
 
@@ -77,55 +77,79 @@ def _position(name: str, layer_of: dict[int, int]) -> tuple[float, float]:
     return int(head) + (0.5 if kv else 0.0), -layer_of.get(int(layer), int(layer))
 
 
+def _edge_traces(fig: go.Figure, edges: list[dict[str, Any]], layer_of: dict[int, int], col: int, *,
+                 name: str, group: str, color: str, dash: str, width: float, legend: bool) -> None:
+    """One line trace of ``edges`` and one trace of hover markers at their midpoints."""
+    xs: list[float | None] = []
+    ys: list[float | None] = []
+    mx: list[float] = []
+    my: list[float] = []
+    text = []
+    for e in edges:
+        (x0, y0), (x1, y1) = _position(e["source"], layer_of), _position(e["target"], layer_of)
+        xs += [x0, x1, None]
+        ys += [y0, y1, None]
+        mx.append((x0 + x1) / 2)
+        my.append((y0 + y1) / 2)
+        text.append(f"{e['source']} → {e['target']}<br>A {e['a']:.3f} · B {e['b']:.3f} · "
+                    f"B − A {e['delta']:+.3f}<br>rank A {e['rank_a'] or '–'} · rank B {e['rank_b'] or '–'}")
+    fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=name, line=dict(color=color, dash=dash, width=width),
+                             hoverinfo="skip", legendgroup=group, showlegend=legend), row=1, col=col)
+    fig.add_trace(go.Scatter(x=mx, y=my, mode="markers", marker=dict(size=9, color=color, opacity=0.35),
+                             text=text, hovertemplate="%{text}<extra></extra>", showlegend=False,
+                             legendgroup=group, name=group, customdata=[group] * len(mx)), row=1, col=col)
+
+
+def _node_trace(fig: go.Figure, names: list[str], hubs: dict[str, str], layer_of: dict[int, int], col: int,
+                legend: bool) -> None:
+    """The heads of a panel; hubs (name -> hover note) drawn as stars."""
+    pos = [_position(n, layer_of) for n in names]
+    fig.add_trace(go.Scatter(
+        x=[p[0] for p in pos], y=[p[1] for p in pos], mode="markers+text", text=names,
+        textposition="top center", name="heads (★ hub)", customdata=names, showlegend=legend,
+        legendgroup="heads",
+        marker=dict(size=[18 if n in hubs else 10 for n in names],
+                    symbol=["star" if n in hubs else "circle" for n in names],
+                    color=["#f0a30a" if n in hubs else "#4c72b0" for n in names],
+                    line=dict(width=1, color="#333")),
+        hovertext=[f"{n}: {hubs[n]}" if n in hubs else n for n in names],
+        hovertemplate="%{hovertext}<extra></extra>"), row=1, col=col)
+
+
 def compare_graph(data: dict[str, Any]) -> go.Figure:
-    """Both top-k edge sets on a layer x head grid: gained green, lost dashed red, kept grey
-    (width grows with |B - A|); hubs of B (or A) drawn as stars."""
+    """Side by side on a layer x head grid: A's top-k edges, B's top-k edges, and the change
+    (gained green, lost dashed red, kept grey, width growing with |B - A|); hubs as stars (of
+    A, of B, and every hub of either in the change panel)."""
     edges = data["gained"] + data["lost"] + data["changed"]
     if not edges:
         return empty_figure("no edges in either top-k")
     layer_of = {b: i for i, b in enumerate(data["layer_indices"])}
     span = max(abs(e["delta"]) for e in edges) or 1.0
-    fig = go.Figure()
+    fig = make_subplots(rows=1, cols=3, horizontal_spacing=0.05, subplot_titles=(
+        f"A: {data['a']} (top-{data['k']})", f"B: {data['b']} (top-{data['k']})", "A → B"))
+    in_a = data["lost"] + data["changed"]
+    in_b = data["gained"] + data["changed"]
+    for col, chosen, who, hubs in ((1, in_a, "A", data["hubs_a"]), (2, in_b, "B", data["hubs_b"])):
+        _edge_traces(fig, chosen, layer_of, col, name=f"{who}'s top-k", group=f"top-{who}",
+                     color="#4c72b0", dash="solid", width=2.0, legend=False)
+        names = sorted({e["source"] for e in chosen} | {e["target"] for e in chosen})
+        _node_trace(fig, names, {h["name"]: f"hub of {who}, rank {h['rank']}, degree {h['degree']}"
+                                 for h in hubs if h["is_hub"]}, layer_of, col, legend=False)
     for status, (color, dash, label) in STATUS_STYLE.items():
-        xs: list[float | None] = []
-        ys: list[float | None] = []
-        mx: list[float] = []
-        my: list[float] = []
-        text = []
         chosen = [e for e in edges if e["status"] == status]
-        for e in chosen:
-            (x0, y0), (x1, y1) = _position(e["source"], layer_of), _position(e["target"], layer_of)
-            xs += [x0, x1, None]
-            ys += [y0, y1, None]
-            mx.append((x0 + x1) / 2)
-            my.append((y0 + y1) / 2)
-            text.append(f"{e['source']} → {e['target']}<br>A {e['a']:.3f} · B {e['b']:.3f} · "
-                        f"B − A {e['delta']:+.3f}<br>rank A {e['rank_a'] or '–'} · rank B {e['rank_b'] or '–'}")
         width = 1.5 + 3.0 * (sum(abs(e["delta"]) for e in chosen) / len(chosen) / span) if chosen else 1.5
-        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=f"{label}: {len(chosen)}",
-                                 line=dict(color=color, dash=dash, width=width), hoverinfo="skip",
-                                 legendgroup=status))
-        fig.add_trace(go.Scatter(x=mx, y=my, mode="markers", marker=dict(size=9, color=color, opacity=0.35),
-                                 text=text, hovertemplate="%{text}<extra></extra>", showlegend=False,
-                                 legendgroup=status, name=status, customdata=[status] * len(mx)))
-    hubs = {m["name"]: m for m in data["hub_moves"]}
+        _edge_traces(fig, chosen, layer_of, 3, name=f"{label}: {len(chosen)}", group=status, color=color,
+                     dash=dash, width=width, legend=True)
+    moves = {m["name"]: f"{m['status']} (rank A {m['rank_a'] or '–'}, rank B {m['rank_b'] or '–'})"
+             for m in data["hub_moves"]}
     names = sorted({e["source"] for e in edges} | {e["target"] for e in edges})
-    pos = [_position(n, layer_of) for n in names]
-    fig.add_trace(go.Scatter(
-        x=[p[0] for p in pos], y=[p[1] for p in pos], mode="markers+text", text=names,
-        textposition="top center", name="heads (★ hub)", customdata=names,
-        marker=dict(size=[18 if n in hubs else 10 for n in names],
-                    symbol=["star" if n in hubs else "circle" for n in names],
-                    color=["#f0a30a" if n in hubs else "#4c72b0" for n in names],
-                    line=dict(width=1, color="#333")),
-        hovertext=[f"{n}: {hubs[n]['status']} (rank A {hubs[n]['rank_a'] or '–'}, rank B "
-                   f"{hubs[n]['rank_b'] or '–'})" if n in hubs else n for n in names],
-        hovertemplate="%{hovertext}<extra></extra>"))
+    _node_trace(fig, names, moves, layer_of, 3, legend=True)
     fig.update_xaxes(title="head", dtick=1, zeroline=False)
-    fig.update_yaxes(title="layer", tickvals=[-i for i in range(len(data["layer_indices"]))],
+    fig.update_yaxes(tickvals=[-i for i in range(len(data["layer_indices"]))],
                      ticktext=[f"L{b}" for b in data["layer_indices"]], zeroline=False)
+    fig.update_yaxes(title="layer", row=1, col=1)
     fig.update_layout(legend=dict(orientation="h", y=-0.2))
-    return base_layout(fig, f"{data['pairing']} top-{data['k']} edges: A → B", height=460)
+    return base_layout(fig, f"{data['pairing']} top-{data['k']} edges of A and B, and what changed", height=480)
 
 
 def timeline_figure(data: dict[str, Any], step: int | None) -> go.Figure:
