@@ -1,4 +1,5 @@
-"""``headgraph sweep`` on a real local Ray runtime: a sweep over several models fills the cache
+"""``headgraph sweep`` on a real local Ray runtime: a sweep over the bundled checkpoint series (and
+the demo, a random: spec and a folder that is no model) fills the cache
 (a transiently failing task retried by Ray, a bad spec reported without stopping the others),
 then a real uvicorn server started on that cache with the settings the sweep prints lists
 every swept model and serves its results without computing anything."""
@@ -17,9 +18,10 @@ import httpx
 import psutil
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 from headgraph.core.demo_model import DEMO_DIR
+from headgraph.core.series import demo_series
 from headgraph.server.cli import main as cli_main
 from headgraph.server.launch import ServerProcess
 from headgraph.server.settings import Settings
@@ -29,6 +31,7 @@ from headgraph.server.sweep_task import FAIL_FIRST_ENV, parse_results
 ray = pytest.importorskip("ray")
 
 RANDOM_SPEC = "random:gpt2-tiny@3"
+FLAKY_STEP = 417  # the checkpoint whose first sweep attempt fails (just before induction forms)
 ALL = parse_results("all")
 
 
@@ -62,29 +65,19 @@ def ray_runtime(tmp_path_factory):
         assert not left, f"Ray processes left behind: {[p.pid for p in left]}"
 
 
-def perturbed_demo(folder: Path, seed: int) -> Path:
-    """The demo model's folder with seeded noise on its weights: a checkpoint of its own."""
-    shutil.copytree(DEMO_DIR, folder)
-    sd = load_file(str(DEMO_DIR / "model.safetensors"))
-    gen = torch.Generator().manual_seed(seed)
-    noisy = {k: (v + 0.05 * torch.randn(v.shape, generator=gen, dtype=v.dtype)).contiguous()
-             if v.is_floating_point() else v for k, v in sd.items()}
-    save_file(noisy, str(folder / "model.safetensors"))
-    return folder
-
-
 @pytest.fixture(scope="module")
 def swept(ray_runtime, tmp_path_factory):
-    """One sweep: demo, a glob of two checkpoint folders (the second fails its first attempt),
-    a random: spec and a folder that is no model; results 'all'."""
+    """One sweep: demo, a glob over a copy of the bundled checkpoint series (8 training steps of
+    the demo; the step-417 checkpoint fails its first attempt), a random: spec and a folder that
+    is no model; results 'all'."""
     from headgraph.server.sweep import run_sweep
 
     root = tmp_path_factory.mktemp("ckpts")
-    steps = [perturbed_demo(root / f"step-{n}", seed=n) for n in (100, 200)]
+    steps = {c.step: shutil.copytree(c.folder, root / c.folder.name) for c in demo_series()}
     (root / "notes").mkdir()  # a folder, but no model in it
     cache = tmp_path_factory.mktemp("sweep") / "cache"
     specs = expand_specs(["demo", str(root / "step-*"), RANDOM_SPEC, str(root / "notes")])
-    os.environ[FAIL_FIRST_ENV] = str(steps[1])
+    os.environ[FAIL_FIRST_ENV] = str(steps[FLAKY_STEP])
     try:
         report = run_sweep(Settings.from_env(cache_dir=cache), specs, ALL, progress=False)
     finally:
@@ -96,22 +89,25 @@ def swept(ray_runtime, tmp_path_factory):
 
 def test_sweep_fills_the_cache_retries_a_transient_failure_and_reports_a_bad_spec(swept):
     root, steps = swept["root"], swept["steps"]
-    assert swept["specs"] == ["demo", str(steps[0]), str(steps[1]), RANDOM_SPEC, str(root / "notes")]
+    folders = sorted(str(p) for p in steps.values())  # the glob's order
+    assert len(steps) == 8 and swept["specs"] == ["demo", *folders, RANDOM_SPEC, str(root / "notes")]
     rows = {r["spec"]: r for r in swept["report"].rows}
     assert [r["spec"] for r in swept["report"].rows] == swept["specs"]  # the order given
-    for spec, model in (("demo", "demo"), (str(steps[0]), "local:step-100"),
-                        (str(steps[1]), "local:step-200"), (RANDOM_SPEC, RANDOM_SPEC)):
+    expected = [("demo", "demo"), (RANDOM_SPEC, RANDOM_SPEC)] + [(str(p), f"local:{p.name}") for p in steps.values()]
+    for spec, model in expected:
         row = rows[spec]
         assert row["status"] == "done", row
         assert row["model"] == model and row["fingerprint"] and row["seconds"] > 0
         assert row["computed"][0] == "pk" and row["computed"][-1] == "graph"
-    assert rows[str(steps[1])]["retries"] == 1 and rows[str(steps[1])]["attempts"] == 2
-    assert all(rows[s]["retries"] == 0 for s in ("demo", str(steps[0]), RANDOM_SPEC))
+    flaky = str(steps[FLAKY_STEP])
+    assert rows[flaky]["retries"] == 1 and rows[flaky]["attempts"] == 2
+    assert all(rows[s]["retries"] == 0 for s, _ in expected if s != flaky)
     bad = rows[str(root / "notes")]
     assert bad["status"] == "failed" and bad["retries"] == 0  # bad input is not retried
     assert "is not a model folder" in bad["error"] and "\n" not in bad["error"]
-    # three distinct weight sets (the perturbed folders are not the demo)
-    assert len({rows[s]["fingerprint"] for s in ("demo", str(steps[0]), str(steps[1]))}) == 3
+    # eight distinct weight sets; the last step is the shipped demo itself
+    prints = {step: rows[str(p)]["fingerprint"] for step, p in steps.items()}
+    assert len(set(prints.values())) == 8 and prints[max(steps)] == rows["demo"]["fingerprint"]
     assert swept["report"].serve_env["HEADGRAPH_MODEL_ROOT"] == str(root.resolve())
     assert RANDOM_SPEC in swept["report"].serve_env["HEADGRAPH_MODELS"].split(",")
 
@@ -134,7 +130,7 @@ def test_a_server_on_the_swept_cache_lists_and_serves_every_model_without_comput
         assert before["computations"] > 0 and set(before["counts"].values()) == {1}  # each once, by the sweep
         listed = {m["id"]: m for m in api.get("/api/models").json()["models"]}
         assert set(models) <= set(listed)
-        for m in ("demo", "local:step-100", "local:step-200"):  # identities known: cached results shown
+        for m in ["demo", *(f"local:{p.name}" for p in swept["steps"].values())]:  # identities known
             assert "graph" in " ".join(listed[m]["cached"]) and listed[m]["fingerprint"]
         for m in models:
             for path, params in (("/api/pk", {"pairing": "OK"}), ("/api/pk", {"pairing": "OV", "metric": "z"}),
@@ -144,27 +140,27 @@ def test_a_server_on_the_swept_cache_lists_and_serves_every_model_without_comput
                                  ("/api/top", {"pairing": "OK", "k": 10})):
                 resp = api.get(path, params={"model": m, **params})
                 assert resp.status_code == 200, (m, path, resp.text[:300])
-        grid = api.get("/api/pk", params={"model": "local:step-200", "pairing": "OK"}).json()
+        grid = api.get("/api/pk", params={"model": f"local:step-{FLAKY_STEP}", "pairing": "OK"}).json()
         after = api.get("/api/cache/stats").json()
         errors = srv.server_errors()
     assert after["computations"] == before["computations"], after["counts"]  # nothing computed
     assert not errors, errors
     served, valid = torch.tensor(grid["grid"], dtype=torch.float64), torch.tensor(grid["valid"])
-    ref = _pk_reference(swept["steps"][1], "OK")
+    ref = _pk_reference(swept["steps"][FLAKY_STEP], "OK")
     assert valid.any() and torch.allclose(served[valid], ref[valid], atol=1e-4)
     assert not torch.allclose(ref[valid], _pk_reference(DEMO_DIR, "OK")[valid], atol=1e-3)
 
 
 def test_cli_sweep_prints_the_summary_and_fails_for_a_bad_spec(swept, capsys):
-    steps = swept["steps"]
-    code = cli_main(["sweep", "demo", str(steps[0]), "no-such-model", "--results", "pk,cs",
+    first = min(swept["steps"])
+    code = cli_main(["sweep", "demo", str(swept["steps"][first]), "no-such-model", "--results", "pk,cs",
                      "--cache-dir", str(swept["cache"]), "-q"])
     out = capsys.readouterr().out
     assert code == 1  # one model failed
     lines = out.splitlines()
     assert lines[0].split() == ["model", "status", "seconds", "retries", "message"]
     assert lines[1].split()[:2] == ["demo", "done"] and lines[1].split()[3] == "0"
-    assert lines[2].split()[:2] == ["local:step-100", "done"]
+    assert lines[2].split()[:2] == [f"local:step-{first}", "done"]
     assert lines[3].split()[:2] == ["no-such-model", "failed"] and "not in the local Hugging Face cache" in lines[3]
     assert "2 of 3 models done" in out and "headgraph serve" in out
     assert f"HEADGRAPH_MODEL_ROOT={swept['root'].resolve()}" in out
