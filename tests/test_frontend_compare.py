@@ -79,7 +79,8 @@ def test_compare_view_draws_the_api_answer(http, in_app) -> None:
 def test_timeline_view_draws_the_api_answer(http, in_app) -> None:
     v = vocab()
     s = parse_query("?view=timeline&series=demo-series&pairing=OK&k=5&checkpoint=0", v)
-    lines, grid, _, lo, hi, marks, value, _ = timeline_view(view_params(s, "timeline", None))
+    lines, grid, _, slider, _ = timeline_view(view_params(s, "timeline", None))
+    lo, hi, marks, value = slider.min, slider.max, slider.marks, slider.value
     data = http.get("/api/timeline", params={"series": "demo-series", "pairing": "OK", "k": 5}).json()
     assert [list(t.y) for t in lines.data] == [e["pk"] for e in data["edges"]]
     assert [list(t.x) for t in lines.data][0] == [c.step for c in SERIES]
@@ -92,7 +93,7 @@ def test_timeline_view_draws_the_api_answer(http, in_app) -> None:
     served = http.get("/api/timeline", params={"series": "demo-series", "pairing": "OK", "k": 5, "format": "csv"})
     assert csv_file["content"] == served.text and csv_file["filename"] == "timeline-demo-series-OK.csv"
     default = timeline_view(view_params(parse_query("?view=timeline&k=5", v), "timeline", None))
-    assert default[6] == len(SERIES) - 1 and f"step {LAST.step}" in default[1].layout.title.text
+    assert default[3].value == len(SERIES) - 1 and f"step {LAST.step}" in default[1].layout.title.text
 
 
 # -- browser ----------------------------------------------------------------------------------

@@ -154,6 +154,43 @@ def test_layer_overview_drills_down_to_a_block_of_heads(server: Server, page: Pa
     wait_figure(page, "heatmap", lambda f: f["data"][0]["x"] == ["L0", "L1"])
 
 
+def _props(output: str) -> list[str]:
+    """A /_dash-dependencies output ("a.b" or "..a.b...c.d..", an "@hash" after a duplicate) as "id.prop"s."""
+    parts = output.strip(".").split("...") if output.startswith("..") else [output]
+    return [p.split("@")[0] for p in parts]
+
+
+def test_no_chain_of_callbacks_leads_from_the_url_back_to_the_url_writer(server: Server) -> None:
+    """dash-renderer holds a requested callback back while another pending one could, through
+    any chain of callbacks (inputs only), write one of its inputs (``getReadyCallbacks``). Were
+    a view's output an input of the URL writer (the timeline once wrote the step slider's value),
+    every URL-driven callback of a page load would wait on another one's answer: the view's
+    request left ~0.3 s late. Read from the dependency list the page itself loads."""
+    deps = httpx.get(server.url + "/_dash-dependencies", timeout=60).json()
+    ins = [[f"{i['id']}.{i['property']}" for i in d["inputs"]] for d in deps]
+    outs = [_props(d["output"]) for d in deps]
+
+    def downstream(start: int) -> set[str]:
+        touched, todo = set(), [start]
+        while todo:
+            new = [o for o in outs[todo.pop()] if o not in touched]
+            touched.update(new)
+            todo += [j for j, i in enumerate(ins) if set(i) & set(new)]
+        return touched
+
+    on_load = [k for k, d in enumerate(deps) if not d.get("prevent_initial_call")]
+    url_driven = [k for k in on_load if "url.search" in ins[k]]
+    assert len(url_driven) >= 5
+    for k in url_driven:
+        assert "url.search" not in downstream(k), deps[k]["output"]
+    # As the renderer decides at page load: the router (a browser-side callback) and the model
+    # bar's record are ready at once, with every other URL-driven callback that reads no view's output.
+    pending = set().union(*(downstream(k) for k in on_load))
+    ready = [k for k in on_load if not (set(ins[k]) - set(outs[k])) & pending]
+    ready_outputs = {o for k in ready for o in outs[k]}
+    assert {"in-graph-search.data", "ready-store.data", "view-graph.style", "share-url.value"} <= ready_outputs
+
+
 def test_the_layout_brings_label_sets_and_a_cached_models_ready_record(server: Server) -> None:
     """So a warm view's callback starts with the page, not after the model bar's answer."""
     def stores(referer: str | None) -> dict[str, Any]:

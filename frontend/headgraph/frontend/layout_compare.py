@@ -1,7 +1,8 @@
 """The compare and timeline views' containers (static; callbacks/compare.py fills them).
 
 Ids: "compare-summary", "compare-heatmaps", "compare-graph", "compare-tables",
-"compare-model-list" (the A / B inputs' suggestions), "timeline-summary", "step-slider",
+"compare-model-list" (the A / B inputs' suggestions), "timeline-summary", "step-slider" (in
+"step-slider-box"),
 "timeline", "timeline-grid", "timeline-csv-btn", "timeline-download", "series-list".
 """
 
@@ -30,14 +31,25 @@ def compare_view(style: dict[str, str]) -> html.Div:
     ], id="view-compare", className="view", style=style)
 
 
+def step_slider(steps: list[Any] | None = None, value: int | None = None) -> dcc.Slider:
+    """The checkpoint slider: one mark per step of the series (index -> step), at ``value``.
+
+    The timeline callback returns a new one inside "step-slider-box" rather than writing its
+    ``value``: a callback writing the value would put the URL writer (which reads it) downstream
+    of every view, and Dash would then hold each URL-driven callback of a page load back until
+    another had answered (dash-renderer's ``getReadyCallbacks`` follows outputs to inputs)."""
+    marks = {i: str(s) for i, s in enumerate(steps)} if steps else None
+    return dcc.Slider(id="step-slider", min=0, max=max(len(steps or []) - 1, 1), step=None, value=value,
+                      marks=marks, updatemode="mouseup")
+
+
 def timeline_view(style: dict[str, str]) -> html.Div:
     """A series of checkpoints: a step slider, per-edge trajectories, the shown step's grid."""
     return html.Div([
         html.Datalist(id="series-list"),
         html.Div(id="timeline-summary", className="summary"),
         html.Div([html.Span("checkpoint", className="ctl-label"),
-                  html.Div(dcc.Slider(id="step-slider", min=0, max=1, step=None, value=None,
-                                      marks=None, updatemode="mouseup"), className="slider-box",
+                  html.Div(step_slider(), id="step-slider-box", className="slider-box",
                            style={"width": "min(640px, 70vw)"})],
                  id="step-box", className="ctl-group"),
         _figure("timeline"),

@@ -20,6 +20,7 @@ from headgraph.frontend.callbacks.registry import callback
 from headgraph.frontend.callbacks.router import view_callback
 from headgraph.frontend.figures import empty_figure
 from headgraph.frontend.figures.compare import checkpoint_heatmap, compare_graph, compare_heatmaps, timeline_figure
+from headgraph.frontend.layout_compare import step_slider
 from headgraph.frontend.state import TIMELINE_K_MAX, view_params
 
 PICK_B = "pick model B (a model with the same layers and heads as A, e.g. a checkpoint: demo@step-417)"
@@ -98,8 +99,8 @@ def _series_suggestions() -> list[Any]:
 
 
 @view_callback("timeline", Output("timeline", "figure"), Output("timeline-grid", "figure"),
-               Output("timeline-summary", "children"), Output("step-slider", "min"), Output("step-slider", "max"),
-               Output("step-slider", "marks"), Output("step-slider", "value"), Output("series-list", "children"),
+               Output("timeline-summary", "children"), Output("step-slider-box", "children"),
+               Output("series-list", "children"),
                labels=False)
 def render_timeline(search: str | None, ready: dict | None) -> tuple:
     """The URL's series: trajectories and the shown checkpoint's grid."""
@@ -107,17 +108,17 @@ def render_timeline(search: str | None, ready: dict | None) -> tuple:
 
 
 def timeline_view(params: dict[str, Any] | None) -> tuple:
-    """(trajectories, grid, chips, slider min, max, marks, value, series suggestions)."""
+    """(trajectories, grid, chips, checkpoint slider, series suggestions)."""
     if not params:
         blank = empty_figure("")
-        return blank, blank, [], no_update, no_update, no_update, no_update, no_update
+        return blank, blank, [], no_update, no_update
     suggestions = _series_suggestions()
     try:
         data = api().get("/api/timeline", series=params["series"], pairing=params["pairing"],
                          k=min(int(params["k"]), TIMELINE_K_MAX))
     except ApiError as err:
         return (empty_figure(err.message, 300), empty_figure("", 200), [error_note(err.message)],
-                no_update, no_update, no_update, no_update, suggestions)
+                no_update, suggestions)
     steps, models = data["steps"], data["models"]
     shown = int(params["checkpoint"]) if params["checkpoint"] else len(steps) - 1
     shown = min(shown, len(steps) - 1)
@@ -127,7 +128,6 @@ def timeline_view(params: dict[str, Any] | None) -> tuple:
         grid = checkpoint_heatmap(api().pk(model, params["pairing"]), step, model, max(top) if top else None)
     except ApiError as err:
         grid = empty_figure(err.message, 300)
-    marks = {i: str(s) for i, s in enumerate(steps)}
     growth = [(e["source"], e["target"], e["change"]) for e in data["edges"] if e["change"] is not None]
     top = max(growth, key=lambda g: g[2]) if growth else None
     chips = [stat("series", data["series"], "tl-series"), stat("checkpoints", len(steps), "tl-n"),
@@ -135,7 +135,7 @@ def timeline_view(params: dict[str, Any] | None) -> tuple:
              stat("edges", len(data["edges"]), "tl-edges")]
     if top:
         chips.append(stat("grew most", f"{top[0]} → {top[1]} ({top[2]:+.2f})", "tl-grew"))
-    return (timeline_figure(data, step), grid, chips, 0, len(steps) - 1, marks, shown, suggestions)
+    return timeline_figure(data, step), grid, chips, step_slider(steps, shown), suggestions
 
 
 @callback(Output("timeline-download", "data"), Input("timeline-csv-btn", "n_clicks"), State("url", "search"),
