@@ -18,7 +18,8 @@ from headgraph.core.series import demo_series
 from headgraph.core.vocabulary import vocabulary
 from headgraph.frontend.callbacks.compare import compare_view, download_timeline, timeline_view
 from headgraph.frontend.figures.heatmaps import flatten_grid
-from headgraph.frontend.state import parse_query, to_query, view_params
+from headgraph.frontend.state import parse_query, to_query
+from headgraph.frontend.readiness import view_params
 from headgraph.frontend.transitions import next_state
 from headgraph.frontend.vocab import Vocabulary
 

@@ -18,7 +18,8 @@ from headgraph.frontend.callbacks.graph import evidence_chips, graph_view
 from headgraph.frontend.callbacks.panels import render_head_panel
 from headgraph.frontend.callbacks.reference import reference_view
 from headgraph.frontend.callbacks.tokens import TOKENS_SHOWN, tokens_view
-from headgraph.frontend.state import parse_query, view_params
+from headgraph.frontend.state import parse_query
+from headgraph.frontend.readiness import view_params
 from headgraph.frontend.vocab import Vocabulary
 from headgraph.core.vocabulary import vocabulary
 

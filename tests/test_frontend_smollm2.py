@@ -4,7 +4,7 @@
 The cold test comes first: it opens the PK heatmap on the cold model and checks it is drawn
 while the page's job still runs, before the reference view's stages (reference, nulls) are
 cached. The graph tests open the graph ranked top-k on raw PK without an overlay (it needs
-only the PK and CS stages, ``state.needed_stages``) and click a KV edge and a KV diamond. The
+only the PK and CS stages, ``readiness.needed_stages``) and click a KV edge and a KV diamond. The
 side panels wait for the whole job (``needed_stages`` is None for them): a click while it
 runs opens the panel's waiting state, titled with the selection, which then fills in by itself
 when the job ends; the finished title (``#pair-panel-title`` data-pair / data-pairing / data-pk,

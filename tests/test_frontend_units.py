@@ -27,8 +27,9 @@ from headgraph.frontend.callbacks.navigation import WRITER_INPUTS, next_query, r
 from headgraph.frontend.callbacks.panels import render_head_panel, render_pair_panel
 from headgraph.frontend.callbacks.scatter import render_scatter
 from headgraph.frontend.callbacks.graph import render_graph, slider_range, summary
-from headgraph.frontend.state import (THRESHOLD_DIGITS, ViewState, default_state, format_threshold, parse_query,
-                                      quantize_threshold, to_query, view_params)
+from headgraph.frontend.state import (THRESHOLD_DIGITS, ViewState, default_state, format_threshold,
+                                      parse_query, quantize_threshold, to_query)
+from headgraph.frontend.readiness import view_params
 from headgraph.frontend.transitions import apply_click, apply_control, next_state
 from headgraph.frontend.vocab import Vocabulary, VocabularyCache
 
@@ -346,7 +347,8 @@ def test_views_fill_as_their_own_results_are_cached():
     partial record each view renders once what it reads is cached; panels wait for the end."""
     from functools import partial as bind
 
-    from headgraph.frontend.state import ViewState, needed_stages, view_params
+    from headgraph.frontend.state import ViewState
+    from headgraph.frontend.readiness import needed_stages, view_params
 
     VS = bind(ViewState, model="demo", pairings=("OQ", "OK", "OV"), k=20)
 

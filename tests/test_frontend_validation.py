@@ -18,7 +18,8 @@ from headgraph.frontend.callbacks.panels import pair_body
 from headgraph.frontend.callbacks.validation import HIDE, SHOW, run_validation, validation_view
 from headgraph.frontend.figures.validation import (comparison, validation_figure, validation_scatter_figure,
                                                    validation_words)
-from headgraph.frontend.state import default_state, parse_query, view_params
+from headgraph.frontend.state import default_state, parse_query
+from headgraph.frontend.readiness import view_params
 from headgraph.frontend.vocab import Vocabulary
 
 VOCAB = Vocabulary.from_json(vocabulary())

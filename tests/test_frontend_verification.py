@@ -18,7 +18,8 @@ from headgraph.frontend.callbacks.navigation import render_controls
 from headgraph.frontend.callbacks.verify import render_pair_ablation
 from headgraph.frontend.graph_filters import (filter_layers, find_matches, keep_verified, verdict_counts,
                                               verdict_map, verify_k)
-from headgraph.frontend.state import default_state, parse_query, to_query, view_params
+from headgraph.frontend.state import default_state, parse_query, to_query
+from headgraph.frontend.readiness import view_params
 from headgraph.frontend.transitions import next_state
 from headgraph.frontend.vocab import Vocabulary
 

@@ -16,7 +16,7 @@ from dash import dcc, html
 
 from headgraph.frontend.layout_compare import compare_view, timeline_view
 from headgraph.frontend.controls import control_groups, model_dropdown, tab_links
-from headgraph.frontend.state import ROUTED_PARTS, ROUTED_VIEWS
+from headgraph.frontend.readiness import ROUTED_PARTS, ROUTED_VIEWS
 
 GRAPH_CONFIG = {"displaylogo": False, "toImageButtonOptions": {"format": "png", "scale": 2},
                 "modeBarButtonsToRemove": ["select2d", "lasso2d"]}

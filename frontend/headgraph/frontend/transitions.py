@@ -10,9 +10,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from headgraph.frontend.state import (DEFAULT_SERIES, DIRECTIONS, GRAINS, LAYOUTS, RANK_ON, RULES, THRESHOLD_ON, VERIFICATION_MODES,
-                                      VIEWS, ViewState, clean_threshold, default_overlay, focus_head, parse_find,
-                                      parse_layers)
+from headgraph.frontend.state import (DEFAULT_SERIES, DIRECTIONS, GRAINS, LAYOUTS, RANK_ON, RULES,
+                                      THRESHOLD_ON, VERIFICATION_MODES, VIEWS, ViewState, clean_threshold,
+                                      default_overlay, parse_find, parse_layers)
+from headgraph.frontend.readiness import focus_head
 from headgraph.frontend.vocab import Vocabulary
 
 _LAYER_RE = re.compile(r"^L\d+$")

@@ -21,7 +21,8 @@ from headgraph.frontend.callbacks.router import view_callback
 from headgraph.frontend.figures import empty_figure
 from headgraph.frontend.figures.compare import checkpoint_heatmap, compare_graph, compare_heatmaps, timeline_figure
 from headgraph.frontend.layout_compare import step_slider
-from headgraph.frontend.state import TIMELINE_K_MAX, view_params
+from headgraph.frontend.state import TIMELINE_K_MAX
+from headgraph.frontend.readiness import view_params
 
 PICK_B = "pick model B (a model with the same layers and heads as A, e.g. a checkpoint: demo@step-417)"
 

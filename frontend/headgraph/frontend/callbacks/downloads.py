@@ -19,7 +19,7 @@ from headgraph.frontend.callbacks.graph import load_graph
 from headgraph.frontend.callbacks.heatmap import metric_grid
 from headgraph.frontend.callbacks.registry import callback
 from headgraph.frontend.layout import DOWNLOADABLE
-from headgraph.frontend.state import view_params
+from headgraph.frontend.readiness import view_params
 
 CsvMaker = Callable[[ApiClient, dict[str, Any]], tuple[str, str]]
 # Which view's parameters describe each figure's data.

@@ -20,8 +20,8 @@ from headgraph.frontend.graph_filters import (NOT_MEASURED, VERDICTS, EdgeKey, e
                                               find_matches, in_layers, keep_verified, verdict_counts, verdict_map,
                                               verify_k)
 from headgraph.frontend.graph_layout import grid_positions, positions
-from headgraph.frontend.state import (FDR_DEFAULT_Q, format_layers, format_threshold, graph_on, quantize_threshold,
-                                      view_params)
+from headgraph.frontend.state import FDR_DEFAULT_Q, format_layers, format_threshold, graph_on, quantize_threshold
+from headgraph.frontend.readiness import view_params
 
 DEFAULT_FRACTION = 0.8  # threshold mode without a threshold: this far from the scale's min to its max
 API_METRIC = {"pk": "raw", "normalized": "normalized", "z": "z"}  # threshold_on -> GET /api/pk metric

@@ -11,7 +11,7 @@ from headgraph.frontend.callbacks.common import WAITING, api, error_note, overla
 from headgraph.frontend.callbacks.router import view_callback
 from headgraph.frontend.figures import empty_figure, head_grid_figure, score_heatmap
 from headgraph.frontend.figures.heatmaps import block_grid, grid_labels, layer_overview
-from headgraph.frontend.state import view_params
+from headgraph.frontend.readiness import view_params
 
 
 def metric_grid(client: ApiClient, model: str, pairing: str, metric: str) -> dict[str, Any]:

@@ -171,7 +171,7 @@ def _poll(client: ApiClient, job: dict | None, keep: list[Any],
         out = _set(out, poll=True, info=describe(info.get("info")) + " · cached ✓",
                    ready={"model": job["model"], "token": rec["id"]}, message="")
     elif state == "running" and rec.get("computed") and rec.get("plan"):
-        # Partly done: views whose own results exist render now (state.is_ready); the
+        # Partly done: views whose own results exist render now (readiness.is_ready); the
         # record changes only when another stage is cached, so views re-render only then.
         token = f"{rec['id']}:{len(rec['computed'])}"
         if (ready or {}).get("token") != token:

@@ -27,8 +27,8 @@ from dash import Dash, Input, Output, State, no_update
 
 from headgraph.frontend.callbacks.registry import callback
 from headgraph.frontend.context import rendered_views, vocab
-from headgraph.frontend.state import (DEFAULT_MODEL, ROUTED_VIEWS, TAB_OF, VIEW_PARAMS, VIEWS, ViewState, parse_query,
-                                      view_params)
+from headgraph.frontend.state import DEFAULT_MODEL, VIEWS, ViewState, parse_query
+from headgraph.frontend.readiness import ROUTED_VIEWS, TAB_OF, VIEW_PARAMS, view_params
 
 ROUTED = ROUTED_VIEWS  # graph, heatmap, head-grid, ..., head-panel, pair-panel
 # The URL fields each view renders from (the head grid also follows the selected head / pair).

@@ -25,7 +25,7 @@ from headgraph.frontend.callbacks.router import view_callback
 from headgraph.frontend.figures import empty_figure
 from headgraph.frontend.figures.validation import validation_figure, validation_scatter_figure, validation_words
 from headgraph.frontend.graph_filters import ABLATION_PAIRINGS
-from headgraph.frontend.state import view_params
+from headgraph.frontend.readiness import view_params
 
 SHOW = {"display": "flex"}
 HIDE = {"display": "none"}

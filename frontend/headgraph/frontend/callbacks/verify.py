@@ -22,7 +22,8 @@ from headgraph.frontend.callbacks.graph import load_graph
 from headgraph.frontend.callbacks.registry import callback
 from headgraph.frontend.figures.common import fmt_value
 from headgraph.frontend.graph_filters import ABLATION_PAIRINGS, NOT_MEASURED, verify_k
-from headgraph.frontend.state import ViewState, view_params
+from headgraph.frontend.state import ViewState
+from headgraph.frontend.readiness import view_params
 
 SHOW = {"display": "inline-block"}
 HIDE = {"display": "none"}
