@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
+from playwright.sync_api import Error as PlaywrightError
 
 from headgraph.core.series import demo_series
 from headgraph.core.vocabulary import vocabulary
@@ -139,16 +140,18 @@ def test_browser_compare_and_timeline_views_and_copied_links(server: Server, bro
         assert [t["y"] for t in tl["data"]] == [e["pk"] for e in api_tl["edges"]]
         grid = wait_figure(page, "timeline-grid", lambda f: f and f"step {LAST.step}" in f["layout"]["title"]["text"])
         # the slider moves the shown checkpoint: a click at the start of its track (again if a
-        # re-render of the page swallowed it)
+        # re-render of the page swallowed it, or replaced the slider, which the timeline
+        # returns anew with each render, under the pointer)
         for attempt in range(3):
             controls_settled(page)
-            page.locator("#step-slider").scroll_into_view_if_needed()
-            track = page.locator("#step-slider .dash-slider-track").bounding_box()
-            page.mouse.click(track["x"] + 2, track["y"] + track["height"] / 2)
             try:
+                page.locator("#step-slider").scroll_into_view_if_needed(timeout=10_000)
+                track = page.locator("#step-slider .dash-slider-track").bounding_box(timeout=10_000)
+                assert track is not None
+                page.mouse.click(track["x"] + 2, track["y"] + track["height"] / 2)
                 wait_until(lambda: query_of(page.url).get("checkpoint") == "0", 10, message="slider", page=page)
                 break
-            except AssertionError:
+            except (AssertionError, PlaywrightError):
                 if attempt == 2:
                     raise
         grid2 = wait_figure(page, "timeline-grid",
