@@ -23,7 +23,7 @@ from frontend_support import READY, api, computed, find, http, in_app  # noqa: F
 from headgraph.frontend.api_client import ApiClient
 from headgraph.frontend.callbacks.heatmap import render_heatmap
 from headgraph.frontend.callbacks.model import is_complete, model_status
-from headgraph.frontend.callbacks.navigation import WRITER_INPUTS, next_query, render_controls, show_views, write_url
+from headgraph.frontend.callbacks.navigation import WRITER_INPUTS, next_query, render_controls, show_page, write_url
 from headgraph.frontend.callbacks.panels import render_head_panel, render_pair_panel
 from headgraph.frontend.callbacks.scatter import render_scatter
 from headgraph.frontend.callbacks.graph import render_graph, slider_range, summary
@@ -185,8 +185,11 @@ def test_controls_are_built_from_the_url(in_app: None) -> None:
     assert "tab-selected" in heat.className
     graph_tab = next(t for t in tabs if t.id == "tab-graph")
     assert parse_query(graph_tab.href, VOCAB) == parse_query("?view=graph&pairing=OV&metric=z", VOCAB)
-    styles = show_views("?view=scatter&head=L0H1")
+    styles = show_page("?view=scatter&head=L0H1", "http://host:1/?old")
     assert styles[2] == {"display": "block"} and styles[0] == {"display": "none"}
+    assert styles[-2] == {"display": "none"} and styles[-1] == "http://host:1/?view=scatter&head=L0H1"
+    graph = show_page("?view=graph&verification=colour", "http://host:1/")
+    assert graph[-2] == {"display": "flex"}
 
 
 def test_cache_completeness_reads_the_api_names(computed: list[str]) -> None:

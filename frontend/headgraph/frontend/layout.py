@@ -93,7 +93,7 @@ def controls() -> html.Div:
 def view_style(view: str, shown: str | None) -> dict[str, str]:
     """A view container's style at mount: only the link's own view is displayed (the others'
     figures then wait unplotted, assets/deferred-plots.js); the URL's callback
-    (navigation.show_views) owns it afterwards. ``shown`` None: none yet."""
+    (navigation.show_page) owns it afterwards. ``shown`` None: none yet."""
     return {"display": "block" if view == shown else "none"}
 
 

@@ -6,7 +6,9 @@
   tabs are plain ``dcc.Link``s, so no pattern-matching input ever feeds it.
 * ``render_controls`` builds the model dropdown, the view tabs and every control from the URL
   (the Pages-router idea): URL in, widgets out; never the other way round.
-* ``show_views`` sets what is visible; ``share_link`` fills the copy-link box.
+* ``show_page`` sets what is visible (views, panels, the graph's verify box) and fills the
+  copy-link box: one callback, since every callback a page load runs costs the browser a round
+  of store updates across the whole component tree.
 """
 
 from __future__ import annotations
@@ -114,17 +116,22 @@ def visibility(state: ViewState) -> list[Any]:
                {"display": "flex"} if "overlay" in VIEW_CONTROLS[state.view] else HIDE])
 
 
-@callback([Output(f"view-{v}", "style") for v in VIEWS]
-          + [Output("head-panel", "style"), Output("pair-panel", "style"), Output("side", "className"),
-             Output("ctl-upload", "style")],
-          Input("url", "search"))
-def show_views(search: str | None) -> list[Any]:
-    """Which view and panels the URL shows."""
-    return visibility(state_of(search))
-
-
-@callback(Output("share-url", "value"), Input("url", "search"), State("url", "href"))
 def share_link(search: str | None, href: str | None) -> str:
     """The full link of the current view (copied by the copy-link button)."""
     base = (href or "").split("?")[0].split("#")[0]
     return base + (search or to_query(default_state(vocab())))
+
+
+def verify_box_style(state: ViewState) -> dict[str, str]:
+    """The graph's "verify the top edges" box shows while the verification control is on."""
+    return {"display": "flex"} if state.view == "graph" and state.verification != "off" else HIDE
+
+
+@callback([Output(f"view-{v}", "style") for v in VIEWS]
+          + [Output("head-panel", "style"), Output("pair-panel", "style"), Output("side", "className"),
+             Output("ctl-upload", "style"), Output("verify-top-box", "style"), Output("share-url", "value")],
+          Input("url", "search"), State("url", "href"))
+def show_page(search: str | None, href: str | None) -> list[Any]:
+    """What the URL shows (visibility(), then the verify box) and its full link."""
+    state = state_of(search)
+    return [*visibility(state), verify_box_style(state), share_link(search, href)]

@@ -100,13 +100,6 @@ def verify_edge(n_clicks: int | None, search: str | None) -> tuple:
     return {"model": state.model, "at": time.time()}, ""
 
 
-@callback(Output("verify-top-box", "style"), Input("url", "search"))
-def show_verify_top(search: str | None) -> dict[str, str]:
-    """The graph's verify button shows while the verification control is on."""
-    state = state_of(search)
-    return {"display": "flex"} if state.view == "graph" and state.verification != "off" else HIDE
-
-
 def graph_edge_counts(state: ViewState) -> dict[str, int]:
     """Edges per pairing of the state's graph in threshold mode (a warm API read; {} in top-k
     mode, where k says it, or when the graph cannot be read)."""
