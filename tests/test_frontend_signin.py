@@ -59,6 +59,16 @@ def test_sign_in_with_the_users_own_token_then_compute(server: Server, page: Pag
     assert cookie["sameSite"] == "Strict" and cookie["value"] == TOKEN
     assert page.locator("#token-input").input_value() == ""  # not left in the page
     assert TOKEN not in page.content()
+    # The page's layout itself says so for this browser's cookie (no callback of a page load
+    # fetches the status), and a reload keeps it.
+    def layout_status(cookies: dict[str, str]) -> str:
+        tree = httpx.get(server.url + "/_dash-layout", cookies=cookies, timeout=60).text
+        return next(s for s in ("signed in", "not accepted", "read-only", "open server") if s in tree)
+    assert layout_status({"headgraph_token": TOKEN}) == "signed in"
+    assert layout_status({"headgraph_token": "not-the-lab-token-at-all"}) == "not accepted"
+    assert layout_status({}) == "read-only"
+    page.reload()
+    wait_until(lambda: "signed in" in status(page), 30, message="signed in after a reload", page=page)
 
     page.click("#compute-btn")
     fig = wait_figure(page, "heatmap", lambda f: f["data"][0]["type"] == "heatmap", timeout=180)

@@ -45,7 +45,7 @@ def figure_block(fig_id: str, *, height: str = "auto") -> html.Div:
     ], className="figure-block")
 
 
-def model_bar() -> html.Div:
+def model_bar(auth: tuple[str, str] | None = None) -> html.Div:
     return html.Div([
         html.Div([html.Span("headgraph", className="brand"),
                   html.Span("attention heads read from weights", className="tagline")],
@@ -63,20 +63,22 @@ def model_bar() -> html.Div:
             dcc.Clipboard(id="copy-link", target_id="share-url", title="copy link to this view",
                           className="copy-link"),
         ], className="share-box"),
-        sign_in_box(),
+        sign_in_box(auth),
         html.Div(id="model-message", className="model-message"),
     ], className="model-bar")
 
 
-def sign_in_box() -> html.Div:
-    """The user's own API token, kept in their browser (callbacks/auth.py)."""
+def sign_in_box(auth: tuple[str, str] | None = None) -> html.Div:
+    """The user's own API token, kept in their browser (callbacks/auth.py); ``auth``: the
+    status text and box class the page opens with (callbacks/auth.py ``auth_view``)."""
+    text, box = auth or ("", "signin-box")
     return html.Div([
         dcc.Input(id="token-input", type="password", placeholder="API token", value="",
                   autoComplete="current-password", className="token-input", n_submit=0),
         html.Button("Sign in", id="signin-btn", className="btn", n_clicks=0),
         html.Button("Sign out", id="signout-btn", className="btn", n_clicks=0),
-        html.Span(id="signin-status", className="signin-status"),
-    ], id="signin-box", className="signin-box")
+        html.Span(text, id="signin-status", className="signin-status"),
+    ], id="signin-box", className=box)
 
 
 def controls() -> html.Div:
@@ -182,13 +184,15 @@ def side_panels() -> html.Div:
     ], id="side", className="side")
 
 
-def build_layout(labels: Any = None, ready: Any = None, view: str | None = None) -> html.Div:
+def build_layout(labels: Any = None, ready: Any = None, view: str | None = None,
+                 auth: tuple[str, str] | None = None) -> html.Div:
     """The whole page; state comes from the URL, so the initial values are only defaults.
 
     ``labels`` (the API's label sets) and ``ready`` (the ready record of the model the page's
     link names, when it is fully cached) come with the layout when the app knows them
     (callbacks/model.py ``page_data``), so a warm view need not wait for a first callback;
-    ``view``, the view that link opens, is the one displayed at mount.
+    ``view``, the view that link opens, is the one displayed at mount; ``auth``, the sign-in
+    status of this browser.
     """
     return html.Div([
         dcc.Location(id="url", refresh=False),
@@ -203,7 +207,7 @@ def build_layout(labels: Any = None, ready: Any = None, view: str | None = None)
         dcc.Store(id="ablation-token"),  # changes when the page measured edges (callbacks/verify.py)
         dcc.Interval(id="job-poll", interval=700, disabled=True),
         *[dcc.Store(id=f"in-{v}-{part}") for v in ROUTED_VIEWS for part in ROUTED_PARTS],  # callbacks/router.py
-        model_bar(),
+        model_bar(auth),
         html.Nav(tab_links(None), id="view-tabs", className="tabs"),
         controls(),
         html.Div([views(view), side_panels()], className="main"),

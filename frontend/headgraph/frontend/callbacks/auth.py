@@ -48,10 +48,9 @@ def register_clientside(app: Dash) -> None:
         prevent_initial_call=True)
 
 
-@callback(Output("signin-status", "children"), Output("signin-box", "className"),
-          Input("auth-store", "data"))
-def auth_status(_stamp: Any) -> tuple[str, str]:
-    """What this browser may do: open server, signed in, token refused, or read-only."""
+def auth_view() -> tuple[str, str]:
+    """What this browser may do, as (status text, sign-in box class): open server, signed in,
+    token refused, or read-only (``GET /api/auth`` for the current request's credential)."""
     try:
         answer = api().auth()
     except ApiError as err:
@@ -63,3 +62,11 @@ def auth_status(_stamp: Any) -> tuple[str, str]:
     if flask.request.cookies.get(TOKEN_COOKIE):
         return "token not accepted: sign in again", "signin-box refused"
     return "read-only: sign in with the lab's API token to compute or upload", "signin-box"
+
+
+@callback(Output("signin-status", "children"), Output("signin-box", "className"),
+          Input("auth-store", "data"), prevent_initial_call=True)
+def auth_status(_stamp: Any) -> tuple[str, str]:
+    """The status again after a sign-in or sign-out (the page's layout brings the first one,
+    callbacks/model.py ``page_data``)."""
+    return auth_view()

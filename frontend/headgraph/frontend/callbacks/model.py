@@ -12,6 +12,7 @@ from urllib.parse import parse_qs, urlparse
 from dash import Input, Output, State, ctx, no_update
 
 from headgraph.frontend.api_client import ApiClient, ApiError
+from headgraph.frontend.callbacks.auth import auth_view
 from headgraph.frontend.callbacks.common import UNAVAILABLE, api, state_of
 from headgraph.frontend.callbacks.common import vocab as client_vocab
 from headgraph.frontend.callbacks.registry import callback
@@ -23,7 +24,8 @@ HIDDEN = {"display": "none"}
 def page_data() -> dict[str, Any]:
     """What the page's layout brings along (layout.build_layout): the API's label sets and, when
     the model the page's link names (the layout request's Referer) is fully cached, its ready
-    record, as the model bar would write it, and the view that link opens (displayed at mount).
+    record, as the model bar would write it, the view that link opens (displayed at mount) and
+    this browser's sign-in status (so no callback of the page load has to fetch it).
     Read for this browser's own credential; without the API's answer, only the view (the
     callbacks then fill the rest)."""
     import flask
@@ -35,6 +37,7 @@ def page_data() -> dict[str, Any]:
     link = state_of("?" + referrer.query) if referrer.netloc == flask.request.host else None  # this page's own
     if link is not None:
         out["view"] = link.view
+    out["auth"] = auth_view()
     client = api()
     try:
         out["labels"] = client.labels()
