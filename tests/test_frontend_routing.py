@@ -292,3 +292,29 @@ def test_hidden_figures_wait_unplotted_until_shown_then_answer_clicks(server: Se
     title = page.locator("#pair-panel-title")
     click_point(page, "heatmap", 11, 0, expect=title)  # source row 0, target column 11
     assert title.get_attribute("data-pair") == f"{grid['source_labels'][0]},{grid['target_labels'][11]}"
+
+
+def test_a_figure_out_of_sight_draws_after_the_one_in_sight(server: Server, browser: Any) -> None:
+    """In a short window the tokens view's pattern grid lies below the token grid: it waits
+    (assets/deferred-plots.js) until the token grid is drawn and the page is idle, then draws,
+    unscrolled, the same figure a tall window draws at once."""
+    link = server.url + "/?model=demo&view=tokens&overlay="
+    short = browser.new_context(viewport={"width": 1500, "height": 350})
+    tall = browser.new_context(viewport={"width": 1500, "height": 1400})
+    try:
+        page = short.new_page()
+        page.goto(link)
+        late = wait_figure(page, "patterns", lambda f: f["data"] and f["data"][0].get("z"))
+        top = page.evaluate("document.getElementById('patterns').getBoundingClientRect().top")
+        assert top > 350 + 150, top  # out of sight (the margin assets/deferred-plots.js allows)
+        log = [e for e in page.evaluate("window.__headgraphPlots") if e[0] in ("token-grid", "patterns")]
+        waited = log.index(["patterns", "waiting: out of sight"])
+        assert ["token-grid", "drawn"] in log[:waited] and ["patterns", "drawn"] in log[waited:], log
+        other = tall.new_page()
+        other.goto(link)
+        at_once = wait_figure(other, "patterns", lambda f: f["data"] and f["data"][0].get("z"))
+        assert late["data"] == at_once["data"]
+        assert ["patterns", "waiting: out of sight"] not in other.evaluate("window.__headgraphPlots")
+    finally:
+        short.close()
+        tall.close()

@@ -1,48 +1,109 @@
-/* headgraph: no plotting into hidden figures until they are shown.
+/* headgraph: no plotting into hidden figures until they are shown, nor into figures below the
+ * fold before the browser is idle.
  *
  * dcc.Graph draws its figure when it mounts, visible or not: on a page load the ten figures of
  * the hidden views and panels each cost Plotly a full draw and a resize (~20 ms each, ~0.2 s
  * of the browser's single main thread before the visible view's own figure can draw). Here a
  * figure that was never drawn and whose element is not rendered (display: none here or above it: no client rects)
  * is only remembered; it is drawn with its latest figure when its element is shown (a
- * ResizeObserver sees it get a size). The event handlers dcc.Graph binds in the meantime are
- * kept and bound to the real plot once it exists. Figures already drawn, or drawn while
- * visible, go straight to Plotly as before.
+ * ResizeObserver sees it get a size). A figure that is rendered but lies wholly below (or
+ * above) the window, such as the tokens view's pattern grid under a tall token grid, waits the
+ * same way until it nears the window (an IntersectionObserver) or the page is idle
+ * (requestIdleCallback), so the figure in sight draws first. The event handlers dcc.Graph binds
+ * in the meantime are kept and bound to the real plot once it exists. A figure already drawn
+ * (its placeholder, while the page was still short) that gets new data out of sight keeps its
+ * old drawing until then. Everything else goes straight to Plotly as before.
+ *
+ * window.__headgraphPlots keeps the last 100 decisions ([figure id, "drawn" | "waiting: hidden"
+ * | "waiting: out of sight"]) for tests and for anyone debugging a page in the console.
  */
 (function () {
   "use strict";
   const PENDING = "__headgraphPending";
+  const MARGIN = 150; // px around the window that count as "in sight"
+
+  const LOG = (window.__headgraphPlots = window.__headgraphPlots || []);
+
+  function note(gd, what) {
+    const box = gd && gd.closest ? gd.closest(".dash-graph") : null;
+    LOG.push([box ? box.id : "?", what]);
+    if (LOG.length > 100) LOG.shift();
+  }
 
   function hidden(gd) {
     return !!gd && !gd._fullLayout && gd.getClientRects().length === 0;
   }
 
-  function defer(real, gd, args) {
-    let pending = gd[PENDING];
-    if (!pending) {
-      pending = gd[PENDING] = { args: null, handlers: [], observer: null };
-      // dcc.Graph binds its click / hover / relayout handlers right after the (deferred) plot.
-      gd.on = function (event, fn) { pending.handlers.push([event, fn]); return gd; };
-      gd.removeAllListeners = function () { pending.handlers = []; };
-      pending.observer = new ResizeObserver(function () {
+  function outOfSight(gd) {
+    if (!gd || !gd.getClientRects().length) return false;
+    const r = gd.getBoundingClientRect();
+    return r.top > window.innerHeight + MARGIN || r.bottom < -MARGIN;
+  }
+
+  function watch(gd, pending, offscreen) {
+    if (offscreen) {
+      // In sight or idle: draw, unless the element was hidden meanwhile (then wait to be shown).
+      const later = function () {
+        if (gd[PENDING] !== pending) return;
+        if (gd.getClientRects().length) { flush(gd); return; }
+        pending.stop();
+        watch(gd, pending, false);
+      };
+      const io = new IntersectionObserver(function (entries) {
+        if (entries.some(function (e) { return e.isIntersecting; })) later();
+      }, { rootMargin: MARGIN + "px" });
+      io.observe(gd);
+      const idle = window.requestIdleCallback
+        ? window.requestIdleCallback(later, { timeout: 2000 })
+        : window.setTimeout(later, 300);
+      pending.stop = function () {
+        io.disconnect();
+        if (window.cancelIdleCallback) window.cancelIdleCallback(idle); else window.clearTimeout(idle);
+      };
+    } else {
+      const ro = new ResizeObserver(function () {
         if (gd.getClientRects().length) flush(gd);
       });
-      pending.observer.observe(gd);
+      ro.observe(gd);
+      pending.stop = function () { ro.disconnect(); };
+    }
+  }
+
+  function defer(real, gd, args, offscreen) {
+    let pending = gd[PENDING];
+    if (!pending) {
+      // A never-drawn figure: dcc.Graph binds its click / hover / relayout handlers right after
+      // the (deferred) plot; they are kept for the real one. A drawn one has Plotly's own.
+      pending = gd[PENDING] = { args: null, handlers: [], stop: null, fresh: !gd._fullLayout };
+      if (pending.fresh) {
+        gd.on = function (event, fn) { pending.handlers.push([event, fn]); return gd; };
+        gd.removeAllListeners = function () { pending.handlers = []; };
+      }
+      watch(gd, pending, offscreen);
+      note(gd, offscreen ? "waiting: out of sight" : "waiting: hidden");
     }
     pending.args = args;
     pending.real = real;
     return Promise.resolve(gd);
   }
 
-  function flush(gd) {
+  function release(gd) {
     const pending = gd[PENDING];
-    if (!pending) return Promise.resolve(gd);
-    pending.observer.disconnect();
+    pending.stop();
     delete gd[PENDING];
-    delete gd.on;
-    delete gd.removeAllListeners;
+    if (pending.fresh) {
+      delete gd.on;
+      delete gd.removeAllListeners;
+    }
+    return pending;
+  }
+
+  function flush(gd) {
+    if (!gd[PENDING]) return Promise.resolve(gd);
+    const pending = release(gd);
+    note(gd, "drawn");
     return Promise.resolve(pending.real.apply(window.Plotly, [gd].concat(pending.args))).then(function () {
-      for (const [event, fn] of pending.handlers) gd.on(event, fn);
+      if (pending.fresh) for (const [event, fn] of pending.handlers) gd.on(event, fn);
       return gd;
     });
   }
@@ -56,12 +117,15 @@
       Plotly[name] = function (gd) {
         const args = Array.prototype.slice.call(arguments, 1);
         if (gd && gd[PENDING]) {
-          if (hidden(gd)) return defer(real, gd, args);
+          // Still waiting (hidden, or out of sight): keep the latest figure for later.
+          if (hidden(gd) || outOfSight(gd)) return defer(real, gd, args);
           gd[PENDING].args = args;
           gd[PENDING].real = real;
           return flush(gd);
         }
-        if (hidden(gd)) return defer(real, gd, args);
+        if (hidden(gd)) return defer(real, gd, args, false);
+        if (outOfSight(gd)) return defer(real, gd, args, true);
+        note(gd, "drawn");
         return real.apply(this, arguments);
       };
     }
@@ -74,12 +138,7 @@
     const purge = Plotly.purge;
     if (typeof purge === "function") {
       Plotly.purge = function (gd) {
-        if (gd && gd[PENDING]) {
-          gd[PENDING].observer.disconnect();
-          delete gd[PENDING];
-          delete gd.on;
-          delete gd.removeAllListeners;
-        }
+        if (gd && gd[PENDING]) release(gd);
         return purge.apply(this, arguments);
       };
     }
