@@ -19,8 +19,13 @@ Prints a Markdown table (milliseconds; target for warm views: < 1000 ms on SmolL
 bytes each warm view's callbacks moved; ``--out FILE`` also writes it into FILE (replacing an
 earlier "## Dashboard" section there).
 
+``--against DIR`` (a checkout of another version, e.g. ``git worktree add /tmp/old REV``) also
+serves that version (its core/, server/ and frontend/ first on PYTHONPATH, the same cache) beside
+this one and loads each warm view from the two in turn, ``--repeats`` pairs: on a shared machine
+whose speed drifts from minute to minute, the paired differences compare versions fairly.
+
     .venv/bin/python benchmarks/bench_browser.py [--models demo,smollm2] [--repeats 3]
-                                                 [--no-cold] [--out benchmarks/RESULTS.md]
+                                                 [--no-cold] [--against DIR] [--out benchmarks/RESULTS.md]
 """
 
 from __future__ import annotations
@@ -158,6 +163,17 @@ def switches(page: Any, url: str, model: str, repeats: int) -> dict[str, list[fl
     return out
 
 
+def paired(page: Any, this: str, other: str, link: str, view: str, repeats: int,
+           traffic: Traffic) -> tuple[list[float], list[float]]:
+    """Load ``link`` from the two servers in turn (alternating which goes first): their times."""
+    mine: list[float] = []
+    theirs: list[float] = []
+    for r in range(repeats):
+        for url in ((this, other) if r % 2 == 0 else (other, this)):
+            (mine if url == this else theirs).append(measure(page, url, link, view, 1, traffic)[0][0])
+    return mine, theirs
+
+
 def pick_head_and_pair(url: str, model: str) -> tuple[str, tuple[str, str]]:
     with httpx.Client(base_url=url, timeout=120) as http:
         top = http.get("/api/top", params={"model": model, "pairing": "OK", "k": 1}).json()
@@ -172,7 +188,14 @@ def run(args: argparse.Namespace) -> str:
     models = [m for m in args.models.split(",") if m]
     server = ServerProcess(cache, env={"HEADGRAPH_MODELS": ",".join(models), "HF_HUB_OFFLINE": "1",
                                        "TRANSFORMERS_OFFLINE": "1", "BROWSER_PATH": CHROMIUM}).start()
+    other = None
+    if args.against:
+        root = Path(args.against).resolve()
+        path = os.pathsep.join(str(root / part) for part in ("core", "server", "frontend"))
+        other = ServerProcess(cache, env={"HEADGRAPH_MODELS": ",".join(models), "HF_HUB_OFFLINE": "1",
+                                          "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": path}).start()
     rows: list[tuple[str, str, str, str, str]] = []
+    pairs: list[tuple[str, str, str, str, str, str]] = []
     try:
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
@@ -194,18 +217,33 @@ def run(args: argparse.Namespace) -> str:
                     times, moved = measure(page, server.url, link, view, args.repeats, traffic)
                     rows.append((model, f"warm: {view}", f"{statistics.median(times):.0f}", f"{max(times):.0f}",
                                  f"{moved / 1024:.0f}"))
+                if other is not None:
+                    measure(page, other.url, links(model, head, pair)["graph"], "graph", 1, traffic)
+                    for view, link in links(model, head, pair).items():
+                        print(f"{model}: paired {view} ...", file=sys.stderr, flush=True)
+                        mine, theirs = paired(page, server.url, other.url, link, view, args.repeats, traffic)
+                        diffs = [m - t for m, t in zip(mine, theirs)]
+                        pairs.append((model, view, f"{statistics.median(theirs):.0f}", f"{statistics.median(mine):.0f}",
+                                      f"{statistics.median(diffs):+.0f}", f"{sum(d < 0 for d in diffs)}/{len(diffs)}"))
                 for label, times in switches(page, server.url, model, args.repeats).items():
                     rows.append((model, label, f"{statistics.median(times):.0f}", f"{max(times):.0f}", ""))
             ctx.close()
             browser.close()
     finally:
         server.stop()
+        if other is not None:
+            other.stop()
     lines = [SECTION, "",
              f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, headless chromium; "
              f"median / max of {args.repeats} (ms); KiB = callback response bytes of one load. "
              f"Target: warm views < {WARM_TARGET_MS:.0f} ms on SmolLM2.", "",
              "| model | measure | median ms | max ms | KiB |", "|---|---|---|---|---|"]
     lines += [f"| {' | '.join(r)} |" for r in rows]
+    if pairs:
+        lines += ["", f"Warm views loaded in turn from {args.against} and from this version ({args.repeats} pairs; "
+                  "median ms, median of the paired differences, pairs this version won):", "",
+                  "| model | view | other | this | paired | won |", "|---|---|---|---|---|---|"]
+        lines += [f"| {' | '.join(r)} |" for r in pairs]
     return "\n".join(lines) + "\n"
 
 
@@ -228,6 +266,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--cache", default=None, help="cache folder (default: a fresh temporary one)")
     p.add_argument("--no-cold", dest="cold", action="store_false")
     p.add_argument("--cold-timeout", type=float, default=1200.0)
+    p.add_argument("--against", default=None, help="a checkout of another version to load in turn with this one")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     text = run(args)
