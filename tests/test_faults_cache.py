@@ -39,7 +39,8 @@ import numpy as np
 import psutil
 import pytest
 
-from headgraph.server.cacheio import MAGIC, ReadOnlyCache, decode_value
+from headgraph.server.cache_readonly import ReadOnlyCache
+from headgraph.server.cache_values import MAGIC, decode_value
 from headgraph.server.launch import ServerProcess
 from headgraph.server.store import DiskLock, Store, lock_token
 
