@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 from headgraph.server.ablation_computations import (NO_EFFECT, NOT_MEASURED, VERIFIED,
                                                     VERIFY_MIN_EFFECT, edge_verdict)
 from headgraph.server.app import create_app
-from headgraph.server.cli import verify_text
+from headgraph.server.cli_verify import verify_text
 from headgraph.server.settings import Settings
 
 TOKEN = "verdict-lab-token-0123456789"

@@ -182,57 +182,9 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 # -- hubs -----------------------------------------------------------------------------------
 
-HUB_COLUMNS = (("rank", "rank", "{}"), ("node", "name", "{}"), ("in", "in_degree", "{}"),
-               ("out", "out_degree", "{}"), ("total", "degree", "{}"),
-               ("weighted", "weighted_degree", "{:.4f}"), ("pagerank", "pagerank", "{:.4f}"),
-               ("betweenness", "betweenness", "{:.4f}"), ("hub", "is_hub", "{}"))
-
-
-def hub_text(report: dict[str, Any], rows: list[dict[str, Any]]) -> str:
-    """The ranked hub table as aligned text, preceded by the graph and hub rules."""
-    cells = [[fmt.format(("yes" if r[key] else "") if key == "is_hub" else r[key])
-              for _, key, fmt in HUB_COLUMNS] for r in rows]
-    heads = [title for title, _, _ in HUB_COLUMNS]
-    widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(heads)]
-    lines = [f"model: {report['model']}",
-             f"graph: {report['graph_rule']} (head granularity, pairings "
-             f"{','.join(report['pairings'])}; edges "
-             + ", ".join(f"{p} {n}" for p, n in report["edge_counts"].items()) + ")",
-             f"rule: {report['rule']}",
-             f"hubs: {', '.join(report['hubs']) or '-'}",
-             *hub_notes(report, rows),
-             "  ".join(h.rjust(w) if i != 1 else h.ljust(w) for i, (h, w) in enumerate(zip(heads, widths)))]
-    for c in cells:
-        lines.append("  ".join(v.rjust(w) if i != 1 else v.ljust(w)
-                               for i, (v, w) in enumerate(zip(c, widths))))
-    return "\n".join(lines) + "\n"
-
-
-def hub_notes(report: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
-    """Above the table: what each listed node's heads do (core.flags descriptions, "not
-    measured" without pattern scores; "sink" marked) and the degree ties, as ties."""
-    if not rows:
-        return []
-    width = max(len(r["name"]) for r in rows)
-    rule = report.get("describe_rule")
-    lines = ["what the heads do: " + (rule or "not measured (the model has no pattern scores)")]
-    for r in rows:
-        rank = f"{r.get('degree_rank', r['rank'])}{'=' if r.get('tie') else ''}"
-        what = r.get("description") or "not measured"
-        sink = "  [attention sink]" if r.get("sink") else ""
-        lines.append(f"  {r['name']:<{width}}  degree rank {rank:<4} {what}{sink}")
-    ties: dict[int, list[str]] = {}
-    for r in rows:
-        if r.get("tie"):
-            ties.setdefault(int(r["degree"]), []).append(r["name"])
-    if ties:
-        lines.append("ties (equal total degree): " + "; ".join(
-            f"{' = '.join(names)} ({d})" for d, names in ties.items()))
-    return lines
-
-
 def cmd_hubs(args: argparse.Namespace) -> int:
     from headgraph.core.vocabulary import parse_pairings
+    from headgraph.server.cli_hubs import hub_text
 
     services = _services(args)
     ref = _resolve(services, args.model)
@@ -249,40 +201,9 @@ def cmd_hubs(args: argparse.Namespace) -> int:
 
 # -- verify ---------------------------------------------------------------------------------
 
-VERIFY_COLUMNS = (("source", "source", "{}"), ("target", "target", "{}"), ("pk", "pk", "{:.3f}"),
-                  ("cs", "cs", "{:.3f}"), ("effect text", "effect_text", "{:.4f}"),
-                  ("effect random", "effect_random", "{:.4f}"), ("verdict", "verdict", "{}"))
-
-
-def _fmt(value: Any, fmt: str) -> str:
-    return "-" if value is None else fmt.format(value)
-
-
-def verify_text(report: dict[str, Any]) -> str:
-    """The path-ablation table (server.ablation_computations.ablation_view) as aligned text."""
-    cells = [[_fmt(r.get(key), fmt) for _, key, fmt in VERIFY_COLUMNS]
-             for r in report["edges"]]
-    heads = [title for title, _, _ in VERIFY_COLUMNS]
-    widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(heads)]
-    measure = "TVD of the target's attention rows" if report["pairing"] != "OV" else \
-        "relative change of the target's output"
-    rel = "; ".join(f"{name} {_fmt(v.get('reliability'), '{:.3f}')}"
-                    for name, v in report["reliability"].items())
-    lines = [f"model: {report['model']}  pairing: {report['pairing']} ({report['selection']})",
-             f"effect: source output mean-ablated on the target's {report['pairing'][1]} input "
-             f"only ({measure})",
-             "prompts: " + ", ".join(f"{k} {v}" for k, v in report["n_prompts"].items()),
-             f"split-half reliability (Spearman-Brown): {rel}",
-             f"verdict: {report['verdict_rule']['rule']}",
-             "  ".join(h.ljust(w) if i < 2 else h.rjust(w) for i, (h, w) in enumerate(zip(heads, widths)))]
-    for c in cells:
-        lines.append("  ".join(v.ljust(w) if i < 2 else v.rjust(w)
-                               for i, (v, w) in enumerate(zip(c, widths))))
-    return "\n".join(lines) + "\n"
-
-
 def cmd_verify(args: argparse.Namespace) -> int:
     from headgraph.server.ablation_computations import ablation_view
+    from headgraph.server.cli_verify import verify_text
 
     services = _services(args)
     ref = _resolve(services, args.model)
@@ -404,47 +325,13 @@ def build_parser() -> argparse.ArgumentParser:
     cache_opt(e)
     e.set_defaults(func=cmd_export)
 
-    h = sub.add_parser(
-        "hubs", help="ranked hub table of the paper's head graph (PK top-k per pairing); "
-        "`headgraph hubs gpt2` prints L4H7 first on real GPT-2 small",
-        description="Build the paper's head graph (Projection Kernel, forward layer order, head "
-        "granularity, the top-K edges of each pairing) from MODEL's weights and print every "
-        "node ranked by total degree (ties: weighted degree, then name) with in/out/total "
-        "degree, weighted degree, PageRank, betweenness and whether the hub rule calls it a "
-        "hub. Results are cached like the API's (GET /api/graph with the same parameters "
-        "returns the same table). Paper check (Yamagiwa et al. 2026): on real GPT-2 small, "
-        "`headgraph hubs gpt2` should print L4H7 first; it needs the weights on disk (Hugging "
-        "Face cache or a local folder).",
-        epilog="examples: headgraph hubs gpt2 | headgraph hubs ./my-checkpoint --json | "
-               "headgraph hubs demo --pairings OK --top 10")
-    h.add_argument("model", help="registry name (demo, gpt2, ...) or a local checkpoint folder")
-    h.add_argument("--pairings", default=",".join(GRAPH_PAIRINGS), help="comma-separated pairings (paper: OQ,OK,OV)")
-    h.add_argument("--top", type=int, default=DEFAULT_K,
-                   help=f"edges kept per pairing, the K of top-K (paper: 20; 1..{K_MAX})")
-    h.add_argument("--rows", type=int, default=None, help="print only the first N ranked nodes")
-    h.add_argument("--json", action="store_true", help="one JSON object instead of the text table")
-    cache_opt(h)
-    h.set_defaults(func=cmd_hubs)
+    from headgraph.server.cli_hubs import add_hubs_parser
 
-    from headgraph.server.ablation_computations import (ABLATION_PAIRINGS, ABLATION_TOP_MAX,
-                                                        DEFAULT_ABLATION_TOP)
+    add_hubs_parser(sub, cache_opt, cmd_hubs)
 
-    v = sub.add_parser(
-        "verify", help="activation-level check of the top PK edges: path-ablation effects",
-        description="Mean-ablate each edge's source head output on its target's Q, K or V "
-        "input only (LayerNorm/RMSNorm scale frozen) and print the change of the target "
-        "(attention TVD for OQ/OK, relative output change for OV) on the bundled text prompts "
-        "and on repeated random tokens, with split-half reliability. Needs a runnable model "
-        "(the demo, a Hugging Face checkpoint, a GGUF). Cached like GET /api/ablation.")
-    v.add_argument("model", help="registry name (demo, smollm2, ...) or a local checkpoint folder")
-    v.add_argument("--pairing", default="OK", choices=list(ABLATION_PAIRINGS))
-    v.add_argument("--top", type=int, default=DEFAULT_ABLATION_TOP,
-                   help=f"the k highest-PK edges (1..{ABLATION_TOP_MAX})")
-    v.add_argument("--source", help="one edge's source head (with --target), e.g. L0H0")
-    v.add_argument("--target", help="one edge's target head or KV group, e.g. L1H3 or L17KV1")
-    v.add_argument("--json", action="store_true", help="one JSON object instead of the table")
-    cache_opt(v)
-    v.set_defaults(func=cmd_verify)
+    from headgraph.server.cli_verify import add_verify_parser
+
+    add_verify_parser(sub, cache_opt, cmd_verify)
 
     from headgraph.server.cli_datapk import add_datapk_parser
 
