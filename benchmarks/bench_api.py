@@ -42,8 +42,8 @@ from typing import Any
 
 import httpx
 
-from headgraph.core.demo_model import ARCHITECTURE
-from headgraph.server.launch import ServerProcess
+from headgraph.core.models.demo import ARCHITECTURE
+from headgraph.server.http.launch import ServerProcess
 
 Endpoint = tuple[str, str, dict[str, Any]]  # (row label, path, query)
 SECTION = "## API latency (bench_api.py)"

@@ -42,7 +42,7 @@ from typing import Any
 
 import httpx
 
-from headgraph.server.launch import ServerProcess
+from headgraph.server.http.launch import ServerProcess
 
 SECTION = "## Dashboard time-to-figure (bench_browser.py)"
 CHROMIUM = "/usr/bin/chromium"
@@ -257,7 +257,7 @@ def write_section(path: Path, text: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from headgraph.server.registry import packaged_gguf
+    from headgraph.server.models.offered import packaged_gguf
 
     default = "demo,smollm2" if packaged_gguf("smollm2") else "demo"
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])

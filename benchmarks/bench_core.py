@@ -112,8 +112,8 @@ def run_child(spec: dict[str, Any]) -> dict[str, Any]:
     torch.set_num_threads(1)
     shape = SHAPES[spec["shape"]]
     if spec["tool"] == "headgraph":
-        from headgraph.core.composition import composition_score
-        from headgraph.core.pk import all_pairings
+        from headgraph.core.scores.composition_score import composition_score
+        from headgraph.core.scores.pk import all_pairings
 
         if spec["shape"] == "big":
             heads = _random_heads(shape, dtype=torch.bfloat16, share_qv=True)

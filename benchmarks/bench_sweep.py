@@ -35,7 +35,7 @@ def demo_checkpoints(folder: Path, n: int) -> list[str]:
     import torch
     from safetensors.torch import load_file, save_file
 
-    from headgraph.core.demo_model import DEMO_DIR
+    from headgraph.core.models.demo import DEMO_DIR
 
     sd = load_file(str(DEMO_DIR / "model.safetensors"))
     out = []
@@ -54,7 +54,7 @@ def measure(specs: list[str], workers: int, results: list[str], work: Path) -> d
     import ray
 
     from headgraph.server.settings import Settings
-    from headgraph.server.sweep import run_sweep
+    from headgraph.server.sweep.run import run_sweep
 
     cache = Path(tempfile.mkdtemp(prefix=f"cache-{workers}-", dir=work))
     started = time.perf_counter()
@@ -100,7 +100,7 @@ def write_section(path: Path, text: str) -> None:
 
 
 def main() -> int:
-    from headgraph.server.sweep_task import parse_results
+    from headgraph.server.sweep.task import parse_results
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", type=int, default=8, help="demo-shaped checkpoints to build and sweep")

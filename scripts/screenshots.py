@@ -1,6 +1,6 @@
 """Capture the dashboard's views as PNG screenshots under docs/.
 
-Starts the server with ``headgraph.server.launch.ServerProcess`` (through tests/browser.py's
+Starts the server with ``headgraph.server.http.launch.ServerProcess`` (through tests/browser.py's
 ``start_server``) on a free loopback port with a fresh cache (or --cache-dir), lets
 the demo model compute, then opens each view through its shareable link and saves a full-page
 screenshot. The links name no overlay, so the views show the dashboard's default one: the

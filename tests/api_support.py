@@ -12,8 +12,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from headgraph.core.demo_model import DEMO_DIR
-from headgraph.server.launch import ServerProcess
+from headgraph.core.models.demo import DEMO_DIR
+from headgraph.server.http.launch import ServerProcess
 
 torch.set_num_threads(1)
 L, H, D, DH = 2, 8, 128, 16

@@ -1,6 +1,6 @@
 """Shared helpers for the browser tests and the screenshot script.
 
-Start a real server with ``headgraph.server.launch.ServerProcess`` (the one test launcher:
+Start a real server with ``headgraph.server.http.launch.ServerProcess`` (the one test launcher:
 a free loopback port, cold cache in a temp folder, offline), drive Debian's chromium through
 Playwright (never ``playwright install``), and read what Plotly actually rendered (figure
 data, point positions) so tests can click nodes, edges and points.
@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from headgraph.server.launch import ServerProcess
+from headgraph.server.http.launch import ServerProcess
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

@@ -90,7 +90,7 @@ def qwen2_gqa_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def heads_from_tensors(W_Q: torch.Tensor, W_K: torch.Tensor, W_V: torch.Tensor, W_O: torch.Tensor,
                        layer_indices: tuple[int, ...] | None = None) -> Any:
     """HeadWeights straight from stacked tensors (W_Q [L,H,d,dh], W_K/W_V [L,Hkv,d,dh], W_O [L,H,dh,d])."""
-    from headgraph.core.fingerprint import weights_fingerprint
+    from headgraph.core.models.fingerprint import weights_fingerprint
     from headgraph.core.types import HeadWeights, ModelInfo
 
     L, H, d, dh = W_Q.shape

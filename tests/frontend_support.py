@@ -13,10 +13,10 @@ import pytest
 from dash.development.base_component import Component
 from fastapi.testclient import TestClient
 
-from headgraph.frontend.api_client import ApiClient
+from headgraph.frontend.api.client import ApiClient
 from headgraph.frontend.app import create_dash
-from headgraph.frontend.context import CONFIG_KEY, FrontendContext
-from headgraph.server.app import create_app
+from headgraph.frontend.api.context import CONFIG_KEY, FrontendContext
+from headgraph.server.http.app import create_app
 from headgraph.server.settings import Settings
 
 

@@ -16,12 +16,12 @@ import copy
 import pytest
 import torch
 
-from headgraph.core.ablation import (Edge, ablation_runner, path_ablation, path_of_pairing,
+from headgraph.core.activations.ablation import (Edge, ablation_runner, path_ablation, path_of_pairing,
                                      top_edges)
 from headgraph.core.errors import InvalidInput, UnsupportedModel
-from headgraph.core.loading import load_model
-from headgraph.core.patterns import BridgePatternSource
-from headgraph.core.pk import projection_kernel
+from headgraph.core.models.loading import load_model
+from headgraph.core.models.runnable import BridgePatternSource
+from headgraph.core.scores.pk import projection_kernel
 
 TEXTS = ["The quick brown fox jumps over the lazy dog.", "When Mary and John went to the store,",
          "The lazy dog", "Mary went to the quick fox and the dog,"]
@@ -335,7 +335,7 @@ def test_api_bad_input_is_a_4xx_with_a_message(api, params, status, text):
 def test_unrunnable_model_is_a_clear_422():
     from types import SimpleNamespace
 
-    from headgraph.server.ablation_computations import ablation
+    from headgraph.server.computations.ablation import ablation
 
     src = SimpleNamespace(patterns=None, info=SimpleNamespace(name="streamed-model"))
     with pytest.raises(UnsupportedModel, match="streamed-model cannot be run here"):
@@ -343,7 +343,7 @@ def test_unrunnable_model_is_a_clear_422():
 
 
 def test_cli_verify_prints_a_table(tmp_path, capsys):
-    from headgraph.server.cli import main
+    from headgraph.server.cli.main import main
 
     assert main(["verify", "demo", "--pairing", "OK", "--top", "3",
                  "--cache-dir", str(tmp_path)]) == 0

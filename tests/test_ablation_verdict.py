@@ -14,10 +14,10 @@ from collections.abc import Iterator
 import pytest
 from fastapi.testclient import TestClient
 
-from headgraph.server.ablation_computations import (NO_EFFECT, NOT_MEASURED, VERIFIED,
+from headgraph.server.computations.ablation import (NO_EFFECT, NOT_MEASURED, VERIFIED,
                                                     VERIFY_MIN_EFFECT, edge_verdict)
-from headgraph.server.app import create_app
-from headgraph.server.cli_verify import verify_text
+from headgraph.server.http.app import create_app
+from headgraph.server.cli.verify import verify_text
 from headgraph.server.settings import Settings
 
 TOKEN = "verdict-lab-token-0123456789"

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from headgraph.core.demo_model import DemoModel, load_demo_model
+from headgraph.core.models.demo import DemoModel, load_demo_model
 from headgraph.core.errors import InvalidInput
-from headgraph.core.tokens import (BASELINE_QUANTILE, haar_gaussians, slice_token_payload,
+from headgraph.core.readout.tokens import (BASELINE_QUANTILE, haar_gaussians, slice_token_payload,
                                    token_baseline, top_tokens)
 
 torch.set_num_threads(1)

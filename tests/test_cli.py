@@ -187,7 +187,7 @@ def api(gpt2_dir, tmp_path_factory):
     """The HTTP API in-process (its own cache), serving the same local folder as local:<name>."""
     from fastapi.testclient import TestClient
 
-    from headgraph.server.app import create_app
+    from headgraph.server.http.app import create_app
     from headgraph.server.settings import Settings
 
     settings = Settings(cache_dir=tmp_path_factory.mktemp("api-cache"), compute_processes=0,

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from conftest import boot_bridge
-from headgraph.core.composition import composition_score, expand_kv
+from headgraph.core.scores.composition_score import composition_score, expand_kv
 from headgraph.core.errors import InvalidInput
-from headgraph.core.extract import heads_from_bridge
+from headgraph.core.models.bridge_weights import heads_from_bridge
 
 
 def _dense_reference(heads, mode: str) -> torch.Tensor:

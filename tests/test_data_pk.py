@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 import torch
 
-from headgraph.core.ablation import prompt_sets
-from headgraph.core.data_pk import (DATA_PK_PAIRINGS, activation_covariances, counted_positions,
+from headgraph.core.activations.ablation import prompt_sets
+from headgraph.core.activations.data_pk import (DATA_PK_PAIRINGS, activation_covariances, counted_positions,
                                     data_pk, data_weighted_pk)
 from headgraph.core.errors import InvalidInput
-from headgraph.core.loading import load_model
-from headgraph.core.subspaces import role_bases
+from headgraph.core.models.loading import load_model
+from headgraph.core.scores.subspaces import role_bases
 from headgraph.core.types import RoleBases
 
 
@@ -119,7 +119,7 @@ def test_basis_independent(demo):
 def test_previous_token_head_is_what_the_induction_keys_read(demo, demo_random):
     """The demo's circuit seen in the data: heads identified from attention patterns, the
     expectation stated relative to the other sources, paths and random baselines."""
-    from headgraph.core.patterns import pattern_scores
+    from headgraph.core.activations.patterns import pattern_scores
 
     scores = pattern_scores(demo.patterns)
     prev = int(scores.previous_token[0].argmax())  # layer 0's previous-token head
@@ -225,7 +225,7 @@ def test_unrunnable_model_is_a_clear_422():
     from types import SimpleNamespace
 
     from headgraph.core.errors import UnsupportedModel
-    from headgraph.server.data_pk_computations import data_pk as computation
+    from headgraph.server.computations.data_pk import data_pk as computation
 
     src = SimpleNamespace(patterns=None, info=SimpleNamespace(name="streamed-model"))
     with pytest.raises(UnsupportedModel, match="streamed-model cannot be run here"):
@@ -235,7 +235,7 @@ def test_unrunnable_model_is_a_clear_422():
 def test_cli_datapk_prints_a_table(tmp_path, capsys):
     import json
 
-    from headgraph.server.cli import main
+    from headgraph.server.cli.main import main
 
     assert main(["datapk", "demo", "--pairing", "OK", "--top", "3",
                  "--cache-dir", str(tmp_path)]) == 0

@@ -14,7 +14,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 
-from headgraph.core.demo_model import (
+from headgraph.core.models.demo import (
     ARCHITECTURE,
     DEMO_DIR,
     DemoConfig,
@@ -23,9 +23,9 @@ from headgraph.core.demo_model import (
     load_demo_model,
     save_demo_model,
 )
-from headgraph.core.fingerprint import weights_fingerprint
-from headgraph.core.patterns import pattern_scores
-from headgraph.core.pk import projection_kernel
+from headgraph.core.models.fingerprint import weights_fingerprint
+from headgraph.core.activations.patterns import pattern_scores
+from headgraph.core.scores.pk import projection_kernel
 
 torch.set_num_threads(1)
 ROOT = Path(__file__).resolve().parent.parent

@@ -39,10 +39,10 @@ import numpy as np
 import psutil
 import pytest
 
-from headgraph.server.cache_readonly import ReadOnlyCache
-from headgraph.server.cache_values import MAGIC, decode_value
-from headgraph.server.launch import ServerProcess
-from headgraph.server.store import DiskLock, Store, lock_token
+from headgraph.server.cache.diskcache_reader import ReadOnlyCache
+from headgraph.server.cache.values import MAGIC, decode_value
+from headgraph.server.http.launch import ServerProcess
+from headgraph.server.cache.store import DiskLock, Store, lock_token
 
 BASE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HEADGRAPH_DEVICE": "cpu"}
 PK_OK = {"model": "demo", "pairing": "OK"}  # warm in the warm cache
@@ -171,7 +171,7 @@ class Server(ServerProcess):
         env.update({"HEADGRAPH_CACHE_DIR": str(self.cache_dir), "PYTHONUNBUFFERED": "1"})
         env.update(self.extra_env)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "headgraph.server.cli", "serve", "--host", self.host,
+        cmd = [sys.executable, "-m", "headgraph.server.cli.main", "serve", "--host", self.host,
                "--port", str(self.port), "--workers", str(self.workers)]
         self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      start_new_session=True, preexec_fn=self.preexec)
@@ -300,7 +300,7 @@ def test_a_read_only_store_serves_stored_values_and_refuses_new_ones(tmp_path):
         out = run_python("""
             import json, sys
             from headgraph.server.errors import CacheUnavailable
-            from headgraph.server.store import DiskLock, Store
+            from headgraph.server.cache.store import DiskLock, Store
             store = Store(sys.argv[1])
             out = {"reason": store.read_only_reason, "warm": store.get("warm"),
                    "has": store.has("warm"), "label": store.meta.get("labels:mine"),
@@ -341,7 +341,7 @@ def test_a_full_disk_refuses_new_values_keeps_old_ones_and_recovers(tmp_path):
     out = run_python("""
         import json, resource, sys
         from headgraph.server.errors import CacheUnavailable
-        from headgraph.server.store import Store
+        from headgraph.server.cache.store import Store
         store = Store(sys.argv[1])
         store.get_or_compute("warm", lambda: list(range(10)))
         soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
@@ -377,7 +377,7 @@ def test_a_full_disk_refuses_new_values_keeps_old_ones_and_recovers(tmp_path):
 def test_a_store_opened_on_a_full_disk_sees_new_values_and_becomes_writable_again(tmp_path):
     out = run_python("""
         import json, resource, sys
-        from headgraph.server.store import Store
+        from headgraph.server.cache.store import Store
         first = Store(sys.argv[1])
         first.put("a", 1)
         first.close()  # clean close: no -wal/-shm left, as after a normal shutdown

@@ -21,7 +21,7 @@ import httpx
 import pytest
 import torch
 
-from headgraph.server.launch import ServerProcess
+from headgraph.server.http.launch import ServerProcess
 
 ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HEADGRAPH_DEVICE": "cpu",
        "HEADGRAPH_MODELS": "demo"}
@@ -106,7 +106,7 @@ def error(resp: httpx.Response) -> dict:
 
 def test_the_refused_folders_would_load_without_a_root(layout):
     from headgraph.core.errors import PathNotAllowed
-    from headgraph.core.loading import load_model
+    from headgraph.core.models.loading import load_model
 
     _, root, _ = layout
     lm = load_model(str(root / "linkweights"), device="cpu")  # the CLI: any path, links followed
@@ -195,7 +195,7 @@ def test_without_a_model_root_every_path_gets_the_same_refusal(tmp_path):
     allowed) takes ``~unknown-user`` literally instead of raising."""
     from headgraph.core.errors import PathNotAllowed
     from headgraph.server.errors import NotFound
-    from headgraph.server.registry import OUTSIDE_ROOT, Registry
+    from headgraph.server.models.offered import OUTSIDE_ROOT, Registry
     from headgraph.server.settings import Settings
 
     registry = Registry(Settings(cache_dir=tmp_path / "c", models=("demo",)))

@@ -17,8 +17,8 @@ import httpx
 import psutil
 import pytest
 
-from headgraph.core.vocabulary import MAX_EDGES
-from headgraph.server.launch import ServerProcess
+from headgraph.core.names import MAX_EDGES
+from headgraph.server.http.launch import ServerProcess
 
 TOKEN = "lab-token-for-the-fault-tests-0123"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -58,7 +58,7 @@ def dash_callback(srv: ServerProcess, output_prop: str, values: dict[str, object
 def test_a_blank_or_short_token_refuses_to_start(tmp_path):
     for bad in ("   ", "short-token"):
         env = {**BASE_ENV, "HEADGRAPH_API_TOKEN": bad, "HEADGRAPH_CACHE_DIR": str(tmp_path)}
-        proc = subprocess.run([sys.executable, "-m", "headgraph.server.cli", "serve", "--port", "1"],
+        proc = subprocess.run([sys.executable, "-m", "headgraph.server.cli.main", "serve", "--port", "1"],
                               env=env, capture_output=True, text=True, timeout=60)
         assert proc.returncode != 0
         assert "token" in proc.stderr and "Traceback" not in proc.stderr

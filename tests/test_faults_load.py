@@ -17,8 +17,8 @@ import time
 import httpx
 import pytest
 
-from headgraph.core.demo_model import ARCHITECTURE
-from headgraph.server.launch import ServerProcess
+from headgraph.core.models.demo import ARCHITECTURE
+from headgraph.server.http.launch import ServerProcess
 
 TOKEN = "lab-token-for-the-load-tests-0123456"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -22,7 +22,7 @@ import httpx
 import psutil
 import pytest
 
-from headgraph.server.launch import ServerProcess
+from headgraph.server.http.launch import ServerProcess
 
 ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HEADGRAPH_DEVICE": "cpu"}
 # seconds for the reference and each null (steps a kill can land in); loads in a few seconds

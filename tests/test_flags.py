@@ -11,8 +11,8 @@ import torch
 from api_support import (  # noqa: F401  (fixtures are found by name in the test module)
     api, err, model_root, ok, server,
 )
-from headgraph.core.demo_model import load_demo_model
-from headgraph.core.tokens import top_tokens
+from headgraph.core.models.demo import load_demo_model
+from headgraph.core.readout.tokens import top_tokens
 
 torch.set_num_threads(1)
 
@@ -51,7 +51,7 @@ def test_tokens_carry_the_baseline_and_flags(api, demo_heads):
 # -- sinks and descriptions in core -----------------------------------------------------------
 
 def _pattern_scores(first, **others):
-    from headgraph.core.patterns import PATTERN_KINDS, PatternScores
+    from headgraph.core.activations.patterns import PATTERN_KINDS, PatternScores
 
     first = torch.as_tensor(first, dtype=torch.float64)
     grids = {k: others.get(k, torch.zeros_like(first)) for k in PATTERN_KINDS}
@@ -61,9 +61,9 @@ def _pattern_scores(first, **others):
 
 
 def test_sink_flags_match_a_numpy_threshold_and_mark_graph_edges():
-    from headgraph.core.flags import head_flags, with_null_flags
-    from headgraph.core.graph import build_graph
-    from headgraph.core.pk import projection_kernel
+    from headgraph.core.activations.flags import head_flags, with_null_flags
+    from headgraph.core.graphs.build import build_graph
+    from headgraph.core.scores.pk import projection_kernel
     from test_hubs import make_heads
 
     heads = make_heads(L=3, H=4, d=24, dh=4, seed=2)
@@ -97,7 +97,7 @@ def test_sink_flags_match_a_numpy_threshold_and_mark_graph_edges():
 
 
 def test_kv_group_sink_needs_every_query_head():
-    from headgraph.core.flags import head_flags
+    from headgraph.core.activations.flags import head_flags
 
     flags = head_flags(_pattern_scores([[0.95, 0.97, 0.99, 0.5]]))
     assert flags.is_sink("L0KV0", ["L0H0", "L0H1"]) is True
@@ -108,7 +108,7 @@ def test_kv_group_sink_needs_every_query_head():
 
 def test_bad_flag_inputs():
     from headgraph.core.errors import InvalidInput
-    from headgraph.core.flags import head_flags, pattern_scores_from_dict
+    from headgraph.core.activations.flags import head_flags, pattern_scores_from_dict
 
     with pytest.raises(InvalidInput):
         head_flags({"first_token": [[1.0]]})  # type: ignore[arg-type]
@@ -125,7 +125,7 @@ def test_bad_flag_inputs():
 # -- over HTTP --------------------------------------------------------------------------------
 
 def test_graph_and_head_carry_flags_from_the_demo_patterns(api):
-    from headgraph.core.patterns import pattern_scores
+    from headgraph.core.activations.patterns import pattern_scores
 
     demo = load_demo_model()
     first = pattern_scores(demo).first_token.double().numpy()  # independent of the server
@@ -180,7 +180,7 @@ def test_flags_on_a_local_gqa_model_follow_its_patterns(api):
 
 
 def test_head_flags_without_patterns_are_null():
-    from headgraph.server.details import _flags
+    from headgraph.server.services.details import _flags
 
     out = _flags(None, "L0H0", None)
     assert out["threshold"] == 0.9
@@ -189,8 +189,8 @@ def test_head_flags_without_patterns_are_null():
 
 
 def test_reference_serves_the_random_init_null_beside_the_others(api, demo_heads):
-    from headgraph.core.nulls import random_init_null
-    from headgraph.core.pk import projection_kernel
+    from headgraph.core.stats.nulls import random_init_null
+    from headgraph.core.scores.pk import projection_kernel
 
     r = ok(api.get("/api/reference", params={"model": "demo"}))
     for pairing in ("OQ", "OK", "OV"):

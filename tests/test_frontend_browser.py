@@ -17,7 +17,7 @@ import pytest
 from playwright.sync_api import Page
 
 from headgraph.frontend.callbacks.graph import slider_range
-from headgraph.frontend.state import format_threshold
+from headgraph.frontend.state.url import format_threshold
 
 from browser import (Server, click_point, controls_settled, figure, query_of, start_server,
                      wait_figure, wait_until)

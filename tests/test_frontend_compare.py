@@ -15,14 +15,14 @@ import numpy as np
 import pytest
 from playwright.sync_api import Error as PlaywrightError
 
-from headgraph.core.series import demo_series
-from headgraph.core.vocabulary import vocabulary
+from headgraph.core.models.series import demo_series
+from headgraph.core.names import vocabulary
 from headgraph.frontend.callbacks.compare import compare_view, download_timeline, timeline_view
 from headgraph.frontend.figures.heatmaps import flatten_grid
-from headgraph.frontend.state import parse_query, to_query
-from headgraph.frontend.readiness import view_params
-from headgraph.frontend.transitions import next_state
-from headgraph.frontend.vocab import Vocabulary
+from headgraph.frontend.state.url import parse_query, to_query
+from headgraph.frontend.state.readiness import view_params
+from headgraph.frontend.state.transitions import next_state
+from headgraph.frontend.api.names import Vocabulary
 
 from browser import Server, controls_settled, figure, query_of, start_server, wait_figure, wait_until
 from frontend_support import api, http, in_app  # noqa: F401  (fixtures)

@@ -13,15 +13,15 @@ Every shown value is checked against the API's own JSON.
 from __future__ import annotations
 
 from frontend_support import READY, api, computed, find, http, in_app  # noqa: F401  (fixtures found by name)
-from headgraph.frontend.api_client import ApiClient
+from headgraph.frontend.api.client import ApiClient
 from headgraph.frontend.callbacks.graph import evidence_chips, graph_view
 from headgraph.frontend.callbacks.panels import render_head_panel
 from headgraph.frontend.callbacks.reference import reference_view
 from headgraph.frontend.callbacks.tokens import TOKENS_SHOWN, tokens_view
-from headgraph.frontend.state import parse_query
-from headgraph.frontend.readiness import view_params
-from headgraph.frontend.vocab import Vocabulary
-from headgraph.core.vocabulary import vocabulary
+from headgraph.frontend.state.url import parse_query
+from headgraph.frontend.state.readiness import view_params
+from headgraph.frontend.api.names import Vocabulary
+from headgraph.core.names import vocabulary
 
 VOCAB = Vocabulary.from_json(vocabulary())
 

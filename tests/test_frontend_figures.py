@@ -14,16 +14,16 @@ import pytest
 from fastapi.testclient import TestClient
 
 from frontend_support import api, http  # noqa: F401  (fixtures found by name)
-from headgraph.core.vocabulary import vocabulary
-from headgraph.frontend.api_client import ApiClient, ApiError
+from headgraph.core.names import vocabulary
+from headgraph.frontend.api.client import ApiClient, ApiError
 from headgraph.frontend.app import local_base_url
-from headgraph.frontend.context import CONFIG_KEY, FrontendContext
-from headgraph.frontend.state import default_state, parse_query
-from headgraph.frontend.vocab import Vocabulary
+from headgraph.frontend.api.context import CONFIG_KEY, FrontendContext
+from headgraph.frontend.state.url import default_state, parse_query
+from headgraph.frontend.api.names import Vocabulary
 from headgraph.frontend.figures import (graph_figure, head_grid_figure, kl_grid_figure, reference_figure,
                                         scatter_figure, score_heatmap, top_cutoffs)
-from headgraph.frontend.graph_layout import force_positions, grid_positions
-from headgraph.frontend import exports
+from headgraph.frontend.figures.positions import force_positions, grid_positions
+from headgraph.frontend.figures import export as exports
 
 VOCAB = Vocabulary.from_json(vocabulary())
 

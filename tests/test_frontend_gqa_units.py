@@ -13,15 +13,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from headgraph.core.vocabulary import vocabulary
+from headgraph.core.names import vocabulary
 from headgraph.frontend.callbacks.graph import all_head_nodes
 from headgraph.frontend.callbacks.panels import head_body, pair_body
 from headgraph.frontend.figures import graph_figure, head_grid_figure, head_slice, score_heatmap
 from headgraph.frontend.figures.heatmaps import align_axis, axis_head, grid_labels
-from headgraph.frontend.graph_layout import KV_ROW_OFFSET, grid_positions
-from headgraph.frontend.state import default_state, parse_query, to_query
-from headgraph.frontend.transitions import apply_click
-from headgraph.frontend.vocab import Vocabulary
+from headgraph.frontend.figures.positions import KV_ROW_OFFSET, grid_positions
+from headgraph.frontend.state.url import default_state, parse_query, to_query
+from headgraph.frontend.state.transitions import apply_click
+from headgraph.frontend.api.names import Vocabulary
 
 VOCAB = Vocabulary.from_json(vocabulary())
 LAYERS = [0, 3, 6]  # original block numbers (not positions)
@@ -176,7 +176,7 @@ def test_kv_group_head_panel_and_pair_panel() -> None:
 
 
 def test_head_grid_csv_names_kv_heads() -> None:
-    from headgraph.frontend.exports import head_grid_csv
+    from headgraph.frontend.figures.export import head_grid_csv
 
     ok = grid_json("OK", KV, kv=True)
     ok["metric"] = "raw"

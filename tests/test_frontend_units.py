@@ -18,20 +18,20 @@ from fastapi.testclient import TestClient
 from dash._callback_context import context_value
 from dash._utils import AttributeDict
 
-from headgraph.core.vocabulary import vocabulary
+from headgraph.core.names import vocabulary
 from frontend_support import READY, api, computed, find, http, in_app  # noqa: F401  (fixtures found by name)
-from headgraph.frontend.api_client import ApiClient
+from headgraph.frontend.api.client import ApiClient
 from headgraph.frontend.callbacks.heatmap import render_heatmap
 from headgraph.frontend.callbacks.model import is_complete, model_status
 from headgraph.frontend.callbacks.navigation import WRITER_INPUTS, next_query, render_controls, show_page, write_url
 from headgraph.frontend.callbacks.panels import render_head_panel, render_pair_panel
 from headgraph.frontend.callbacks.scatter import render_scatter
 from headgraph.frontend.callbacks.graph import render_graph, slider_range, summary
-from headgraph.frontend.state import (THRESHOLD_DIGITS, ViewState, default_state, format_threshold,
+from headgraph.frontend.state.url import (THRESHOLD_DIGITS, ViewState, default_state, format_threshold,
                                       parse_query, quantize_threshold, to_query)
-from headgraph.frontend.readiness import view_params
-from headgraph.frontend.transitions import apply_click, apply_control, next_state
-from headgraph.frontend.vocab import Vocabulary, VocabularyCache
+from headgraph.frontend.state.readiness import view_params
+from headgraph.frontend.state.transitions import apply_click, apply_control, next_state
+from headgraph.frontend.api.names import Vocabulary, VocabularyCache
 
 VOCAB = Vocabulary.from_json(vocabulary())
 
@@ -324,7 +324,7 @@ def test_the_api_client_acts_for_one_browser_user():
     the dashboard has no token of its own, and the API's per-client limits count browsers."""
     import httpx
 
-    from headgraph.frontend.api_client import ApiClient
+    from headgraph.frontend.api.client import ApiClient
 
     seen: list[httpx.Headers] = []
 
@@ -350,8 +350,8 @@ def test_views_fill_as_their_own_results_are_cached():
     partial record each view renders once what it reads is cached; panels wait for the end."""
     from functools import partial as bind
 
-    from headgraph.frontend.state import ViewState
-    from headgraph.frontend.readiness import needed_stages, view_params
+    from headgraph.frontend.state.url import ViewState
+    from headgraph.frontend.state.readiness import needed_stages, view_params
 
     VS = bind(ViewState, model="demo", pairings=("OQ", "OK", "OV"), k=20)
 
@@ -389,7 +389,7 @@ def test_views_fill_as_their_own_results_are_cached():
 def test_a_busy_get_waits_its_turn_and_a_post_does_not():
     import httpx
 
-    from headgraph.frontend.api_client import ApiClient, ApiError
+    from headgraph.frontend.api.client import ApiClient, ApiError
 
     answers = {"GET": [429, 429, 200], "POST": [429, 200]}
     calls: list[str] = []
@@ -430,7 +430,7 @@ def test_heatmap_grain_and_zoom_round_trip_and_clicks() -> None:
 
 
 def test_rendered_views_is_a_bounded_lru() -> None:
-    from headgraph.frontend.context import RenderedViews
+    from headgraph.frontend.api.context import RenderedViews
 
     views = RenderedViews(capacity=2)
     views.put("a", (1,))

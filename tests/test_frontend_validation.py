@@ -12,15 +12,15 @@ import math
 import pytest
 
 from frontend_support import api, computed, find, http, in_app, lab_dashboard  # noqa: F401  (fixtures found by name)
-from headgraph.core.vocabulary import vocabulary
-from headgraph.frontend.api_client import ApiClient
+from headgraph.core.names import vocabulary
+from headgraph.frontend.api.client import ApiClient
 from headgraph.frontend.callbacks.panels import pair_body
 from headgraph.frontend.callbacks.validation import HIDE, SHOW, run_validation, validation_view
 from headgraph.frontend.figures.validation import (comparison, validation_figure, validation_scatter_figure,
                                                    validation_words)
-from headgraph.frontend.state import default_state, parse_query
-from headgraph.frontend.readiness import view_params
-from headgraph.frontend.vocab import Vocabulary
+from headgraph.frontend.state.url import default_state, parse_query
+from headgraph.frontend.state.readiness import view_params
+from headgraph.frontend.api.names import Vocabulary
 
 VOCAB = Vocabulary.from_json(vocabulary())
 PARAMS = {"model": "demo", "pairing": "OK", "n": 8, "k": 2, "seed": 1}
@@ -85,7 +85,7 @@ def test_the_forest_plot_and_scatter_carry_the_apis_numbers(api: ApiClient) -> N
         assert list(trace.y) == [e[f"effect_{prompts}"] for e in want]
     assert sum(len(t.x) for t in scatter.data if t.meta["pairs"] == "sample") == 2 * len(data["metrics"]) * sum(
         e["in_sample"] for e in data["edges"] if all(e[m] is not None for m in data["metrics"]))
-    from headgraph.frontend import exports  # the CSV buttons under the two figures
+    from headgraph.frontend.figures import export as exports  # the CSV buttons under the two figures
 
     assert len(exports.validation_csv(data).splitlines()) == 1 + 3 * sum(map(len, data["summary"].values()))
     assert len(exports.validation_edges_csv(data).splitlines()) == 1 + len(data["edges"])

@@ -11,17 +11,17 @@ from __future__ import annotations
 import pytest
 
 from frontend_support import READY, api, computed, find, http, in_app, lab_dashboard  # noqa: F401  (fixtures found by name)
-from headgraph.core.vocabulary import vocabulary
-from headgraph.frontend.api_client import ApiClient
+from headgraph.core.names import vocabulary
+from headgraph.frontend.api.client import ApiClient
 from headgraph.frontend.callbacks.graph import ablation_digest, graph_view
 from headgraph.frontend.callbacks.navigation import render_controls
 from headgraph.frontend.callbacks.verify import render_pair_ablation
-from headgraph.frontend.graph_filters import (filter_layers, find_matches, keep_verified, verdict_counts,
+from headgraph.frontend.figures.graph_filters import (filter_layers, find_matches, keep_verified, verdict_counts,
                                               verdict_map, verify_k)
-from headgraph.frontend.state import default_state, parse_query, to_query
-from headgraph.frontend.readiness import view_params
-from headgraph.frontend.transitions import next_state
-from headgraph.frontend.vocab import Vocabulary
+from headgraph.frontend.state.url import default_state, parse_query, to_query
+from headgraph.frontend.state.readiness import view_params
+from headgraph.frontend.state.transitions import next_state
+from headgraph.frontend.api.names import Vocabulary
 
 VOCAB = Vocabulary.from_json(vocabulary())
 

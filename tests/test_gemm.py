@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from headgraph.core.errors import InvalidInput
-from headgraph.core.gemm import addmm_nt_, bmm_nt, gemm_nt
-from headgraph.core.overlaps import pairwise_sq_overlap
+from headgraph.core.scores.gemm import addmm_nt_, bmm_nt, gemm_nt
+from headgraph.core.scores.overlaps import pairwise_sq_overlap
 
 
 def _rand(*shape, seed):

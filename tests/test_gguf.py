@@ -15,12 +15,12 @@ import pytest
 import torch
 
 from headgraph.core.errors import PathNotAllowed
-from headgraph.core.gguf_model import load_heads_gguf, reverse_permute
-from headgraph.core.loading import load_model
-from headgraph.core.streaming import load_heads_safetensors
-from headgraph.core.tokens import top_tokens
-from headgraph.server.launch import ServerProcess
-from headgraph.server.registry import Registry, packaged_gguf
+from headgraph.core.models.gguf_file import load_heads_gguf, reverse_permute
+from headgraph.core.models.loading import load_model
+from headgraph.core.models.streamed import load_heads_safetensors
+from headgraph.core.readout.tokens import top_tokens
+from headgraph.server.http.launch import ServerProcess
+from headgraph.server.models.offered import Registry, packaged_gguf
 from headgraph.server.settings import Settings
 
 L, H, H_KV, D_MODEL, D_HEAD, VOCAB = 30, 9, 3, 576, 64, 49152

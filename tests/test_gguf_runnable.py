@@ -13,10 +13,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from headgraph.core.gguf_runnable import LazyGGUFSource, transformers_supports
-from headgraph.core.loading import load_model
-from headgraph.core.patterns import pattern_scores
-from headgraph.server.registry import packaged_gguf
+from headgraph.core.models.gguf_runnable import LazyGGUFSource, transformers_supports
+from headgraph.core.models.loading import load_model
+from headgraph.core.activations.patterns import pattern_scores
+from headgraph.server.models.offered import packaged_gguf
 
 PROMPT = "When Mary and John went to the shops, John gave the bag to"
 
@@ -91,11 +91,11 @@ def test_pattern_scores_exist(scores):
 
 
 def test_smollm2_top_ok_edge_is_verified_by_ablation(smollm2, booted, scores):
-    from headgraph.core.ablation import path_ablation, top_edges
-    from headgraph.core.pk import projection_kernel
+    from headgraph.core.activations.ablation import path_ablation, top_edges
+    from headgraph.core.scores.pk import projection_kernel
 
     edges = top_edges(projection_kernel(smollm2.heads, "OK"), 3)
-    from headgraph.core.prompts import default_prompts
+    from headgraph.core.activations.prompts import default_prompts
 
     result = path_ablation(smollm2.patterns, edges, prompts=default_prompts()[:6],
                            induction_batch=6)
@@ -116,9 +116,9 @@ def test_smollm2_data_weighted_pk(smollm2, booted, scores):
     """Data-weighted PK (core.data_pk) on the real GGUF, sharing this module's booted model:
     grouped-query shapes, ranges, and PK's top OK edges seen in the data (the previous-token
     edge carries output variance into the keys; edges from attention-sink heads barely do)."""
-    from headgraph.core.data_pk import data_pk
-    from headgraph.core.pk import projection_kernel
-    from headgraph.core.prompts import default_prompts
+    from headgraph.core.activations.data_pk import data_pk
+    from headgraph.core.scores.pk import projection_kernel
+    from headgraph.core.activations.prompts import default_prompts
 
     result = data_pk(smollm2, prompt_set="text", prompts=default_prompts()[:4])
     for pairing, r in result.items():

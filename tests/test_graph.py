@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from headgraph.core.errors import InvalidInput
-from headgraph.core.graph import build_graph
-from headgraph.core.head_graph import HeadGraph, read_export
-from headgraph.core.labels import LabelSet
+from headgraph.core.graphs.build import build_graph
+from headgraph.core.graphs.head_graph import HeadGraph, read_export
+from headgraph.core.graphs.labels import LabelSet
 from headgraph.core.types import HeadWeights, ModelInfo, PairScores
 
 torch.set_num_threads(1)
@@ -371,7 +371,7 @@ def test_argument_errors():
 
 
 def test_graph_from_the_real_projection_kernel_matches_the_float64_reference():
-    from headgraph.core.pk import projection_kernel
+    from headgraph.core.scores.pk import projection_kernel
 
     heads = make_heads(L=4, H=3, d=24, dh=4, seed=13, layer_indices=(1, 3, 4, 8))
     real = {p: projection_kernel(heads, p) for p in ("OQ", "OK", "OV")}
@@ -385,8 +385,8 @@ def test_graph_from_the_real_projection_kernel_matches_the_float64_reference():
 
 
 def test_real_composition_scores_on_edges():
-    from headgraph.core.composition import composition_score
-    from headgraph.core.pk import projection_kernel
+    from headgraph.core.scores.composition_score import composition_score
+    from headgraph.core.scores.pk import projection_kernel
 
     heads = make_heads(L=3, H=4, Hkv=2, d=24, dh=4, seed=14)
     res = {p: projection_kernel(heads, p) for p in ("OQ", "OK", "OV")}

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from headgraph.core.graph import build_graph, check_paper_hub
-from headgraph.core.hubs import HUB_RULE, hub_table
-from headgraph.core.pk import projection_kernel
+from headgraph.core.graphs.build import build_graph, check_paper_hub
+from headgraph.core.graphs.hubs import HUB_RULE, hub_table
+from headgraph.core.scores.pk import projection_kernel
 from headgraph.core.types import HeadWeights, ModelInfo
 
 torch.set_num_threads(1)
@@ -127,8 +127,8 @@ def test_check_paper_hub_on_a_random_model():
 # -- ties and descriptions (issue 15 item 5) --------------------------------------------------
 
 def _flags_for(names_scores: dict[str, dict[str, float]], L: int = 2, H: int = 2):
-    from headgraph.core.flags import head_flags
-    from headgraph.core.patterns import PATTERN_KINDS, PatternScores
+    from headgraph.core.activations.flags import head_flags
+    from headgraph.core.activations.patterns import PATTERN_KINDS, PatternScores
 
     grids = {k: torch.zeros(L, H, dtype=torch.float64) for k in PATTERN_KINDS}
     for name, scores in names_scores.items():

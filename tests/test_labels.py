@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from headgraph.core.errors import InvalidInput
-from headgraph.core.labels import (
+from headgraph.core.graphs.labels import (
     LabelSet,
     LabelSetError,
     builtin_label_sets,
@@ -21,7 +21,7 @@ from headgraph.core.labels import (
     parse_label_set,
 )
 from headgraph.core.types import ModelInfo
-from headgraph.core.vocabulary import HeadRef
+from headgraph.core.names import HeadRef
 
 GPT2 = ModelInfo(name="gpt2", architecture="GPT2LMHeadModel", n_layers=12, n_heads=12,
                  n_kv_heads=12, d_model=768, d_head=64, d_vocab=50257, dtype="float32",

@@ -11,13 +11,13 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, BloomConfig, GPT2Config, Qwen2Config
 
-from headgraph.core.demo_model import DEMO_DIR
+from headgraph.core.models.demo import DEMO_DIR
 from headgraph.core.errors import HeadgraphError, ModelUnavailable, PathNotAllowed, UnsupportedModel
-from headgraph.core.fingerprint import weights_fingerprint
-from headgraph.core.byte_tokenizer import byte_level_tokenizer
-from headgraph.core.loading import LoadedModel, load_heads, load_model
-from headgraph.core.pk import projection_kernel
-from headgraph.core.streaming import checkpoint_bytes, load_heads_safetensors
+from headgraph.core.models.fingerprint import weights_fingerprint
+from headgraph.core.models.tokenizer import byte_level_tokenizer
+from headgraph.core.models.loading import LoadedModel, load_heads, load_model
+from headgraph.core.scores.pk import projection_kernel
+from headgraph.core.models.streamed import checkpoint_bytes, load_heads_safetensors
 
 torch.set_num_threads(1)
 ATTN = ("W_Q", "W_K", "W_V", "W_O")
@@ -275,7 +275,7 @@ def _escaping_folders(src: Path, tmp_path: Path) -> tuple[Path, Path]:
 @pytest.mark.parametrize("name", ["linked", "absindex", "dotindex", "folderlink"])
 def test_model_root_confines_every_file_link_and_index_entry(hgb_gpt2_dir, tmp_path, monkeypatch,
                                                              name):
-    import headgraph.core.loading as loading
+    import headgraph.core.models.loading as loading
 
     root, outside = _escaping_folders(hgb_gpt2_dir, tmp_path)
     if name == "linked":  # the weights it links to are valid: without a root it loads
@@ -301,8 +301,8 @@ def test_model_root_messages_and_tilde(tmp_path):
 
 
 def test_index_entries_must_be_plain_file_names(tmp_path):
-    from headgraph.core.paths import plain_file_name
-    from headgraph.core.streaming import safetensors_files
+    from headgraph.core.models.model_root import plain_file_name
+    from headgraph.core.models.streamed import safetensors_files
 
     assert plain_file_name("model-00001-of-00002.safetensors")
     for bad in ("/etc/passwd", "../x", "a/b", "..", ".", "", "a\\b", "a\x00", 5, None):
@@ -353,8 +353,8 @@ def test_remote_code_is_never_run(tmp_path):
 def test_hub_name_offline_is_model_unavailable_without_a_download(monkeypatch, tmp_path):
     # Neither case tries a download (no boot, so no retry loop): offline is decided from the
     # environment alone, an unreachable hub from exactly one bounded connection probe.
-    import headgraph.core.hf_hub as hf_hub
-    import headgraph.core.loading as loading
+    import headgraph.core.models.hub as hf_hub
+    import headgraph.core.models.loading as loading
 
     def no_boot(*args, **kwargs):
         raise AssertionError("a download was attempted")

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from headgraph.core.errors import InvalidInput
-from headgraph.core.nulls import (
+from headgraph.core.stats.nulls import (
     anisotropic_null,
     anisotropic_pk_samples,
     benjamini_hochberg,
@@ -17,8 +17,8 @@ from headgraph.core.nulls import (
     pair_pvalues,
     role_covariance,
 )
-from headgraph.core.pk import projection_kernel
-from headgraph.core.reference import haar_moments
+from headgraph.core.scores.pk import projection_kernel
+from headgraph.core.stats.reference import haar_moments
 
 
 def _heads(make_heads, seed=0, L=3, H=3, d=32, dh=4, basis=None):
@@ -118,7 +118,7 @@ def test_bh_qvalues_match_scipy_and_the_step_up_masks():
     import numpy as np
     from scipy.stats import false_discovery_control
 
-    from headgraph.core.nulls import benjamini_hochberg, bh_qvalues
+    from headgraph.core.stats.nulls import benjamini_hochberg, bh_qvalues
 
     gen = torch.Generator().manual_seed(7)
     p = torch.rand(3, 5, 3, 5, generator=gen, dtype=torch.float64) ** 3
@@ -136,7 +136,7 @@ def test_bh_qvalues_match_scipy_and_the_step_up_masks():
 def _hf_llama_heads(seed: int):
     """Head weights read by hand from transformers' own from_config init of a tiny Llama
     (q/k/v/o_proj, [out, in] rows per head), independent of headgraph's extraction."""
-    from headgraph.core.random_models import preset_config, random_causal_lm
+    from headgraph.core.models.random_weights import preset_config, random_causal_lm
     from headgraph.core.types import HeadWeights, ModelInfo
 
     cfg = preset_config("llama-tiny")
@@ -161,7 +161,7 @@ def _hf_llama_heads(seed: int):
 def test_random_init_null_matches_transformers_init_and_the_haar_law():
     from scipy.stats import ks_2samp
 
-    from headgraph.core.nulls import random_init_null
+    from headgraph.core.stats.nulls import random_init_null
 
     hf = [_hf_llama_heads(s) for s in range(8)]
     exact = random_init_null(hf, "OQ")  # the caller's own from_config models, pooled
@@ -176,8 +176,8 @@ def test_random_init_null_matches_transformers_init_and_the_haar_law():
 
 
 def test_random_init_null_of_the_demo_and_what_beats_it():
-    from headgraph.core.demo_model import load_demo_model
-    from headgraph.core.nulls import random_init_heads, random_init_null
+    from headgraph.core.models.demo import load_demo_model
+    from headgraph.core.stats.nulls import random_init_heads, random_init_null
 
     heads = load_demo_model().head_weights()
     null = random_init_null(heads, "OK")
@@ -208,9 +208,9 @@ def test_random_init_null_from_fewer_layers_has_the_full_models_distribution():
 
     from scipy.stats import ks_2samp
 
-    from headgraph.core.loading import load_model
-    from headgraph.core.nulls import random_init_heads, random_init_layers, random_init_null
-    from headgraph.core.pk import projection_kernel
+    from headgraph.core.models.loading import load_model
+    from headgraph.core.stats.nulls import random_init_heads, random_init_layers, random_init_null
+    from headgraph.core.scores.pk import projection_kernel
 
     info = replace(load_model("demo").heads.info, name="wide", architecture="llama", n_layers=24,
                    layer_indices=tuple(range(24)))

@@ -11,19 +11,19 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, GPT2Config
 
-from headgraph.core.demo_model import load_demo_model
+from headgraph.core.models.demo import load_demo_model
 from headgraph.core.errors import InvalidInput
-from headgraph.core.loading import byte_level_tokenizer, load_model
-from headgraph.core.patterns import (
+from headgraph.core.models.loading import byte_level_tokenizer, load_model
+from headgraph.core.models.runnable import BridgePatternSource
+from headgraph.core.activations.patterns import (
     PATTERN_KINDS,
-    BridgePatternSource,
     PatternScores,
     induction_scores,
     induction_tokens,
     pattern_scores,
     text_pattern_scores,
 )
-from headgraph.core.prompts import default_prompts, with_user_prompts
+from headgraph.core.activations.prompts import default_prompts, with_user_prompts
 
 torch.set_num_threads(1)
 

@@ -11,11 +11,11 @@ import torch
 
 from conftest import boot_bridge
 from headgraph.core.errors import InvalidInput
-from headgraph.core.extract import heads_from_bridge
-from headgraph.core.layer_order import group_cover, group_rects, layer_blocks
-from headgraph.core.overlaps import pairwise_sq_overlap, piece_plan, sq_overlaps
-from headgraph.core.pk import all_pairings, pair_detail, projection_kernel
-from headgraph.core.subspaces import rank_report, role_bases, singular_values
+from headgraph.core.models.bridge_weights import heads_from_bridge
+from headgraph.core.scores.layer_order import group_cover, group_rects, layer_blocks
+from headgraph.core.scores.overlaps import pairwise_sq_overlap, piece_plan, sq_overlaps
+from headgraph.core.scores.pk import all_pairings, pair_detail, projection_kernel
+from headgraph.core.scores.subspaces import rank_report, role_bases, singular_values
 
 
 def _random_weights(L, H, Hkv, d, dh, *, seed, dtype=torch.float64):

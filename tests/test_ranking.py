@@ -8,10 +8,10 @@ import pytest
 import scipy.stats
 import torch
 
-from headgraph.core.composition import composition_score
+from headgraph.core.scores.composition_score import composition_score
 from headgraph.core.errors import InvalidInput
-from headgraph.core.pk import projection_kernel
-from headgraph.core.ranking import compare_metrics, expand_heads, spearman, top_pairs
+from headgraph.core.scores.pk import projection_kernel
+from headgraph.core.scores.ranking import compare_metrics, expand_heads, spearman, top_pairs
 from headgraph.core.types import PairScores
 
 

@@ -11,8 +11,8 @@ import scipy.stats
 import torch
 
 from headgraph.core.errors import InvalidInput
-from headgraph.core.pk import projection_kernel
-from headgraph.core.reference import (
+from headgraph.core.scores.pk import projection_kernel
+from headgraph.core.stats.reference import (
     haar_moments,
     haar_pk_samples,
     kl_divergence,
@@ -109,7 +109,7 @@ def test_kl_grid_on_random_and_structured_models(make_heads):
 
 
 def test_binned_kde_matches_scipy_gaussian_kde():
-    from headgraph.core.reference import _kde
+    from headgraph.core.stats.reference import _kde
 
     rng = np.random.default_rng(4)
     values = np.concatenate([rng.gamma(3.0, 1.0, 3000), rng.normal(9.0, 0.5, 1000)])

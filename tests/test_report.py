@@ -33,7 +33,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """`headgraph report demo` as a user runs it (it starts its own server), into a tmp folder."""
     tmp = tmp_path_factory.mktemp("report")
-    cmd = [sys.executable, "-m", "headgraph.server.cli", "report", "demo", "--out", str(tmp / "docs"),
+    cmd = [sys.executable, "-m", "headgraph.server.cli.main", "report", "demo", "--out", str(tmp / "docs"),
            "--cache-dir", str(tmp / "cache")]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -46,7 +46,7 @@ def api(run: dict[str, Any]) -> Iterator[httpx.Client]:
     """The API in-process on the report's (now warm) cache: reads independent of the report."""
     from fastapi.testclient import TestClient
 
-    from headgraph.server.app import create_app
+    from headgraph.server.http.app import create_app
     from headgraph.server.settings import Settings
 
     with TestClient(create_app(Settings(cache_dir=run["tmp"] / "cache", compute_processes=0))) as http:
@@ -128,7 +128,7 @@ def test_bad_model_or_server_is_one_line_and_exit_2(api: httpx.Client, tmp_path:
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(ApiFailure, match="no-such-model"):
         collect(api, "no-such-model")  # the API's own 404 message, named
-    from headgraph.server import cli
+    from headgraph.server.cli import main as cli
 
     with socket.socket() as s:  # a loopback port nobody listens on
         s.bind(("127.0.0.1", 0))
@@ -261,7 +261,7 @@ def test_plugins_broken_and_shadowing_are_skipped(tmp_path: Path, monkeypatch: p
                                            "broken = hgplug_demo:does_not_exist\nmodels = hgplug_demo:shadow\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "hgplug_demo", raising=False)
-    from headgraph.server import cli
+    from headgraph.server.cli import main as cli
 
     parser = cli.build_parser()
     assert parser.parse_args(["models"]).func is cli.cmd_models

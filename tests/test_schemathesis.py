@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from headgraph.server.launch import ServerProcess
+from headgraph.server.http.launch import ServerProcess
 
 SCHEMATHESIS = Path(sys.executable).with_name("schemathesis")
 TOKEN = "schemathesis-lab-token-0123456789"

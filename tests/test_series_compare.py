@@ -19,15 +19,15 @@ import torch
 from fastapi.testclient import TestClient
 from safetensors.torch import load_file
 
-from headgraph.core.demo_model import DemoConfig, DemoModel, save_demo_model
-from headgraph.core.hubs import hub_table
-from headgraph.core.loading import load_heads
-from headgraph.core.model_diff import compare_scores
-from headgraph.core.pk import projection_kernel
-from headgraph.core.series import DEMO_SERIES, demo_series
-from headgraph.core.timeline import edge_trajectories
-from headgraph.server.app import create_app
-from headgraph.server.cli import main as cli_main
+from headgraph.core.models.demo import DemoConfig, DemoModel, save_demo_model
+from headgraph.core.graphs.hubs import hub_table
+from headgraph.core.models.loading import load_heads
+from headgraph.core.graphs.diff import compare_scores
+from headgraph.core.scores.pk import projection_kernel
+from headgraph.core.models.series import DEMO_SERIES, demo_series
+from headgraph.core.graphs.timeline import edge_trajectories
+from headgraph.server.http.app import create_app
+from headgraph.server.cli.main import main as cli_main
 from headgraph.server.settings import Settings
 
 SERIES = demo_series()

@@ -14,7 +14,7 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from headgraph.server.launch import ServerProcess
+from headgraph.server.http.launch import ServerProcess
 
 from api_support import (  # noqa: F401  (fixtures are found by name in the test module)
     DH, D, H, L, api, err, haar, model_root, ok, ref, server, top_cells,
@@ -249,7 +249,7 @@ def test_error_mapping_caller_faults_are_4xx_bugs_are_a_generic_500(caplog):
     from fastapi.testclient import TestClient
 
     from headgraph.core.errors import InvalidInput, PathNotAllowed
-    from headgraph.core.vocabulary import check_pairing
+    from headgraph.core.names import check_pairing
     from headgraph.server.errors import install_handlers
 
     app = FastAPI()

@@ -13,10 +13,11 @@ import pytest
 import torch
 
 from headgraph.core.errors import InvalidInput, ModelUnavailable
-from headgraph.core.loading import load_model
-from headgraph.server.cache_only import CACHE_ONLY, ColdMiss
-from headgraph.server.composition import build_services, compute_worker
-from headgraph.server.compute import Compute, ComputeFailed, ComputePool, Identify
+from headgraph.core.models.loading import load_model
+from headgraph.server.cache.cold_miss import CACHE_ONLY, ColdMiss
+from headgraph.server.services.wiring import build_services, compute_worker
+from headgraph.server.compute.pool import Compute, ComputeFailed, ComputePool
+from headgraph.server.models.catalog import Identify
 from headgraph.server.errors import ApiError
 from headgraph.server.settings import Settings
 
@@ -53,7 +54,7 @@ def test_a_task_runs_the_computation_registered_under_its_name(services):
     assert services.pool.run(Compute("cs", ref, {"mode": "V", "order": "all"})) is None
     assert services.store.has(key) and services.store.compute_count(key) == 1
     heads = load_model("demo", device="cpu").heads
-    from headgraph.core.composition import composition_score
+    from headgraph.core.scores.composition_score import composition_score
 
     want = composition_score(heads, "V", order="all")
     got = services.scores.cs(ref, "V", "all")
@@ -138,7 +139,7 @@ def test_cache_only_mode_reads_warm_results_and_refuses_cold_ones(services):
 
 
 def test_pk_of_several_pairings_is_computed_together_once_each(services):
-    from headgraph.core.pk import projection_kernel
+    from headgraph.core.scores.pk import projection_kernel
 
     scores = services.scores
     ref = services.catalog.resolve("demo")

@@ -9,7 +9,7 @@ from urllib.parse import parse_qs
 import httpx
 import pytest
 
-from headgraph.server.launch import ServerProcess
+from headgraph.server.http.launch import ServerProcess
 
 TOKEN = "s3cret-token-for-the-jobs-tests"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -241,8 +241,8 @@ class _NoModels:
 
 @pytest.fixture()
 def manager(tmp_path):
-    from headgraph.server.jobs import JobManager
-    from headgraph.server.store import Store
+    from headgraph.server.services.jobs import JobManager
+    from headgraph.server.cache.store import Store
 
     store = Store(tmp_path / "cache")
     jobs = JobManager(scores=None, catalog=_NoModels(), store=store)  # type: ignore[arg-type]
@@ -252,7 +252,7 @@ def manager(tmp_path):
 
 
 def _record(manager, owner, *, heartbeat=None, job_id="j1", model="m"):
-    from headgraph.server.jobs import JobState, job_index_key
+    from headgraph.server.services.jobs import JobState, job_index_key
 
     job = JobState(id=job_id, model=model, params={"pairings": ["OK"]}, state="running",
                    stage="pk", owner=owner)
@@ -269,7 +269,7 @@ def _ended_process() -> dict:
 
     import psutil
 
-    from headgraph.server.jobs import this_process
+    from headgraph.server.services.jobs import this_process
 
     proc = subprocess.Popen(["sleep", "30"])
     owner = {**this_process(), "pid": proc.pid, "started": psutil.Process(proc.pid).create_time()}
@@ -289,8 +289,8 @@ def _settled(manager, job_id):
 
 
 def test_a_job_whose_owner_process_ended_reads_failed_at_once_and_a_submit_retries(manager):
-    from headgraph.server.jobs import STOPPED, this_process
-    from headgraph.server.registry import ModelRef
+    from headgraph.server.services.jobs import STOPPED, this_process
+    from headgraph.server.models.offered import ModelRef
 
     _record(manager, this_process())  # this process: alive
     assert manager.get("j1").state == "running"
@@ -307,7 +307,7 @@ def test_a_job_whose_owner_process_ended_reads_failed_at_once_and_a_submit_retri
 
 
 def test_an_owner_elsewhere_is_judged_by_its_heartbeat(manager):
-    from headgraph.server.jobs import STALE_S, this_process
+    from headgraph.server.services.jobs import STALE_S, this_process
 
     elsewhere = {**this_process(), "host": "some-other-host", "pid": 1}
     _record(manager, elsewhere)
@@ -319,9 +319,9 @@ def test_an_owner_elsewhere_is_judged_by_its_heartbeat(manager):
 
 
 def test_only_the_newest_finished_job_records_are_kept(manager, monkeypatch):
-    import headgraph.server.jobs as jobs_module
-    from headgraph.server.jobs import JOB_INDEX, job_index_key
-    from headgraph.server.registry import ModelRef
+    import headgraph.server.services.jobs as jobs_module
+    from headgraph.server.services.jobs import JOB_INDEX, job_index_key
+    from headgraph.server.models.offered import ModelRef
 
     monkeypatch.setattr(jobs_module, "MAX_FINISHED", 3)
     _record(manager, None, job_id="old", model="m0",  # before the index (found once); stale

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from headgraph.core.types import COMPUTE_VERSION
-from headgraph.server.store import DiskLock, ModelLRU, Store, make_key, parse_key
+from headgraph.server.cache.store import DiskLock, ModelLRU, Store, make_key, parse_key
 
 
 def test_keys_carry_version_fingerprint_name_and_sorted_params():
@@ -90,7 +90,7 @@ def test_a_killed_computation_leaves_no_entry_and_its_lock_lapses(tmp_path):
     cache = tmp_path / "c"
     script = textwrap.dedent(f"""
         import time
-        from headgraph.server.store import Store
+        from headgraph.server.cache.store import Store
         store = Store({str(cache)!r}, lock_expire_s=1.0)
         def compute():
             print("computing", flush=True)

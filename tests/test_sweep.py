@@ -20,13 +20,13 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from headgraph.core.demo_model import DEMO_DIR
-from headgraph.core.series import demo_series
-from headgraph.server.cli import main as cli_main
-from headgraph.server.launch import ServerProcess
+from headgraph.core.models.demo import DEMO_DIR
+from headgraph.core.models.series import demo_series
+from headgraph.server.cli.main import main as cli_main
+from headgraph.server.http.launch import ServerProcess
 from headgraph.server.settings import Settings
-from headgraph.server.sweep_specs import expand_specs, hub_revision, serve_env
-from headgraph.server.sweep_task import FAIL_FIRST_ENV, parse_results
+from headgraph.server.sweep.specs import expand_specs, hub_revision, serve_env
+from headgraph.server.sweep.task import FAIL_FIRST_ENV, parse_results
 
 ray = pytest.importorskip("ray")
 
@@ -70,7 +70,7 @@ def swept(ray_runtime, tmp_path_factory):
     """One sweep: demo, a glob over a copy of the bundled checkpoint series (8 training steps of
     the demo; the step-417 checkpoint fails its first attempt), a random: spec and a folder that
     is no model; results 'all'."""
-    from headgraph.server.sweep import run_sweep
+    from headgraph.server.sweep.run import run_sweep
 
     root = tmp_path_factory.mktemp("ckpts")
     steps = {c.step: shutil.copytree(c.folder, root / c.folder.name) for c in demo_series()}
@@ -168,7 +168,7 @@ def test_cli_sweep_prints_the_summary_and_fails_for_a_bad_spec(swept, capsys):
 
 def test_cli_sweep_without_ray_says_how_to_install_it():
     code = ("import sys; sys.modules['ray'] = None\n"
-            "from headgraph.server.cli import main\nsys.exit(main(['sweep', 'demo']))")
+            "from headgraph.server.cli.main import main\nsys.exit(main(['sweep', 'demo']))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert "Ray, which is not installed" in proc.stderr and "headgraph-server[sweep]" in proc.stderr

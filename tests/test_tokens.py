@@ -10,9 +10,9 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from headgraph.core.demo_model import DemoConfig, DemoModel
+from headgraph.core.models.demo import DemoConfig, DemoModel
 from headgraph.core.errors import InvalidInput, UnsupportedModel
-from headgraph.core.tokens import decode_tokens, subspace_token_scores, top_tokens, visible
+from headgraph.core.readout.tokens import decode_tokens, subspace_token_scores, top_tokens, visible
 from headgraph.core.types import HeadWeights, ModelInfo
 
 torch.set_num_threads(1)
@@ -91,7 +91,7 @@ def test_scores_ignore_a_shift_shared_by_all_tokens(bpe):
 
 def test_vocab_tiling_gives_identical_results(bpe):
     heads = make_heads(bpe, seed=2)
-    from headgraph.core.subspaces import role_bases
+    from headgraph.core.scores.subspaces import role_bases
 
     U = role_bases(heads, "V").U.reshape(8, 64, 16)
     s_big, i_big = subspace_token_scores(U, heads.W_U, 7)

@@ -7,7 +7,7 @@ import pytest
 from scipy.stats import spearmanr
 
 from headgraph.core.errors import InvalidInput
-from headgraph.core.validation import (mean_ci, sample_forward_pairs, spearman_ci, top_pairs_of,
+from headgraph.core.activations.validation import (mean_ci, sample_forward_pairs, spearman_ci, top_pairs_of,
                                        validation_summary)
 
 
@@ -73,7 +73,7 @@ def test_summary_reads_each_metric_on_its_rows() -> None:
 
 
 def test_the_vectorized_resample_statistic_is_scipys_spearman() -> None:
-    from headgraph.core.validation import _spearman_along
+    from headgraph.core.activations.validation import _spearman_along
 
     rng = np.random.default_rng(5)
     x, y = rng.integers(0, 6, size=(7, 30)).astype(float), rng.normal(size=(7, 30))  # ties in x

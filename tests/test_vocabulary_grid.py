@@ -8,7 +8,7 @@ import random
 import pytest
 
 from headgraph.core.errors import InvalidInput
-from headgraph.core.vocabulary import (PERCENT_STEP, THRESHOLD_DIGITS, THRESHOLD_FLOOR,
+from headgraph.core.names import (PERCENT_STEP, THRESHOLD_DIGITS, THRESHOLD_FLOOR,
                                        quantize_percent, quantize_threshold)
 
 

@@ -16,12 +16,12 @@ __all__ = ["__version__", "composition_score", "load_heads", "projection_kernel"
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from headgraph.core.composition import composition_score
-    from headgraph.core.loading import load_heads
-    from headgraph.core.pk import projection_kernel
+    from headgraph.core.scores.composition_score import composition_score
+    from headgraph.core.models.loading import load_heads
+    from headgraph.core.scores.pk import projection_kernel
 
-_LAZY = {"load_heads": "headgraph.core.loading", "projection_kernel": "headgraph.core.pk",
-         "composition_score": "headgraph.core.composition"}
+_LAZY = {"load_heads": "headgraph.core.models.loading", "projection_kernel": "headgraph.core.scores.pk",
+         "composition_score": "headgraph.core.scores.composition_score"}
 
 
 def __getattr__(name: str) -> Any:

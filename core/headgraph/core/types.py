@@ -13,7 +13,7 @@ from typing import Any, Literal, Protocol
 import torch
 
 # Names come from the one vocabulary; re-exported here for callers that import them from types.
-from headgraph.core.vocabulary import CS_MODES, LAYER_ORDERS, ROLES, CSMode, LayerOrder, Role, check_role
+from headgraph.core.names import CS_MODES, LAYER_ORDERS, ROLES, CSMode, LayerOrder, Role, check_role
 
 Processing = Literal["bridge", "raw", "processed"]
 PROCESSINGS: tuple[str, ...] = ("bridge", "raw", "processed")

@@ -18,12 +18,12 @@ from typing import Any
 
 from dash import Dash
 
-from headgraph.frontend.api_client import ApiClient, ClientPool
-from headgraph.frontend.auth import TOKEN_COOKIE, install_request_guards
+from headgraph.frontend.api.client import ApiClient, ClientPool
+from headgraph.frontend.api.auth import TOKEN_COOKIE, install_request_guards
 from headgraph.frontend.callbacks import register_callbacks
 from headgraph.frontend.callbacks.model import page_data
-from headgraph.frontend.context import CONFIG_KEY, ApiProvider, FrontendContext
-from headgraph.frontend.layout import build_layout
+from headgraph.frontend.api.context import CONFIG_KEY, ApiProvider, FrontendContext
+from headgraph.frontend.layout.page import build_layout
 
 
 def local_base_url(environ: dict[str, Any]) -> str:

@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from headgraph.core.errors import HeadgraphError, ModelUnavailable, PathNotAllowed
-from headgraph.core.vocabulary import HEAD_INPUT_PATTERN
+from headgraph.core.names import HEAD_INPUT_PATTERN
 
 log = logging.getLogger("headgraph.errors")
 

@@ -13,7 +13,7 @@ from dash import Dash
 from headgraph.frontend.callbacks import (auth, compare, downloads, graph, heatmap, labels, model,  # noqa: F401
                                           navigation, panels, reference, router, scatter, tokens, validation,
                                           verify)
-from headgraph.frontend.callbacks.registry import register_all
+from headgraph.frontend.callbacks.define import register_all
 
 
 def register_callbacks(app: Dash) -> None:

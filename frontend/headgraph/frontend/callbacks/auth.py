@@ -13,10 +13,10 @@ from typing import Any
 import flask
 from dash import Dash, Input, Output, State
 
-from headgraph.frontend.api_client import ApiError
-from headgraph.frontend.auth import TOKEN_COOKIE
-from headgraph.frontend.callbacks.registry import callback
-from headgraph.frontend.context import api
+from headgraph.frontend.api.client import ApiError
+from headgraph.frontend.api.auth import TOKEN_COOKIE
+from headgraph.frontend.callbacks.define import callback
+from headgraph.frontend.api.context import api
 
 SIGN_IN_JS = """
 function(nIn, nSubmit, nOut, value) {

@@ -11,11 +11,11 @@ from typing import Any, TypeVar
 
 from dash import html
 
-from headgraph.frontend.api_client import ApiClient, ApiError
+from headgraph.frontend.api.client import ApiClient, ApiError
 from headgraph.frontend.callbacks.router import mark_error
-from headgraph.frontend.context import api, vocab
-from headgraph.frontend.controls import UNAVAILABLE
-from headgraph.frontend.state import PATTERN_OVERLAY, ViewState, parse_query
+from headgraph.frontend.api.context import api, vocab
+from headgraph.frontend.layout.controls import UNAVAILABLE
+from headgraph.frontend.state.url import PATTERN_OVERLAY, ViewState, parse_query
 
 T = TypeVar("T")
 

@@ -6,12 +6,12 @@ from typing import Any
 
 from dash import Output
 
-from headgraph.frontend.api_client import ApiClient, ApiError
+from headgraph.frontend.api.client import ApiClient, ApiError
 from headgraph.frontend.callbacks.common import WAITING, api, error_note, overlay_classes, stat, state_of, vocab
 from headgraph.frontend.callbacks.router import view_callback
 from headgraph.frontend.figures import empty_figure, head_grid_figure, score_heatmap
 from headgraph.frontend.figures.heatmaps import block_grid, grid_labels, layer_overview
-from headgraph.frontend.readiness import view_params
+from headgraph.frontend.state.readiness import view_params
 
 
 def metric_grid(client: ApiClient, model: str, pairing: str, metric: str) -> dict[str, Any]:

@@ -9,9 +9,9 @@ from typing import Any
 
 from dash import Input, Output, State, ctx, html, no_update
 
-from headgraph.frontend.api_client import ApiError
+from headgraph.frontend.api.client import ApiError
 from headgraph.frontend.callbacks.common import api, state_of
-from headgraph.frontend.callbacks.registry import callback
+from headgraph.frontend.callbacks.define import callback
 
 
 def decode_upload(contents: str) -> bytes:

@@ -10,12 +10,12 @@ from typing import Any
 
 from dash import Dash, Input, Output, dcc, html
 
-from headgraph.frontend.api_client import ApiError
+from headgraph.frontend.api.client import ApiError
 from headgraph.frontend.callbacks.common import api, error_note, state_of, with_overlay
 from headgraph.frontend.callbacks.router import view_callback
 from headgraph.frontend.figures import PAIRING_COLORS, cosines_figure, empty_figure
-from headgraph.frontend.state import ViewState, to_query
-from headgraph.frontend.readiness import view_params
+from headgraph.frontend.state.url import ViewState, to_query
+from headgraph.frontend.state.readiness import view_params
 
 WAITING_PANEL = "waiting for the model's results…"
 

@@ -7,12 +7,12 @@ from typing import Any
 
 from dash import Output
 
-from headgraph.frontend.api_client import ApiError
+from headgraph.frontend.api.client import ApiError
 from headgraph.frontend.callbacks.common import WAITING, api, error_note, stat, state_of
 from headgraph.frontend.callbacks.router import view_callback
 from headgraph.frontend.figures import (empty_figure, kl_grid_figure, null_figure, null_summary,
                                         reference_figure)
-from headgraph.frontend.readiness import view_params
+from headgraph.frontend.state.readiness import view_params
 
 
 @view_callback("reference", Output("kl-grid", "figure"), Output("ref-hist", "figure"),

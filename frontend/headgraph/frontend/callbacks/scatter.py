@@ -6,11 +6,11 @@ from typing import Any
 
 from dash import Output
 
-from headgraph.frontend.api_client import ApiError
+from headgraph.frontend.api.client import ApiError
 from headgraph.frontend.callbacks.common import WAITING, api, error_note, stat, state_of, vocab
 from headgraph.frontend.callbacks.router import view_callback
 from headgraph.frontend.figures import empty_figure, scatter_figure
-from headgraph.frontend.readiness import view_params
+from headgraph.frontend.state.readiness import view_params
 
 
 @view_callback("scatter", Output("scatter", "figure"), Output("scatter-summary", "children"),

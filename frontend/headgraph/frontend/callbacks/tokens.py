@@ -6,11 +6,11 @@ from typing import Any
 
 from dash import Output
 
-from headgraph.frontend.api_client import ApiError
+from headgraph.frontend.api.client import ApiError
 from headgraph.frontend.callbacks.common import WAITING, api, error_note, stat, state_of
 from headgraph.frontend.callbacks.router import view_callback
 from headgraph.frontend.figures import empty_figure, patterns_figure, token_grid_figure
-from headgraph.frontend.readiness import view_params
+from headgraph.frontend.state.readiness import view_params
 
 TOKENS_SHOWN = 5
 

@@ -40,7 +40,7 @@ def _free_port(host: str) -> int:
 
 
 class LocalServer:
-    """``python -m headgraph.server.cli serve`` on a free loopback port, stopped on exit."""
+    """``python -m headgraph.server.cli.main serve`` on a free loopback port, stopped on exit."""
 
     def __init__(self, cache_dir: Path | None, log_path: Path, host: str = "127.0.0.1",
                  startup_timeout: float = 180.0) -> None:
@@ -54,7 +54,7 @@ class LocalServer:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         if self.cache_dir is not None:
             env["HEADGRAPH_CACHE_DIR"] = str(self.cache_dir.expanduser())
-        cmd = [sys.executable, "-m", "headgraph.server.cli", "serve", "--host", self.host,
+        cmd = [sys.executable, "-m", "headgraph.server.cli.main", "serve", "--host", self.host,
                "--port", str(self.port), "--workers", "1", "--log-level", "warning"]
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:

@@ -1,0 +1,225 @@
+"""Read a GGUF file's attention weights (llama.cpp's format), dequantized, one tensor at a time.
+
+A ``.gguf`` file, or a folder holding one (and no config.json), is a model spec. The file is
+memory-mapped with ``gguf.GGUFReader``; only ``blk.{i}.attn_q/attn_k/attn_v/attn_output``
+and the unembedding (``output.weight``, else the tied ``token_embd.weight``) are dequantized
+(``gguf.quants.dequantize``), so the rest of the model is never read. llama.cpp stores the
+rows of Llama's Q and K weights permuted for its rotary layout; they are permuted back exactly
+as transformers does when it loads a GGUF (``LlamaTensorProcessor._reverse_permute_weights``),
+so W_Q/W_K equal the Hugging Face checkpoint's. The tokenizer is built from the file's own
+metadata (transformers' GGUF tokenizer converter). Result: HeadWeights in TransformerLens
+layout, processing "raw", source "gguf", ``ModelInfo.quantization`` naming the attention
+tensors' quantization type (e.g. "Q4_1"); no runnable pattern source.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from headgraph.core.errors import UnsupportedModel
+from headgraph.core.models.fingerprint import weights_fingerprint
+from headgraph.core.types import HeadWeights, ModelInfo
+
+GGUF_SUFFIX = ".gguf"
+# Architectures whose Q/K rows llama.cpp's converter permutes (transformers undoes it for these).
+PERMUTED_ARCHS = frozenset({"llama", "mistral"})
+_ROLES = ("attn_q", "attn_k", "attn_v", "attn_output")
+
+
+def is_gguf_file(path: str | os.PathLike[str]) -> bool:
+    """True for an existing file whose name ends in ``.gguf``."""
+    p = Path(path)
+    try:
+        return p.name.lower().endswith(GGUF_SUFFIX) and p.is_file()
+    except (OSError, ValueError):
+        return False
+
+
+def gguf_files(folder: str | os.PathLike[str]) -> list[Path]:
+    """The ``*.gguf`` files directly in ``folder`` (sorted; [] when it is not a folder)."""
+    try:
+        return sorted(p for p in Path(folder).iterdir() if is_gguf_file(p))
+    except (OSError, ValueError):
+        return []
+
+
+def find_gguf(path: str | os.PathLike[str], *, shown: str) -> Path:
+    """The GGUF file a spec names: the file itself, or the one ``.gguf`` in a folder.
+
+    UnsupportedModel (naming ``shown`` only) when the folder holds none or several."""
+    p = Path(path)
+    if is_gguf_file(p):
+        return p
+    found = gguf_files(p)
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise UnsupportedModel(f"{shown}: no .gguf file in the model folder")
+    raise UnsupportedModel(f"{shown}: the model folder holds several .gguf files "
+                           f"({', '.join(f.name for f in found)}); give one file")
+
+
+def is_gguf_spec(path: str | os.PathLike[str]) -> bool:
+    """A ``.gguf`` file, or a folder with no config.json holding at least one ``.gguf``."""
+    if is_gguf_file(path):
+        return True
+    p = Path(path)
+    try:
+        return p.is_dir() and not (p / "config.json").is_file() and bool(gguf_files(p))
+    except (OSError, ValueError):
+        return False
+
+
+def _reader(path: Path, shown: str) -> Any:
+    import gguf
+
+    try:
+        return gguf.GGUFReader(str(path), "r")
+    except (OSError, ValueError, KeyError, IndexError, TypeError) as err:
+        raise UnsupportedModel(f"{shown}: not a readable GGUF file ({type(err).__name__})") \
+            from None
+
+
+def _field(reader: Any, key: str) -> Any:
+    """The value of a metadata key (None when absent)."""
+    field = reader.fields.get(key)
+    if field is None:
+        return None
+    try:
+        return field.contents()
+    except (ValueError, IndexError, TypeError, UnicodeDecodeError):
+        return None
+
+
+def _field_int(reader: Any, arch: str, *names: str) -> int | None:
+    for n in names:
+        value = _field(reader, f"{arch}.{n}")
+        if isinstance(value, list):  # per-layer head counts: take the first layer's
+            value = value[0] if value else None
+        if value is not None:
+            return int(value)
+    return None
+
+
+def reverse_permute(w: torch.Tensor, n_head: int) -> torch.Tensor:
+    """Undo llama.cpp's rotary row permutation of a Q/K weight [n_head*d_head, d_in] (as
+    transformers' ``_reverse_permute_weights``, with ``n_head`` the heads of that weight)."""
+    dim = w.shape[0] // n_head // 2
+    return w.reshape(n_head, dim, 2, *w.shape[1:]).swapaxes(2, 1).reshape(w.shape)
+
+
+def _dequantized(tensor: Any) -> torch.Tensor:
+    """One GGUF tensor as float32 [rows, cols] in PyTorch (nn.Linear: [out, in]) orientation."""
+    from gguf.quants import dequantize
+
+    array = dequantize(tensor.data, tensor.tensor_type)
+    return torch.from_numpy(array.copy()).to(torch.float32)
+
+
+def quantization_name(types: list[str]) -> str:
+    """The quantization of a set of tensor types: one name, or ``"Q4_K+Q6_K"`` when mixed."""
+    counts = Counter(types)
+    return "+".join(sorted(counts, key=lambda t: (-counts[t], t)))
+
+
+def load_gguf_tokenizer(path: Path) -> Any | None:
+    """A Hugging Face tokenizer built from the GGUF's own tokenizer metadata (None when the
+    file has none or transformers cannot convert it)."""
+    try:
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name,
+                                             local_files_only=True)
+    except Exception:  # any converter failure: the model still loads, tokens are "#<id>"
+        return None
+
+
+def load_heads_gguf(path: str | os.PathLike[str], *, device: str | torch.device | None = None,
+                    dtype: torch.dtype = torch.float32, name: str | None = None,
+                    tokenizer: bool = True) -> HeadWeights:
+    """Per-head attention weights (and unembedding) of a GGUF file, dequantized tensor by tensor.
+
+    ``path``: the ``.gguf`` file (or a folder holding exactly one); ``name``: what ModelInfo
+    and messages call it (default: the path). Returns HeadWeights in TL layout (W_Q
+    [L, H, d_model, d_head], W_K/W_V [L, H_kv, ...], W_O [L, H, d_head, d_model], W_U
+    [d_model, d_vocab]), processing "raw", source "gguf", with the file's tokenizer when
+    ``tokenizer`` and it can be built.
+    """
+    shown = name or str(path)
+    file = find_gguf(path, shown=shown)
+    reader = _reader(file, shown)
+    arch = str(_field(reader, "general.architecture") or "")
+    H = _field_int(reader, arch, "attention.head_count")
+    d_model = _field_int(reader, arch, "embedding_length")
+    if not arch or H is None or d_model is None:
+        raise UnsupportedModel(f"{shown}: GGUF metadata lacks the architecture, head count or "
+                               "embedding length")
+    H_kv = _field_int(reader, arch, "attention.head_count_kv") or H
+    d_head = _field_int(reader, arch, "attention.key_length") or d_model // H
+    tensors = {t.name: t for t in reader.tensors}
+    layers = sorted({int(n.split(".")[1]) for n in tensors
+                     if n.startswith("blk.") and n.endswith(".attn_q.weight")})
+    if not layers:
+        fused = any(n.endswith(".attn_qkv.weight") for n in tensors)
+        raise UnsupportedModel(f"{shown}: no separate attn_q/attn_k/attn_v tensors in this GGUF"
+                               + (" (fused attn_qkv is not supported)" if fused else ""))
+    L = len(layers)
+    W_Q = torch.empty(L, H, d_model, d_head, dtype=dtype)
+    W_K = torch.empty(L, H_kv, d_model, d_head, dtype=dtype)
+    W_V = torch.empty(L, H_kv, d_model, d_head, dtype=dtype)
+    W_O = torch.empty(L, H, d_head, d_model, dtype=dtype)
+    types: list[str] = []
+    permute = arch in PERMUTED_ARCHS
+
+    def read(layer: int, role: str) -> torch.Tensor:
+        key = f"blk.{layer}.{role}.weight"
+        if key not in tensors:
+            raise UnsupportedModel(f"{shown}: layer {layer} lacks the tensor {key}")
+        types.append(tensors[key].tensor_type.name)
+        return _dequantized(tensors[key])
+
+    def linear_in(w: torch.Tensor, heads: int) -> torch.Tensor:
+        """[heads*d_head, d_model] -> [heads, d_model, d_head]."""
+        return w.reshape(heads, d_head, d_model).transpose(1, 2)
+
+    try:
+        for i, layer in enumerate(layers):
+            q, k = read(layer, "attn_q"), read(layer, "attn_k")
+            if permute:
+                q, k = reverse_permute(q, H), reverse_permute(k, H_kv)
+            W_Q[i] = linear_in(q, H)
+            W_K[i] = linear_in(k, H_kv)
+            W_V[i] = linear_in(read(layer, "attn_v"), H_kv)
+            o = read(layer, "attn_output")  # [d_model, H*d_head]
+            W_O[i] = o.reshape(d_model, H, d_head).permute(1, 2, 0)
+    except (RuntimeError, ValueError, NotImplementedError) as err:  # shapes, unknown quant types
+        raise UnsupportedModel(f"{shown}: cannot read the attention tensors of this GGUF "
+                               f"({type(err).__name__}: {err})") from err
+    unembed = tensors.get("output.weight") or tensors.get("token_embd.weight")
+    W_U = None
+    if unembed is not None:
+        try:
+            W_U = _dequantized(unembed).T.to(dtype).contiguous()
+        except (RuntimeError, ValueError, NotImplementedError):
+            W_U = None
+        if W_U is not None and W_U.shape[0] != d_model:
+            W_U = None
+    if device is not None:
+        W_Q, W_K, W_V, W_O = (t.to(device) for t in (W_Q, W_K, W_V, W_O))
+        W_U = W_U.to(device) if W_U is not None else None
+    info = ModelInfo(
+        name=shown, architecture=arch, n_layers=L, n_heads=H, n_kv_heads=H_kv,
+        d_model=d_model, d_head=d_head, d_vocab=None if W_U is None else int(W_U.shape[1]),
+        dtype=str(dtype).replace("torch.", ""), layer_indices=tuple(layers),
+        processing="raw", source="gguf", quantization=quantization_name(types),
+    )
+    fp = weights_fingerprint([W_Q, W_K, W_V, W_O, W_U], processing="raw",
+                             extra=",".join(map(str, info.layer_indices)))
+    tok = load_gguf_tokenizer(file) if tokenizer else None
+    return HeadWeights(info=info, W_Q=W_Q, W_K=W_K, W_V=W_V, W_O=W_O, W_U=W_U, fingerprint=fp,
+                       tokenizer=tok)

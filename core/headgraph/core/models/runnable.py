@@ -1,0 +1,84 @@
+"""Runnable views of a loaded model: the PatternSource over a TransformerBridge, and prompt
+tokenization any PatternSource answers (right-padded ids and their mask)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from headgraph.core.errors import UnsupportedModel
+from headgraph.core.types import PatternSource
+
+
+# -- a PatternSource for TransformerLens bridges ------------------------------------------
+
+class BridgePatternSource:
+    """PatternSource over a TransformerBridge: its tokenizer and cached ``hook_pattern``s."""
+
+    def __init__(self, bridge: Any) -> None:
+        self.bridge = bridge
+        self.layer_indices: tuple[int, ...] = tuple(int(i) for i, _ in bridge.blocks_with("attn"))
+        cfg = bridge.cfg
+        self.d_vocab: int = int(cfg.d_vocab)
+        self.n_ctx: int | None = int(cfg.n_ctx) if getattr(cfg, "n_ctx", None) else None
+        prefix = self._encode("")
+        self.bos_token_id: int | None = int(prefix[0]) if len(prefix) else None
+
+    def _encode(self, text: str) -> list[int]:
+        return self.bridge.to_tokens(text, padding_side="right", move_to_device=False)[0].tolist()
+
+    def tokenize(self, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Right-padded ids [batch, pos] and mask [batch, pos] (BOS as the model's config says)."""
+        rows = [self._encode(t) for t in texts]
+        pad = getattr(self.bridge.tokenizer, "pad_token_id", None) or 0
+        width = max(len(r) for r in rows)
+        ids = torch.full((len(rows), width), int(pad), dtype=torch.long)
+        mask = torch.zeros(len(rows), width, dtype=torch.bool)
+        for i, r in enumerate(rows):
+            ids[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+            mask[i, : len(r)] = True
+        device = self.bridge.cfg.device
+        return ids.to(device), mask.to(device)
+
+    def to_tokens(self, texts: list[str]) -> torch.Tensor:
+        return self.tokenize(texts)[0]
+
+    def token_pool(self) -> torch.Tensor:
+        """Ids safe to draw random tokens from: in the tokenizer and the embedding, not special."""
+        tok = self.bridge.tokenizer
+        n = min(self.d_vocab, len(tok)) if tok is not None else self.d_vocab
+        keep = torch.ones(n, dtype=torch.bool)
+        special = [i for i in (getattr(tok, "all_special_ids", None) or []) if 0 <= i < n]
+        keep[special] = False
+        return torch.nonzero(keep).flatten()
+
+    @torch.no_grad()
+    def attention_patterns(self, tokens: torch.Tensor,
+                           attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Attention probabilities [L, batch, H, q, k] from ``blocks.{l}.attn.hook_pattern``."""
+        kwargs = {}
+        if attention_mask is not None:
+            kwargs["attention_mask"] = attention_mask.to(tokens.device).long()
+        _, cache = self.bridge.run_with_cache(
+            tokens, names_filter=lambda n: n.endswith("hook_pattern"), **kwargs)
+        try:
+            pats = [cache[f"blocks.{i}.attn.hook_pattern"] for i in self.layer_indices]
+        except KeyError as err:
+            raise UnsupportedModel(f"the bridge did not report attention patterns ({err}); "
+                               "it needs eager attention") from err
+        return torch.stack(pats)
+
+
+
+def tokenize_prompts(source: PatternSource, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids, mask) from ``source.tokenize`` or, for a bare PatternSource, per-prompt lengths."""
+    tokenize: Callable[[list[str]], tuple[torch.Tensor, torch.Tensor]] | None = getattr(
+        source, "tokenize", None)
+    if tokenize is not None:
+        return tokenize(prompts)
+    ids = source.to_tokens(prompts)
+    lengths = torch.tensor([source.to_tokens([p]).shape[-1] for p in prompts], device=ids.device)
+    mask = torch.arange(ids.shape[-1], device=ids.device)[None, :] < lengths[:, None]
+    return ids, mask

@@ -1,0 +1,193 @@
+"""Projection Kernel between every pair of heads' role subspaces, as typed results.
+
+PK(U_s, U_t) = ||U_s^T U_t||_F^2 = <P_s, P_t>_F with P = U U^T (the sum of squared cosines of the
+principal angles), for orthonormal bases from core.subspaces. The pair sums come from
+core.overlaps (projector Gram, only the pairs the layer order keeps); several pairings (e.g. OQ,
+OK, OV through ``all_pairings``) share one pass that builds each role's pieces once. This
+module turns them into PairScores (bounds, ranks, normalization, validity) and gives one pair's
+principal angles.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from headgraph.core.errors import InvalidInput
+from headgraph.core.scores.layer_order import check_order, layer_mask
+from headgraph.core.scores.overlaps import sq_overlaps
+from headgraph.core.scores.subspaces import effective_ranks, role_bases, roles_bases
+from headgraph.core.types import HeadWeights, PairScores
+from headgraph.core.names import PAIRINGS, check_pairing, head_label
+
+
+def parse_pairing(pairing: str) -> tuple[str, str]:
+    """Split a pairing like "OK" into (source role, target role); InvalidInput listing allowed ones."""
+    p = check_pairing(pairing)
+    return p[0], p[1]
+
+
+def _pk_results(heads: HeadWeights, pairings: list[str], order: str, rank: int | None,
+                rtol: float | None) -> dict[str, PairScores]:
+    """PairScores of several pairings from one shared pass (bases and projectors built once)."""
+    roles = list(dict.fromkeys(r for p in pairings for r in parse_pairing(p)))
+    bases = roles_bases(heads, roles, rank=rank, rtol=rtol)
+    idx = heads.info.layer_indices
+    # Blocks follow positions; should positions not follow the layer order, compute all pairs.
+    monotone = all(a < b for a, b in zip(idx, idx[1:]))
+    sq = sq_overlaps({r: b.U for r, b in bases.items()}, [parse_pairing(p) for p in pairings],
+                     order=order if monotone else "all")
+    lmask = layer_mask(heads.info.layer_indices, order, next(iter(sq.values())).device)
+    results = {}
+    for p in pairings:
+        s_role, t_role = parse_pairing(p)
+        sb, tb = bases[s_role], bases[t_role]
+        raw = sq[(s_role, t_role)]
+        rs = effective_ranks(sb).to(torch.float64)
+        rt = effective_ranks(tb).to(torch.float64)
+        bound = torch.minimum(rs[:, :, None, None], rt[None, None])
+        scores = torch.minimum(raw.clamp(min=0.0), bound)
+        valid = lmask[:, None, :, None] & (rs > 0)[:, :, None, None] & (rt > 0)[None, None]
+        denom = torch.sqrt(rs[:, :, None, None] * rt[None, None]).clamp(min=1.0)
+        out_dtype = sb.U.dtype
+        results[p] = PairScores(
+            kind="pk", pairing=p, source_role=s_role, target_role=t_role,
+            scores=torch.where(valid, scores, 0.0).to(out_dtype),
+            normalized=torch.where(valid, scores / denom, 0.0).to(out_dtype), valid=valid,
+            layer_indices=tuple(heads.info.layer_indices), order=order,
+            source_ranks=sb.ranks, target_ranks=tb.ranks, source_rank=sb.rank, target_rank=tb.rank,
+        )
+    return results
+
+
+def projection_kernel(
+    heads: HeadWeights,
+    pairing: str = "OK",
+    *,
+    order: str = "forward",
+    rank: int | None = None,
+    rtol: float | None = None,
+) -> PairScores:
+    """PK between every source head's and target head's role subspaces.
+
+    pairing: source role then target role, e.g. "OK" (earlier head's output span vs later
+    head's key span). Returns PairScores with scores/normalized/valid [L, Hs, L, Ht] (K/V axes
+    keep native KV heads): raw PK in [0, min(r_s, r_t)], normalized = PK / sqrt(r_s r_t) with
+    per-head ranks (measured, or ``rank`` when truncating); pairs outside ``order`` or with a
+    zero-rank head are invalid and hold 0. Cached in ``heads._cache``. For several pairings
+    use :func:`all_pairings`, which builds each role's projector pieces once.
+    """
+    parse_pairing(pairing)
+    check_order(order)
+    key = ("pk", pairing, order, rank, rtol)
+    hit = heads._cache.get(key)
+    if hit is None:
+        hit = _pk_results(heads, [pairing], order, rank, rtol)[pairing]
+        heads._cache[key] = hit
+    return hit
+
+
+def all_pairings(
+    heads: HeadWeights,
+    *,
+    order: str = "forward",
+    pairings: list[str] | None = None,
+    rank: int | None = None,
+    rtol: float | None = None,
+) -> dict[str, PairScores]:
+    """PK for several pairings (default: all 16 of QKVO x QKVO), computed together in one pass
+    (each role's bases and projector pieces built once); results are cached per pairing."""
+    if pairings is None:
+        pairings = list(PAIRINGS)
+    for p in pairings:
+        parse_pairing(p)
+    check_order(order)
+    missing = [p for p in dict.fromkeys(pairings) if ("pk", p, order, rank, rtol) not in heads._cache]
+    if missing:
+        for p, res in _pk_results(heads, missing, order, rank, rtol).items():
+            heads._cache[("pk", p, order, rank, rtol)] = res
+    return {p: heads._cache[("pk", p, order, rank, rtol)] for p in pairings}
+
+
+@dataclass(frozen=True)
+class PairDetail:
+    """One head pair's PK with its principal angles (computed in float64).
+
+    Positions are indices into the stacked tensors; ``layer_indices`` maps them to blocks.
+    cosines/angles: [min(r_s, r_t)], cosines descending, angles in radians ascending.
+    """
+
+    pairing: str
+    source_layer: int
+    source_head: int
+    target_layer: int
+    target_head: int
+    pk: float
+    normalized: float
+    cosines: torch.Tensor
+    angles: torch.Tensor
+    ranks: tuple[int, int]
+    layer_indices: tuple[int, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-JSON form."""
+        return {
+            "pairing": self.pairing,
+            "source": head_label(self.layer_indices[self.source_layer], self.source_head),
+            "target": head_label(self.layer_indices[self.target_layer], self.target_head),
+            "source_layer": self.layer_indices[self.source_layer],
+            "source_head": self.source_head,
+            "target_layer": self.layer_indices[self.target_layer],
+            "target_head": self.target_head,
+            "pk": self.pk,
+            "normalized": self.normalized,
+            "cosines": self.cosines.tolist(),
+            "angles": self.angles.tolist(),
+            "ranks": list(self.ranks),
+        }
+
+
+def pair_detail(
+    heads: HeadWeights,
+    pairing: str,
+    source_layer: int,
+    source_head: int,
+    target_layer: int,
+    target_head: int,
+    *,
+    rank: int | None = None,
+    rtol: float | None = None,
+) -> PairDetail:
+    """PK, normalized PK and principal angles of one pair (layer args are positions 0..L-1)."""
+    s_role, t_role = parse_pairing(pairing)
+    sb = role_bases(heads, s_role, rank=rank, rtol=rtol)
+    tb = role_bases(heads, t_role, rank=rank, rtol=rtol)
+    for name, value, size in (
+        ("source_layer", source_layer, sb.U.shape[0]), ("source_head", source_head, sb.U.shape[1]),
+        ("target_layer", target_layer, tb.U.shape[0]), ("target_head", target_head, tb.U.shape[1]),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < size:
+            raise InvalidInput(f"{name} must be an integer position in [0, {size}), got {value!r}")
+    r_s = int(effective_ranks(sb)[source_layer, source_head])
+    r_t = int(effective_ranks(tb)[target_layer, target_head])
+    u_s = sb.U[source_layer, source_head, :, :r_s].to(torch.float64)
+    u_t = tb.U[target_layer, target_head, :, :r_t].to(torch.float64)
+    overlap = u_s.transpose(0, 1) @ u_t
+    if min(r_s, r_t) == 0:
+        cosines = overlap.new_zeros(0)
+    else:
+        cosines = torch.linalg.svdvals(overlap).clamp(0.0, 1.0)
+    pk = float(overlap.square().sum().clamp(0.0, float(min(r_s, r_t))))
+    normalized = pk / math.sqrt(r_s * r_t) if r_s and r_t else 0.0
+    return PairDetail(
+        pairing=pairing, source_layer=source_layer, source_head=source_head,
+        target_layer=target_layer, target_head=target_head, pk=pk, normalized=normalized,
+        cosines=cosines, angles=torch.arccos(cosines), ranks=(r_s, r_t),
+        layer_indices=tuple(heads.info.layer_indices),
+    )
+
+
+__all__ = ["PairDetail", "all_pairings", "pair_detail", "parse_pairing", "projection_kernel"]

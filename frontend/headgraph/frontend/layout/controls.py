@@ -1,0 +1,203 @@
+"""The control widgets, built from the URL's state (the Pages-router idea: URL in, widgets out).
+
+``render_controls`` (callbacks/navigation.py) calls these on every URL change; user changes
+to the widgets go to the single URL writer. Every widget id exists in every rendering (hidden
+when the view does not use it), because Dash refuses a callback whose inputs are only partly
+on the page. ``placeholder_*`` give the same ids before the first rendering.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dash import dcc, html
+
+from headgraph.frontend.figures import PAIRING_COLORS
+from headgraph.frontend.state.url import (DEFAULT_MODEL, FDR_Q_RANGE, RANK_ON, THRESHOLD_ON, VERIFICATION_MODES, VIEWS,
+                                      ViewState, format_layers, format_threshold, to_query)
+from headgraph.frontend.layout.compare_controls import comparison_groups
+from headgraph.frontend.api.names import Vocabulary
+
+VIEW_LABELS: dict[str, str] = {"graph": "Head graph", "heatmap": "Heatmaps", "scatter": "PK vs CS",
+                               "reference": "Random reference", "tokens": "Tokens & patterns",
+                               "validation": "Validation", "compare": "Compare", "timeline": "Timeline"}
+# Which control groups each view shows.
+VIEW_CONTROLS: dict[str, tuple[str, ...]] = {
+    # the rule group holds the graph's scales; "filter": layer range and head search
+    "graph": ("pairings", "rule", "layout", "overlay", "verification", "filter"),
+    "heatmap": ("pairing", "metric", "grain", "direction", "overlay"),
+    "scatter": ("pairing", "top_percent"),
+    "reference": ("pairing",),
+    "tokens": ("role",),
+    "validation": ("pairing",),
+    "compare": ("pairing", "compare"),  # model A / B and top-k
+    "timeline": ("pairing", "series"),  # the series and top-k (the step slider is in the view)
+}
+CONTROL_GROUPS = ("pairing", "pairings", "rule", "metric", "grain", "layout", "direction", "top_percent",
+                  "role", "overlay", "verification", "filter", "compare", "series")
+METRIC_LABELS = {"raw": "raw", "normalized": "normalized", "z": "z", "cs": "CS"}
+# The graph's scales (the API's threshold_on): no CS, which GET /api/graph cannot rank by.
+RANK_LABELS = {"pk": "raw PK", "normalized": "normalized", "z": "z"}
+THRESHOLD_LABELS = {"normalized": "normalized", "z": "z", "pk": "raw PK", "fdr": "FDR q"}
+VERIFICATION_LABELS = {"off": "off", "colour": "colour", "verified": "verified only"}
+UNAVAILABLE = "not available offline"
+HIDE = {"display": "none"}
+
+
+def model_options(models: list[dict[str, Any]] | None, current: str | None) -> list[dict[str, Any]]:
+    """Model dropdown options; models that cannot be loaded offline are disabled with the API's
+    message. The current value is always an option (Dash 4 clears a value missing from options)."""
+    opts = []
+    for m in models or []:
+        off = m.get("status") == UNAVAILABLE
+        label = m["id"] + (f" — {m['status']}" if m.get("status") != "available" else "")
+        opts.append({"label": label, "value": m["id"], "disabled": off, "title": m.get("message", "")})
+    if current and current not in {o["value"] for o in opts}:
+        opts.append({"label": current, "value": current})
+    return opts
+
+
+def overlay_options(sets: list[dict[str, Any]] | None, current: str | None = None) -> list[dict[str, Any]]:
+    """Label-set dropdown options (name, head count, model hint); keeps ``current`` selectable."""
+    out = []
+    for s in sets or []:
+        hint = f" · {s['model']}" if s.get("model") else ""
+        label = (f"{s['name']} (per model)" if s.get("per_model")
+                 else f"{s['name']} ({s.get('n_heads', '?')} heads{hint})")
+        out.append({"label": label, "value": s["name"], "title": s.get("description", "")})
+    if current and current not in {o["value"] for o in out}:
+        out.append({"label": current, "value": current})
+    return out
+
+
+def model_dropdown(state: ViewState | None, models: list[dict[str, Any]] | None) -> dcc.Dropdown:
+    model = state.model if state else DEFAULT_MODEL
+    return dcc.Dropdown(id="model-select", options=model_options(models, model), value=model,
+                        clearable=False, searchable=True, className="model-select", placeholder="model")
+
+
+def tab_links(state: ViewState | None) -> list[Any]:
+    """The view tabs: links to the current state with another view (id "tab-<view>")."""
+    current = state.view if state else None
+    return [dcc.Link(label, id=f"tab-{v}", href=to_query(state.with_(view=v)) if state else f"?view={v}",
+                     className="tab tab-selected" if v == current else "tab")
+            for v, label in VIEW_LABELS.items() if v in VIEWS]
+
+
+def _group(name: str, label: str, shown: bool, *children: object) -> html.Div:
+    return html.Div([html.Label(label, className="ctl-label"), *children], id=f"ctl-{name}",
+                    className="ctl-group", style={"display": "flex"} if shown else HIDE)
+
+
+def _opts(values: tuple[str, ...], labels: dict[str, str] | None = None) -> list[dict[str, str]]:
+    return [{"label": (labels or {}).get(v, v), "value": v} for v in values]
+
+
+def slider_props(state: ViewState | None, slider: dict[str, Any] | None) -> dict[str, Any]:
+    """The threshold slider's min, max, step, marks and value for ``state``.
+
+    ``slider``: the range the graph view computed for this state's graph ({"min", "max",
+    "step", "marks", "value"}; ``value`` the threshold it applied), else a placeholder range
+    around the URL's threshold. The value is the applied one (the URL's, else the default the
+    graph used); None on the FDR scale, whose q has its own input.
+    """
+    on_slider = bool(state) and state.rule == "threshold" and state.threshold_on != "fdr"
+    value = state.threshold if state and on_slider else None
+    if slider:
+        if on_slider and value is None:
+            value = slider.get("value")
+        return {"min": slider["min"], "max": slider["max"], "step": slider.get("step"),
+                "marks": slider.get("marks"), "value": value}
+    lo, hi = min(0.0, value or 0.0), max(1.0, value or 0.0)
+    return {"min": lo, "max": hi, "step": None, "marks": None, "value": value}
+
+
+def control_groups(state: ViewState | None, vocab: Vocabulary | None,
+                   label_sets: list[dict[str, Any]] | None = None,
+                   slider: dict[str, Any] | None = None) -> list[html.Div]:
+    """Every control group, values from ``state`` (None: empty placeholders with the same ids).
+
+    ``slider``: the threshold slider's range for this state's graph ({"min", "max", "step",
+    "marks", "value"}, written by the graph view; see :func:`slider_props`).
+    """
+    shown = set(VIEW_CONTROLS.get(state.view, ())) if state else set()
+    pairings = vocab.pairings if vocab else ()
+    graph_pairings = vocab.graph_pairings if vocab else ()
+    rng = slider_props(state, slider)
+    topk = bool(state) and state.rule == "topk"
+    fdr = bool(state) and not topk and state.threshold_on == "fdr"
+    inline = {"display": "inline-block"}
+    return [
+        _group("pairing", "pairing", "pairing" in shown, dcc.Dropdown(
+            id="pairing-select", options=_opts(pairings), value=state.pairing if state else None,
+            clearable=False, className="small-dd")),
+        _group("pairings", "edges", "pairings" in shown, dcc.Checklist(
+            id="pairings-check", value=list(state.pairings) if state else [], inline=True,
+            className="pairing-check",
+            options=[{"label": html.Span(p, style={"color": PAIRING_COLORS.get(p, "#777"), "fontWeight": 600}),
+                      "value": p} for p in graph_pairings])),
+        _group("rule", "rule", "rule" in shown,
+               dcc.RadioItems(id="rule-radio", value=state.rule if state else None, inline=True,
+                              options=[{"label": "top-k", "value": "topk"},
+                                       {"label": "threshold", "value": "threshold"}]),
+               dcc.Input(id="k-input", type="number", min=1, max=vocab.k_max if vocab else None, step=1,
+                         value=state.k if state else None, debounce=True, className="num-input",
+                         style=inline if topk else HIDE),
+               html.Span([html.Span("by", className="ctl-label"),
+                          dcc.RadioItems(id="rank-on-radio", value=state.rank_on if state else None,
+                                         inline=True, options=_opts(RANK_ON, RANK_LABELS))],
+                         id="rank-on-box", title="rank top-k edges by", style=inline if topk else HIDE),
+               html.Span([html.Span("on", className="ctl-label"),
+                          dcc.RadioItems(id="threshold-on-radio", value=state.threshold_on if state else None,
+                                         inline=True, options=_opts(THRESHOLD_ON, THRESHOLD_LABELS))],
+                         id="threshold-on-box", title="threshold edges on",
+                         style=inline if state and not topk else HIDE),
+               html.Div(dcc.Slider(id="threshold-slider", min=rng["min"], max=rng["max"],
+                                   value=rng["value"], step=rng.get("step"), marks=rng.get("marks"),
+                                   tooltip={"placement": "bottom", "always_visible": True},
+                                   updatemode="mouseup"),
+                        className="slider-box", id="threshold-box",
+                        style={"display": "block"} if state and not topk and not fdr else HIDE),
+               html.Span([html.Span("q", className="ctl-label"),
+                          dcc.Input(id="fdr-q-input", type="number", min=FDR_Q_RANGE[0], max=FDR_Q_RANGE[1],
+                                    step=0.001, value=state.threshold if fdr else None, debounce=True,
+                                    className="num-input")],
+                         id="fdr-box", title=f"Benjamini-Hochberg q level ({format_threshold(FDR_Q_RANGE[0])}"
+                                             f"..{format_threshold(FDR_Q_RANGE[1])})",
+                         style=inline if fdr else HIDE)),
+        _group("metric", "metric", "metric" in shown, dcc.RadioItems(
+            id="metric-radio", value=state.metric if state else None, inline=True,
+            options=_opts(vocab.metrics if vocab else (), METRIC_LABELS))),
+        _group("grain", "cells", "grain" in shown, dcc.RadioItems(
+            id="grain-radio", value=state.grain if state else None, inline=True,
+            options=[{"label": "head pairs", "value": "heads"},
+                     {"label": "layer overview", "value": "layers"}])),
+        _group("layout", "layout", "layout" in shown, dcc.RadioItems(
+            id="layout-radio", value=state.layout if state else None, inline=True,
+            options=[{"label": "layer × head", "value": "grid"}, {"label": "force", "value": "force"}])),
+        _group("direction", "head grid", "direction" in shown, dcc.RadioItems(
+            id="direction-radio", value=state.direction if state else None, inline=True,
+            options=[{"label": "outgoing", "value": "out"}, {"label": "incoming", "value": "in"}])),
+        _group("top_percent", "top %", "top_percent" in shown, dcc.Input(
+            id="top-percent-input", type="number", min=0.1, max=100, step=0.1,
+            value=state.top_percent if state else None, debounce=True, className="num-input")),
+        _group("role", "role", "role" in shown, dcc.RadioItems(
+            id="role-radio", value=state.role if state else None, inline=True,
+            options=_opts(vocab.roles if vocab else ()))),
+        _group("overlay", "classes", "overlay" in shown, dcc.Dropdown(
+            id="overlay-select", options=overlay_options(label_sets, state.overlay if state else None),
+            value=(state.overlay or None) if state else None, placeholder="no overlay",
+            className="overlay-dd")),
+        _group("verification", "verification", "verification" in shown, dcc.RadioItems(
+            id="verification-radio", value=state.verification if state else None, inline=True,
+            options=_opts(VERIFICATION_MODES, VERIFICATION_LABELS))),
+        _group("filter", "layers", "filter" in shown,
+               html.Span(dcc.Input(id="layers-input", type="text", value=format_layers(state.layers) if state else "",
+                                   placeholder="all (e.g. 10-20)", debounce=True, className="text-input"),
+                         title="only heads of these blocks (both ends of an edge in the range)"),
+               html.Span("find", className="ctl-label"),
+               html.Span(dcc.Input(id="find-input", type="text", value=state.find if state else "",
+                                   placeholder="L17H3 · L17KV1 · L17", debounce=True, className="text-input"),
+                         title="highlight a head or a layer's heads; a head name opens its panel")),
+        *comparison_groups(state, vocab, _group),
+    ]

@@ -1,0 +1,192 @@
+"""The URL writer's next-state function: current state + the one thing that changed.
+
+Pure: ``next_state(state, source, value, vocab, label_sets)`` gives the state after the user
+changed one control, clicked a figure, or uploaded a label set. The single URL writer
+(callbacks/navigation.py) returns ``to_query`` of it, or no update when it equals ``state``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from headgraph.frontend.state.url import (DEFAULT_SERIES, DIRECTIONS, GRAINS, LAYOUTS, RANK_ON, RULES,
+                                      THRESHOLD_ON, VERIFICATION_MODES, VIEWS, ViewState, clean_threshold,
+                                      default_overlay, parse_find, parse_layers)
+from headgraph.frontend.state.readiness import focus_head
+from headgraph.frontend.api.names import Vocabulary
+
+_LAYER_RE = re.compile(r"^L\d+$")
+
+# Control component id -> the ViewState field it edits.
+CONTROL_FIELDS: dict[str, str] = {
+    "model-select": "model",
+    "pairing-select": "pairing",
+    "pairings-check": "pairings",
+    "k-input": "k",
+    "rule-radio": "rule",
+    "rank-on-radio": "rank_on",
+    "threshold-on-radio": "threshold_on",
+    "threshold-slider": "threshold",
+    "fdr-q-input": "threshold",
+    "metric-radio": "metric",
+    "layout-radio": "layout",
+    "overlay-select": "overlay",
+    "direction-radio": "direction",
+    "top-percent-input": "top_percent",
+    "role-radio": "role",
+    "grain-radio": "grain",
+    "verification-radio": "verification",
+    "layers-input": "layers",
+    "find-input": "find",
+    "compare-a-input": "a",
+    "compare-b-input": "b",
+    "compare-k-input": "k",
+    "series-input": "series",
+    "timeline-k-input": "k",
+    "step-slider": "checkpoint",
+}
+# Figures whose clicks select something (their clickData goes to the URL writer).
+CLICK_SOURCES: tuple[str, ...] = ("graph", "heatmap", "head-grid", "scatter", "kl-grid")
+UPLOAD_SOURCE = "uploaded-store"
+
+
+def _allowed(field: str, vocab: Vocabulary) -> tuple[str, ...] | None:
+    return {"view": VIEWS, "pairing": vocab.pairings, "rule": RULES, "metric": vocab.metrics,
+            "rank_on": RANK_ON, "threshold_on": THRESHOLD_ON,
+            "layout": LAYOUTS, "direction": DIRECTIONS, "role": vocab.roles, "grain": GRAINS,
+            "verification": VERIFICATION_MODES}.get(field)
+
+
+def set_field(state: ViewState, field: str, value: Any, vocab: Vocabulary) -> ViewState:
+    """``state`` with one field set from a control value; invalid values leave it unchanged."""
+    allowed = _allowed(field, vocab)
+    if allowed is not None:
+        return state.with_(**{field: value}) if value in allowed else state
+    if field == "model":
+        return state.with_(model=str(value)) if value else state
+    if field == "pairings":
+        return state.with_(pairings=tuple(p for p in vocab.graph_pairings if p in (value or [])))
+    if field == "overlay":
+        return state.with_(overlay=str(value or ""))
+    if field == "layers":  # blank clears the range; a malformed one leaves it as it is
+        text = str(value or "").strip()
+        layers = parse_layers(text)
+        return state.with_(layers=layers) if layers or not text else state
+    if field in ("a", "b", "series"):  # model ids / a series: as typed (blank: the default)
+        text = str(value or "").strip()
+        if field == "series":
+            return state.with_(series=text or DEFAULT_SERIES, checkpoint="")
+        return state.with_(**{field: text})
+    if field == "checkpoint":  # the timeline's shown checkpoint (its position in the series)
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 10**6
+        return state.with_(checkpoint=str(int(value))) if ok else state
+    if field == "find":
+        text = str(value or "").strip()
+        found = parse_find(text, vocab)
+        return state.with_(find=found) if found or not text else state
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return state
+    if number != number:  # NaN
+        return state
+    if field == "k":
+        return state.with_(k=int(min(max(number, 1), vocab.k_max)))
+    if field == "threshold":  # rounded as the API applies it (an FDR q kept in its range)
+        return state.with_(threshold=clean_threshold(number, state.threshold_on))
+    if field == "top_percent":
+        return state.with_(top_percent=min(max(number, 0.1), 100.0))
+    return state
+
+
+def apply_control(state: ViewState, field: str, value: Any, vocab: Vocabulary,
+                  label_sets: list[dict[str, Any]] | None = None) -> ViewState:
+    """The state after the user changed one control (with that control's side rules).
+
+    A model change clears the selection; an overlay that was the old model's default
+    (``default_overlay`` over ``label_sets``) becomes the new model's default, while one the
+    user picked stays. A threshold or its scale selects threshold mode (a new scale drops the
+    old scale's threshold: its default applies, for FDR q = FDR_DEFAULT_Q); k or the ranking
+    scale selects top-k. A graph search for an exact head name opens that head's panel.
+    """
+    new = set_field(state, field, value, vocab)
+    if new == state:
+        return state
+    if field == "model":
+        if state.overlay == default_overlay(state.model, label_sets):
+            new = new.with_(overlay=default_overlay(new.model, label_sets))
+        return new.with_(head=None, pair=None)
+    if field in ("k", "rank_on"):
+        return new.with_(rule="topk")
+    if field == "threshold":
+        return new.with_(rule="threshold")
+    if field == "grain":  # the grain control leaves a drill-down (back to the whole grid)
+        return new.with_(zoom=None)
+    if field == "threshold_on":
+        return new.with_(rule="threshold", threshold=clean_threshold(None, new.threshold_on))
+    if field == "find" and vocab.is_head(new.find):
+        return new.with_(head=new.find, pair=None)
+    return new
+
+
+def _point(click: Any) -> dict[str, Any]:
+    try:
+        point = click["points"][0]
+    except (TypeError, KeyError, IndexError):
+        return {}
+    return point if isinstance(point, dict) else {}
+
+
+def _custom(click: Any) -> list[Any] | None:
+    data = _point(click).get("customdata")
+    return data if isinstance(data, list) else [data] if data is not None else None
+
+
+def apply_click(state: ViewState, source: str, click: Any, vocab: Vocabulary) -> ViewState:
+    """The state after a click on a figure: a node, an edge, a cell or a point."""
+    is_head = vocab.is_head
+    if source == "heatmap":  # categorical axes: y = source head, x = target head
+        s, t = str(_point(click).get("y", "")), str(_point(click).get("x", ""))
+        if state.grain == "layers" and _LAYER_RE.match(s) and _LAYER_RE.match(t):  # overview cell
+            return state.with_(grain="heads", zoom=(s, t))
+        return state.with_(pair=(s, t)) if is_head(s) and is_head(t) else state
+    if source == "head-grid":  # categorical axes: y = "L1", x = "H3" (or "KV1")
+        other = str(_point(click).get("y", "")) + str(_point(click).get("x", ""))
+        focus = focus_head(state)
+        if focus and is_head(other):
+            return state.with_(pair=(focus, other) if state.direction == "out" else (other, focus))
+        return state
+    if source == "kl-grid":  # categorical axes: y = source role, x = target role
+        pairing = str(_point(click).get("y", "")) + str(_point(click).get("x", ""))
+        return state.with_(pairing=pairing) if pairing in vocab.pairings else state
+    data = _custom(click)
+    if not data:
+        return state
+    if source == "graph":
+        if data[0] == "node" and len(data) >= 2 and is_head(str(data[1])):
+            return state.with_(head=str(data[1]), pair=None)
+        if data[0] == "edge" and len(data) >= 4 and str(data[3]) in vocab.pairings \
+                and is_head(str(data[1])) and is_head(str(data[2])):
+            return state.with_(pair=(str(data[1]), str(data[2])), pairing=str(data[3]), head=None)
+        return state
+    if source == "scatter" and len(data) >= 2:
+        s, t = str(data[0]), str(data[1])
+        return state.with_(pair=(s, t)) if is_head(s) and is_head(t) else state
+    return state
+
+
+def next_state(state: ViewState, source: str | None, value: Any, vocab: Vocabulary,
+               label_sets: list[dict[str, Any]] | None = None) -> ViewState:
+    """The state after ``source`` (a control id, a figure id, or the upload store) got ``value``.
+
+    Anything else (no trigger, a component just rendered) leaves the state as it is.
+    """
+    if source in CONTROL_FIELDS:
+        return apply_control(state, CONTROL_FIELDS[source], value, vocab, label_sets)
+    if source in CLICK_SOURCES:
+        return apply_click(state, source, value, vocab)
+    if source == UPLOAD_SOURCE:
+        name = (value or {}).get("name") if isinstance(value, dict) else None
+        return state.with_(overlay=str(name)) if name else state
+    return state

@@ -1,0 +1,455 @@
+"""Persistent result store (diskcache) with cross-process single-flight, plus a model LRU.
+
+Two caches live under the cache folder:
+
+- ``results/``: computed values (plain dicts of numpy arrays / JSON-able data), keyed by
+  model fingerprint + computation name + parameters + COMPUTE_VERSION, bounded in size with
+  least-recently-stored eviction;
+- ``meta/``: never evicted: per-key compute counters, single-flight locks, job states,
+  model fingerprints and uploaded label sets.
+
+A cache that cannot lie: every result is stored as checksummed bytes (server/cache_values.py:
+header + blake2b digest + pickle); a value that fails its check, cannot be read or is of an
+older format is a miss (logged, deleted, recomputed), never an answer. A damaged index
+database is moved aside and rebuilt when the store opens; a folder that cannot be written
+(permissions, read-only mount, full disk) opens read-only: stored results are still served,
+and storing a new one raises CacheUnavailable (503) with the reason.
+
+Single-flight: a cold key requested by many threads of many worker processes is computed
+once. Threads of one process queue on an in-process lock; one thread per process then takes
+a diskcache lock whose entry expires unless its holder keeps refreshing it, so a killed
+holder never blocks a key for longer than ``lock_expire_s`` (and a holder on this host whose
+process is gone is taken over at once). The value is computed fully and then written with
+one ``set``: a crash mid-compute leaves no partial entry.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+from urllib.parse import urlencode
+
+import psutil
+
+from headgraph.core.types import COMPUTE_VERSION
+from headgraph.server.cache.values import BadValue, check_value, decode_value, encode_value
+from headgraph.server.cache.folders import SafeCache, open_cache
+from headgraph.server.errors import CacheUnavailable, one_line
+
+log = logging.getLogger("headgraph.store")
+
+T = TypeVar("T")
+_MISSING = object()  # sentinel for "no entry" (immutable; never mutated)
+TOTAL_COUNTER = "count:__total__"
+# meta entries that are memos (the catalog's model identities, relearnt by loading the
+# model): not storing one on a read-only or full cache is no error, it stays in memory
+OPTIONAL_META = ("model:",)
+
+
+def make_key(fingerprint: str, name: str, params: Mapping[str, Any] | None = None) -> str:
+    """Cache key ``v{COMPUTE_VERSION}/{fingerprint}/{name}?{sorted params}``."""
+    query = urlencode(sorted((k, str(v)) for k, v in (params or {}).items()))
+    return f"v{COMPUTE_VERSION}/{fingerprint}/{name}" + (f"?{query}" if query else "")
+
+
+def parse_key(key: str) -> tuple[str, str, str] | None:
+    """(fingerprint, name, query) of a key made by :func:`make_key` for this version."""
+    prefix = f"v{COMPUTE_VERSION}/"
+    if not isinstance(key, str) or not key.startswith(prefix):
+        return None
+    parts = key[len(prefix):].split("/", 1)
+    if len(parts) != 2:
+        return None
+    name, _, query = parts[1].partition("?")
+    return parts[0], name, query
+
+
+class KeyedLocks:
+    """In-process mutexes per key, dropped when nobody holds or waits on them."""
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._locks: dict[Hashable, tuple[threading.Lock, int]] = {}
+
+    @contextmanager
+    def hold(self, key: Hashable) -> Iterator[None]:
+        with self._guard:
+            lock, users = self._locks.get(key, (threading.Lock(), 0))
+            self._locks[key] = (lock, users + 1)
+        try:
+            with lock:
+                yield
+        finally:
+            with self._guard:
+                lock, users = self._locks[key]
+                if users <= 1:
+                    del self._locks[key]
+                else:
+                    self._locks[key] = (lock, users - 1)
+
+
+# -- lock owners --------------------------------------------------------------------------------
+
+def _host_id() -> str:
+    """This host, as lock tokens name it: host name plus the PID namespace (containers that
+    share a host name and a cache folder still tell their processes apart)."""
+    try:
+        ns = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        ns = 0
+    return f"{socket.gethostname()}/{ns}".replace("|", "_")
+
+
+_HOST = _host_id()
+
+
+def _start_time(pid: int) -> float | None:
+    try:
+        return float(psutil.Process(pid).create_time())
+    except (psutil.Error, OSError):
+        return None
+
+
+def _holder_alive(host: str, pid: int, started: float) -> bool:
+    """False only when the holder is surely gone: same host, and its pid is free, a zombie,
+    or another process (different start time: the pid was reused)."""
+    if host != _HOST:
+        return True  # cannot tell: wait for the expiry
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        return abs(float(proc.create_time()) - started) < 0.05
+    except psutil.NoSuchProcess:
+        return False
+    except (psutil.Error, OSError):
+        return True
+
+
+def lock_token(pid: int | None = None) -> str:
+    """``host|pid|start time|random`` of process ``pid`` (default: this one): who holds a
+    DiskLock, so a dead holder is recognised."""
+    pid = os.getpid() if pid is None else pid
+    return f"{_HOST}|{pid}|{_start_time(pid) or 0.0:.6f}|{uuid.uuid4().hex}"
+
+
+def parse_token(token: object) -> tuple[str, int, float] | None:
+    """(host, pid, start time) of a :func:`lock_token`; None for anything else."""
+    if not isinstance(token, str):
+        return None
+    parts = token.split("|")
+    if len(parts) != 4:
+        return None
+    try:
+        return parts[0], int(parts[1]), float(parts[2])
+    except ValueError:
+        return None
+
+
+class DiskLock:
+    """Cross-process lock in a diskcache: an owner token with an expiry the holder refreshes.
+
+    Unlike ``diskcache.Lock`` it never deletes a lock another holder took over after
+    expiry, and a holder that dies stops refreshing, so its lock lapses after ``expire_s``;
+    a holder on this host whose process no longer exists (or whose pid now belongs to
+    another process) is taken over at once. The token names the holder (:func:`lock_token`).
+    """
+
+    def __init__(self, cache: SafeCache, key: str, expire_s: float) -> None:
+        self._cache = cache
+        self._key = key
+        self._expire = expire_s
+        self._token = lock_token()
+        self._stop = threading.Event()
+        self._refresher: threading.Thread | None = None
+
+    def _take_over_dead_holder(self) -> bool:
+        """Delete the lock when its holder is a dead process of this host; whether it did."""
+        holder = self._cache.get(self._key)
+        owner = parse_token(holder)
+        if owner is None or _holder_alive(*owner):
+            return False
+        with self._cache.transact():
+            if self._cache.get(self._key) != holder:  # released or taken meanwhile
+                return False
+            self._cache.delete(self._key)
+        log.info("lock %s: took over from dead holder pid %d", self._key, owner[1])
+        return True
+
+    def acquire(self) -> None:
+        delay = 0.002
+        while not self._cache.add(self._key, self._token, expire=self._expire):
+            if self._take_over_dead_holder():
+                continue
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
+        self._stop.clear()
+        self._refresher = threading.Thread(target=self._refresh, name=f"lock-refresh {self._key}",
+                                           daemon=True)
+        self._refresher.start()
+
+    def _refresh(self) -> None:
+        while not self._stop.wait(self._expire / 3):
+            try:
+                with self._cache.transact():
+                    if self._cache.get(self._key) == self._token:
+                        self._cache.touch(self._key, expire=self._expire)
+            except Exception as err:  # retried at the next beat; may lapse meanwhile
+                log.warning("lock %s not refreshed: %s: %s", self._key, type(err).__name__,
+                            one_line(err, 200))
+
+    def release(self) -> None:
+        self._stop.set()
+        if self._refresher is not None:
+            self._refresher.join()
+        try:
+            with self._cache.transact():
+                if self._cache.get(self._key) == self._token:
+                    self._cache.delete(self._key)
+        except Exception as err:  # it lapses after expire_s (nobody refreshes it)
+            log.warning("lock %s not released: %s: %s", self._key, type(err).__name__,
+                        one_line(err, 200))
+
+    def __enter__(self) -> DiskLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+class Store:
+    """diskcache result store shared by all worker processes using the same folder.
+
+    ``before_write``: called (no arguments) right before every result write; it may raise to
+    refuse the write (compute processes refuse once their API process is gone).
+    ``read_only_reason``: why new results cannot be stored (None when they can).
+    """
+
+    before_write: Callable[[], None] | None = None
+
+    def __init__(self, directory: str | Path, *, size_limit: int = 20 << 30,
+                 lock_expire_s: float = 30.0) -> None:
+        self.directory = Path(directory).expanduser()
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as err:  # opened read-only (empty) below, with the reason
+            log.warning("cache folder cannot be created: %s", one_line(err))
+        self.results = open_cache(self.directory, "results", timeout=60, size_limit=size_limit,
+                                  eviction_policy="least-recently-stored")
+        self.meta = open_cache(self.directory, "meta", timeout=60, eviction_policy="none")
+        self.meta.optional_prefixes = OPTIONAL_META
+        self.lock_expire_s = lock_expire_s
+        self.before_write: Callable[[], None] | None = None
+        self._local = KeyedLocks()
+
+    @property
+    def read_only_reason(self) -> str | None:
+        """Why new results cannot be stored now (read-only folder, full disk), else None."""
+        return self.results.unavailable() or self.meta.unavailable()
+
+    # -- checked values -----------------------------------------------------------------
+    def _raw(self, key: str) -> Any:
+        """The stored bytes of ``key`` (``_MISSING``: none); ``BadValue`` when unreadable."""
+        try:
+            raw = self.results.read(key, _MISSING)
+        except Exception as err:  # OSError, sqlite3.DatabaseError, an old-format pickle...
+            raise BadValue(f"unreadable ({type(err).__name__}: {one_line(err, 200)})") from err
+        if raw is _MISSING and key in self.results:  # listed, but its value file is gone
+            raise BadValue("unreadable (its value file is missing)")
+        return raw
+
+    def _bad(self, key: str, err: BadValue) -> None:
+        """Log a damaged entry and delete it if it is still the same one."""
+        log.warning("cached value %s is %s: treated as a miss (recomputed)", key, err)
+        if self.results.read_only_reason is not None:
+            return
+        try:
+            if self.before_write is not None:
+                self.before_write()
+            with self.results.transact():
+                try:
+                    check_value(self.results.read(key, _MISSING))
+                except Exception:
+                    pass  # still damaged or unreadable (or gone)
+                else:
+                    return  # replaced by a good value meanwhile
+                self.results.delete(key)
+        except Exception as exc:  # best effort: the next put replaces it anyway
+            log.warning("damaged entry %s not deleted: %s: %s", key, type(exc).__name__,
+                        one_line(exc, 200))
+
+    def _load(self, key: str) -> Any:
+        """The checked value of ``key``, or ``_MISSING`` (absent or damaged: logged, deleted)."""
+        try:
+            raw = self._raw(key)
+            return raw if raw is _MISSING else decode_value(raw)
+        except BadValue as err:
+            self._bad(key, err)
+            return _MISSING
+
+    # -- plain access -------------------------------------------------------------------
+    def get(self, key: str, default: Any = None) -> Any:
+        """Cached value or ``default`` (also for a damaged entry, which is logged and deleted)."""
+        value = self._load(key)
+        return default if value is _MISSING else value
+
+    def has(self, key: str) -> bool:
+        """Whether ``key`` holds an intact value (its checksum is verified, not unpickled)."""
+        try:
+            raw = self._raw(key)
+            if raw is _MISSING:
+                return False
+            check_value(raw)
+            return True
+        except BadValue as err:
+            self._bad(key, err)
+            return False
+
+    def put(self, key: str, value: Any) -> None:
+        """Write one finished value (one ``set``); CacheUnavailable when the cache cannot
+        store it (read-only folder, full disk), or whatever ``before_write`` raises."""
+        data = encode_value(value)
+        if self.before_write is not None:
+            self.before_write()
+        if not self.results.set(key, data):
+            raise RuntimeError(f"cache refused to store {key}")
+
+    # -- single flight ------------------------------------------------------------------
+    def _count(self, key: str) -> None:
+        try:
+            self.meta.incr("count:" + key)
+            self.meta.incr(TOTAL_COUNTER)
+        except CacheUnavailable as err:  # bookkeeping only: the value is stored
+            log.warning("compute counter of %s not updated: %s", key, err.message)
+
+    def get_or_compute(self, key: str, compute: Callable[[], T]) -> T:
+        """Return the cached value of ``key`` or compute it exactly once across processes.
+
+        CacheUnavailable (nothing computed) when the cache cannot store new results, or
+        (after computing) when storing it fails for that reason."""
+        value = self._load(key)
+        if value is not _MISSING:
+            return value
+        reason = self.read_only_reason
+        if reason is not None:  # nothing computed could be kept: no lock, no work
+            raise CacheUnavailable(reason)
+        with self._local.hold(key):
+            value = self._load(key)
+            if value is not _MISSING:
+                return value
+            with DiskLock(self.meta, "lock:" + key, self.lock_expire_s):
+                value = self._load(key)
+                if value is not _MISSING:
+                    return value
+                started = time.perf_counter()
+                value = compute()
+                self.put(key, value)
+                self._count(key)
+                log.info("computed %s in %.0f ms", key, 1000 * (time.perf_counter() - started))
+                return value
+
+    def compute_count(self, key: str | None = None) -> int:
+        """Real computations of ``key`` so far (all keys when None), over all processes."""
+        value = self.meta.get(TOTAL_COUNTER if key is None else "count:" + key, 0)
+        return int(value) if isinstance(value, int) else 0
+
+    def compute_counts(self) -> dict[str, int]:
+        """Per-key computation counters."""
+        out: dict[str, int] = {}
+        for k in list(self.meta.iterkeys()):
+            if isinstance(k, str) and k.startswith("count:") and k != TOTAL_COUNTER:
+                value = self.meta.get(k, 0)
+                out[k[len("count:"):]] = int(value) if isinstance(value, int) else 0
+        return out
+
+    # -- bookkeeping --------------------------------------------------------------------
+    def cached_names(self) -> dict[str, list[str]]:
+        """Fingerprint -> sorted computation names (with parameters) present in the cache
+        (listed keys; a damaged value shows until it is read)."""
+        out: dict[str, set[str]] = {}
+        for k in list(self.results.iterkeys()):
+            parsed = parse_key(k) if isinstance(k, str) else None
+            if parsed is not None:
+                fp, name, query = parsed
+                out.setdefault(fp, set()).add(name + (f"?{query}" if query else ""))
+        return {fp: sorted(names) for fp, names in out.items()}
+
+    def stats(self) -> dict[str, Any]:
+        """Entry counts, bytes on disk, size bound and the total compute counter; the cache
+        folder by its name only (no server path goes to clients)."""
+        return {
+            "directory": self.directory.name,
+            "entries": len(self.results),
+            "bytes": self.results.volume(),
+            "size_limit": self.results.size_limit,
+            "computations": self.compute_count(),
+        }
+
+    def clear(self, keep_prefixes: tuple[str, ...] = ("labels:",)) -> int:
+        """Drop every result, counter, job and fingerprint (uploaded label sets, under
+        ``keep_prefixes``, are user data and stay); returns the number of entries removed."""
+        if self.before_write is not None:
+            self.before_write()
+        removed = self.results.clear()
+        for key in list(self.meta.iterkeys()):
+            if not (isinstance(key, str) and key.startswith(keep_prefixes)):
+                removed += int(self.meta.delete(key))
+        return removed
+
+    def close(self) -> None:
+        self.results.close()
+        self.meta.close()
+
+
+@dataclass
+class _Slot(Generic[T]):
+    value: T
+
+
+class ModelLRU(Generic[T]):
+    """Per-process LRU of loaded models keyed by (spec, processing, device); loads once."""
+
+    def __init__(self, capacity: int = 2) -> None:
+        self.capacity = max(1, capacity)
+        self._items: OrderedDict[Hashable, _Slot[T]] = OrderedDict()
+        self._guard = threading.Lock()
+        self._loading = KeyedLocks()
+
+    def get(self, key: Hashable, load: Callable[[], T]) -> T:
+        with self._guard:
+            slot = self._items.get(key)
+            if slot is not None:
+                self._items.move_to_end(key)
+                return slot.value
+        with self._loading.hold(key):
+            with self._guard:
+                slot = self._items.get(key)
+                if slot is not None:
+                    return slot.value
+            value = load()
+            with self._guard:
+                self._items[key] = _Slot(value)
+                self._items.move_to_end(key)
+                while len(self._items) > self.capacity:
+                    self._items.popitem(last=False)
+            return value
+
+    def peek(self, key: Hashable) -> T | None:
+        with self._guard:
+            slot = self._items.get(key)
+            return None if slot is None else slot.value
+
+    def keys(self) -> list[Hashable]:
+        with self._guard:
+            return list(self._items)

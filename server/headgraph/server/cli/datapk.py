@@ -1,0 +1,68 @@
+"""``headgraph datapk``: the data-weighted PK table (server.data_pk_computations.data_pk_view).
+
+The parser and the text rendering live here so cli.py stays a list of commands; cli.py runs
+the command with its services.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+from headgraph.core.names import K_MAX
+from headgraph.server.computations.data_pk import (DATA_PK_PAIRINGS, DATA_PK_PROMPTS,
+                                                   DATA_PK_RANK_ON, DEFAULT_DATA_PK_TOP)
+
+COLUMNS = (("rank", "rank", "{}"), ("source", "source", "{}"), ("target", "target", "{}"),
+           ("pk", "pk", "{:.3f}"), ("cs", "cs", "{:.3f}"), ("out_share", "out_share", "{:.4f}"),
+           ("in_share", "in_share", "{:.4f}"), ("in baseline", "in_share_baseline", "{:.4f}"))
+
+
+def _fmt(value: Any, fmt: str) -> str:
+    return "-" if value is None else fmt.format(value)
+
+
+def datapk_text(report: dict[str, Any]) -> str:
+    """The top edges of a data-weighted PK answer as an aligned table under its definitions."""
+    cells = [[_fmt(r.get(key), fmt) for _, key, fmt in COLUMNS] for r in report["top"]]
+    heads = [title for title, _, _ in COLUMNS]
+    widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(heads)]
+    left = {1, 2}
+    base = report["top"][0]["out_share_baseline"] if report["top"] else None
+    lines = [f"model: {report['model']}  pairing: {report['pairing']}  prompts: "
+             f"{report['prompts']} ({report['n_prompts']} sequences, {report['n_positions']} "
+             f"positions)  top {report['k']} by {report['rank_on']}",
+             "out_share = tr(U^T C_S U) / tr(C_S): share of the source's output variance in the "
+             "target's read subspace (random plane: r/d"
+             + ("" if base is None else f" = {base:.4f}") + ")",
+             "in_share = tr(U^T C_S U) / tr(U^T C_X U): share of the variance the target reads "
+             "that the source contributes (in baseline: tr(C_S) / tr(C_X))",
+             "  ".join(h.ljust(w) if i in left else h.rjust(w)
+                       for i, (h, w) in enumerate(zip(heads, widths)))]
+    for c in cells:
+        lines.append("  ".join(v.ljust(w) if i in left else v.rjust(w)
+                               for i, (v, w) in enumerate(zip(c, widths))))
+    return "\n".join(lines) + "\n"
+
+
+def add_datapk_parser(sub: Any, cache_opt: Callable[[argparse.ArgumentParser], None],
+                      func: Callable[[argparse.Namespace], int]) -> None:
+    """Register ``datapk`` on the subcommand parsers ``sub``."""
+    d = sub.add_parser(
+        "datapk", help="data-weighted PK: top edges by out_share / in_share beside PK and CS",
+        description="Run the model once over a prompt set and measure, for every forward O -> "
+        "Q/K/V pair, the share of the source head's output variance inside the target's read "
+        "subspace (out_share) and the share of the variance the target reads that the source "
+        "contributes (in_share); print the top edges with their PK and CS. Needs a runnable "
+        "model (the demo, a Hugging Face checkpoint, a GGUF). Cached like GET /api/datapk.")
+    d.add_argument("model", help="registry name (demo, smollm2, ...) or a local checkpoint folder")
+    d.add_argument("--pairing", default="OK", choices=list(DATA_PK_PAIRINGS))
+    d.add_argument("--prompts", default="text", choices=list(DATA_PK_PROMPTS),
+                   help="text: the bundled prompts; random: repeated random tokens")
+    d.add_argument("--top", type=int, default=DEFAULT_DATA_PK_TOP, help=f"edges (1..{K_MAX})")
+    d.add_argument("--rank-on", default="out_share", choices=list(DATA_PK_RANK_ON))
+    d.add_argument("--json", action="store_true",
+                   help="the top edges as one JSON object instead of the table")
+    cache_opt(d)
+    d.set_defaults(func=func)

@@ -1,0 +1,56 @@
+"""``headgraph validate``: weight metrics against path-ablation effects (server.validation_computations).
+
+The parser and the text rendering live here so cli.py stays a list of commands; cli.py runs
+the command with its services.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+from headgraph.server.computations.validation import DEFAULT_SAMPLE, DEFAULT_TOP, SAMPLE_MAX, TOP_MAX
+
+
+def _ci(iv: dict[str, Any]) -> str:
+    if iv["value"] is None:
+        return "-"
+    if iv["low"] is None or iv["high"] is None:
+        return f"{iv['value']:.3f}"
+    return f"{iv['value']:.3f} [{iv['low']:.3f}, {iv['high']:.3f}]"
+
+
+def validation_text(report: dict[str, Any]) -> str:
+    """Per prompt set and metric: Spearman over the random sample, mean effect and Spearman of its top-k."""
+    lines = [f"model: {report['model']}  pairing: {report['pairing']}  random forward pairs: "
+             f"{report['n_sample']} (seed {report['seed']})  top-k: {report['k']}",
+             report["method"]]
+    for prompt_set, rows in report["summary"].items():
+        cells = [(r["metric"], _ci(r["random_rho"]), _ci(r["top_mean_effect"]), _ci(r["top_rho"])) for r in rows]
+        heads = (f"{prompt_set} prompts", "rho (random sample)", f"mean effect of top {report['k']}",
+                 f"rho within top {report['k']}")
+        widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(heads)]
+        lines.append("")
+        lines.append("  ".join(h.ljust(w) for h, w in zip(heads, widths)))
+        lines += ["  ".join(v.ljust(w) for v, w in zip(c, widths)) for c in cells]
+    return "\n".join(lines) + "\n"
+
+
+def add_validate_parser(sub: Any, cache_opt: Callable[[argparse.ArgumentParser], None],
+                        func: Callable[[argparse.Namespace], int]) -> None:
+    """Register ``validate`` on the subcommand parsers ``sub``."""
+    v = sub.add_parser(
+        "validate", help="PK, CS and data-weighted PK against path-ablation effects, with bootstrap CIs",
+        description="Draw random forward O -> Q/K/V pairs and each metric's top pairs, measure their "
+        "path-ablation effects on the bundled text prompts and on repeated random tokens, and print "
+        "per metric the Spearman against the effect and the mean effect of its top-k, with bootstrap "
+        "95%% intervals. Needs a runnable model. Cached like GET /api/validation.")
+    v.add_argument("model", help="registry name (demo, smollm2, ...) or a local checkpoint folder")
+    v.add_argument("--pairing", default="OK", choices=["OQ", "OK", "OV"])
+    v.add_argument("--n", type=int, default=DEFAULT_SAMPLE, help=f"random forward pairs (1..{SAMPLE_MAX})")
+    v.add_argument("--k", type=int, default=DEFAULT_TOP, help=f"top pairs per metric (1..{TOP_MAX})")
+    v.add_argument("--seed", type=int, default=0)
+    v.add_argument("--json", action="store_true", help="the whole answer as one JSON object")
+    cache_opt(v)
+    v.set_defaults(func=func)

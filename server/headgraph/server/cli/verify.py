@@ -1,0 +1,66 @@
+"""``headgraph verify``: path-ablation effects of the top PK edges (server.ablation_computations).
+
+The parser and the text rendering live here so cli.py stays a list of commands; cli.py runs
+the command with its services.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+from headgraph.server.computations.ablation import (ABLATION_PAIRINGS, ABLATION_TOP_MAX,
+                                                    DEFAULT_ABLATION_TOP)
+
+VERIFY_COLUMNS = (("source", "source", "{}"), ("target", "target", "{}"), ("pk", "pk", "{:.3f}"),
+                  ("cs", "cs", "{:.3f}"), ("effect text", "effect_text", "{:.4f}"),
+                  ("effect random", "effect_random", "{:.4f}"), ("verdict", "verdict", "{}"))
+
+
+def _fmt(value: Any, fmt: str) -> str:
+    return "-" if value is None else fmt.format(value)
+
+
+def verify_text(report: dict[str, Any]) -> str:
+    """The path-ablation table (server.ablation_computations.ablation_view) as aligned text."""
+    cells = [[_fmt(r.get(key), fmt) for _, key, fmt in VERIFY_COLUMNS]
+             for r in report["edges"]]
+    heads = [title for title, _, _ in VERIFY_COLUMNS]
+    widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(heads)]
+    measure = "TVD of the target's attention rows" if report["pairing"] != "OV" else \
+        "relative change of the target's output"
+    rel = "; ".join(f"{name} {_fmt(v.get('reliability'), '{:.3f}')}"
+                    for name, v in report["reliability"].items())
+    lines = [f"model: {report['model']}  pairing: {report['pairing']} ({report['selection']})",
+             f"effect: source output mean-ablated on the target's {report['pairing'][1]} input "
+             f"only ({measure})",
+             "prompts: " + ", ".join(f"{k} {v}" for k, v in report["n_prompts"].items()),
+             f"split-half reliability (Spearman-Brown): {rel}",
+             f"verdict: {report['verdict_rule']['rule']}",
+             "  ".join(h.ljust(w) if i < 2 else h.rjust(w) for i, (h, w) in enumerate(zip(heads, widths)))]
+    for c in cells:
+        lines.append("  ".join(v.ljust(w) if i < 2 else v.rjust(w)
+                               for i, (v, w) in enumerate(zip(c, widths))))
+    return "\n".join(lines) + "\n"
+
+
+def add_verify_parser(sub: Any, cache_opt: Callable[[argparse.ArgumentParser], None],
+                      func: Callable[[argparse.Namespace], int]) -> None:
+    """Register ``verify`` on the subcommand parsers ``sub``."""
+    v = sub.add_parser(
+        "verify", help="activation-level check of the top PK edges: path-ablation effects",
+        description="Mean-ablate each edge's source head output on its target's Q, K or V "
+        "input only (LayerNorm/RMSNorm scale frozen) and print the change of the target "
+        "(attention TVD for OQ/OK, relative output change for OV) on the bundled text prompts "
+        "and on repeated random tokens, with split-half reliability. Needs a runnable model "
+        "(the demo, a Hugging Face checkpoint, a GGUF). Cached like GET /api/ablation.")
+    v.add_argument("model", help="registry name (demo, smollm2, ...) or a local checkpoint folder")
+    v.add_argument("--pairing", default="OK", choices=list(ABLATION_PAIRINGS))
+    v.add_argument("--top", type=int, default=DEFAULT_ABLATION_TOP,
+                   help=f"the k highest-PK edges (1..{ABLATION_TOP_MAX})")
+    v.add_argument("--source", help="one edge's source head (with --target), e.g. L0H0")
+    v.add_argument("--target", help="one edge's target head or KV group, e.g. L1H3 or L17KV1")
+    v.add_argument("--json", action="store_true", help="one JSON object instead of the table")
+    cache_opt(v)
+    v.set_defaults(func=func)

@@ -1,0 +1,124 @@
+"""The result cache every registered computation goes through.
+
+``ResultCache.get(ref, name, **params)`` validates the parameters with the computation's
+checks, derives the key (model fingerprint + name + canonical parameters + COMPUTE_VERSION)
+and returns the stored value; a cold key is computed exactly once (single flight across
+threads and processes). Inline (compute processes, CLI, ``compute_processes=0``) the
+registered function runs here; otherwise one thread per process sends a ``Compute`` task
+naming it to a compute process, then reads what that process stored.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from headgraph.core.types import HeadWeights, ModelInfo
+from headgraph.server.cache.cold_miss import CACHE_ONLY, ColdMiss
+from headgraph.server.models.catalog import ModelCatalog
+from headgraph.server.compute.registry import Computation, Computations
+from headgraph.server.compute.pool import Compute, ComputeFailed, ComputeMany, ComputePool
+from headgraph.server.models.offered import ModelRef
+from headgraph.server.cache.store import KeyedLocks, Store, make_key
+
+_NO = object()  # "not in the store" sentinel (immutable)
+
+
+class ModelInputs:
+    """:class:`~headgraph.server.compute.registry.Inputs` of one model, read through the catalog
+    (heads, info, patterns) and the cache (other results)."""
+
+    def __init__(self, ref: ModelRef, catalog: ModelCatalog, cache: ResultCache) -> None:
+        self.ref = ref
+        self._catalog = catalog
+        self._cache = cache
+
+    @property
+    def heads(self) -> HeadWeights:
+        return self._catalog.heads(self.ref)
+
+    @property
+    def info(self) -> ModelInfo:
+        return self._catalog.model_info(self.ref)
+
+    @property
+    def patterns(self) -> Any:
+        return self._catalog.loaded(self.ref).patterns
+
+    def result(self, name: str, **params: Any) -> Any:
+        return self._cache.get(self.ref, name, **params)
+
+
+class ResultCache:
+    """Cached values of registered computations per model."""
+
+    def __init__(self, store: Store, catalog: ModelCatalog, computations: Computations,
+                 pool: ComputePool | None) -> None:
+        self.store = store
+        self.catalog = catalog
+        self.computations = computations
+        self.pool = pool
+        self._local = KeyedLocks()
+
+    def _key(self, ref: ModelRef, comp: Computation, params: dict[str, Any]) -> str:
+        return make_key(self.catalog.identity(ref).fingerprint, comp.name, comp.key_params(params))
+
+    def key(self, ref: ModelRef, name: str, **params: Any) -> str:
+        """Store key of computation ``name`` of ``ref`` with ``params``."""
+        comp = self.computations.get(name)
+        return self._key(ref, comp, comp.prepare(params))
+
+    def has(self, ref: ModelRef, name: str, **params: Any) -> bool:
+        return self.store.has(self.key(ref, name, **params))
+
+    def get(self, ref: ModelRef, name: str, **params: Any) -> Any:
+        """The value of computation ``name`` of ``ref``; a cold one is computed exactly once."""
+        comp = self.computations.get(name)
+        checked = comp.prepare(params)
+        key = self._key(ref, comp, checked)
+        value = self.store.get(key, _NO)
+        if value is not _NO:
+            return comp.load(value)
+        if CACHE_ONLY.get():
+            raise ColdMiss(key)
+        if self.pool is None:
+            inputs = ModelInputs(ref, self.catalog, self)
+            return comp.load(self.store.get_or_compute(key, lambda: comp.run(inputs, checked)))
+        with self._local.hold(key):
+            value = self.store.get(key, _NO)
+            if value is _NO:
+                self.pool.run(Compute(name, ref, checked))
+                value = self.store.get(key, _NO)
+        if value is _NO:
+            raise ComputeFailed(f"{name} of {ref.id} was computed but not kept: the cache is "
+                                "too small for it (raise HEADGRAPH_CACHE_SIZE_GB)")
+        return comp.load(value)
+
+    def warm(self, ref: ModelRef, name: str, params: list[dict[str, Any]]) -> None:
+        """Make sure ``name`` is cached for every parameter set, the cold ones computed
+        together (the computation's ``batch`` does their shared work once)."""
+        comp = self.computations.get(name)
+        checked = [comp.prepare(p) for p in params]
+        cold, seen = [], set()
+        for p in checked:
+            key = self._key(ref, comp, p)
+            if key not in seen and not self.store.has(key):
+                seen.add(key)
+                cold.append(p)
+        if not cold:
+            return
+        if CACHE_ONLY.get():
+            raise ColdMiss(name)
+        if self.pool is not None:  # the compute process runs the batch inline, keeping every key
+            self.pool.run(ComputeMany(name, ref, tuple(cold)))
+            return
+        if comp.batch is not None:
+            comp.batch(ModelInputs(ref, self.catalog, self), cold)
+        for p in cold:
+            self.get(ref, name, **p)
+
+    def cached_names(self, ref: ModelRef) -> list[str] | None:
+        """Computation names cached for ``ref`` (None when its fingerprint is not yet known)."""
+        ident = self.catalog.known_identity(ref)
+        if ident is None:
+            return None
+        return self.store.cached_names().get(ident.fingerprint, [])

@@ -1,0 +1,138 @@
+"""FastAPI dependencies: settings, each service, jobs, the ``model=`` parameter and the API token.
+
+The services are the ones the composition root built for this app (``app.state.services``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import anyio
+import anyio.to_thread
+from fastapi import Depends, Header, Query, Request
+from fastapi.concurrency import run_in_threadpool
+
+from headgraph.server.http.access import bearer, cold_work, token_matches
+from headgraph.server.cache.cold_miss import CACHE_ONLY, ColdMiss
+from headgraph.server.models.catalog import ModelCatalog
+from headgraph.server.services.wiring import Services
+from headgraph.server.services.details import DetailService
+from headgraph.server.errors import Unauthorized
+from headgraph.server.services.graphs import GraphService
+from headgraph.server.services.jobs import JobManager
+from headgraph.server.services.labels import LabelService
+from headgraph.server.models.offered import ModelRef
+from headgraph.server.services.scores import ScoresService
+from headgraph.server.settings import Settings
+from headgraph.server.cache.store import Store
+from headgraph.server.services.views import ViewService
+
+T = TypeVar("T")
+
+# openapi_extra mark of token-protected operations (app.install_openapi turns it into security).
+TOKEN_MARK = "x-headgraph-token"
+TOKEN_PROTECTED = {TOKEN_MARK: True}
+
+# No control characters, no surrounding blanks: OpenAPI states what a model id can be.
+MODEL_PATTERN = r"^[^\x00-\x20\x7f](?:[^\x00-\x1f\x7f]*[^\x00-\x20\x7f])?$"
+MODEL_QUERY = Query(
+    "demo", min_length=1, max_length=512, pattern=MODEL_PATTERN,
+    description="model id from GET /api/models: 'demo', a hub name such as 'gpt2', "
+                "'local:<folder>' under the model root, or an absolute path inside the root",
+)
+
+
+# Dependencies are ``async def`` on purpose: they only read app state or resolve a name, and
+# a sync dependency would cost a thread-pool hop per request.
+async def get_settings(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+def _services(request: Request) -> Services:
+    return request.app.state.services
+
+
+async def get_store(request: Request) -> Store:
+    return _services(request).store
+
+
+async def get_catalog(request: Request) -> ModelCatalog:
+    return _services(request).catalog
+
+
+async def get_scores(request: Request) -> ScoresService:
+    return _services(request).scores
+
+
+async def get_labels(request: Request) -> LabelService:
+    return _services(request).labels
+
+
+async def get_views(request: Request) -> ViewService:
+    return _services(request).views
+
+
+async def get_graphs(request: Request) -> GraphService:
+    return _services(request).graphs
+
+
+async def get_details(request: Request) -> DetailService:
+    return _services(request).details
+
+
+async def get_jobs(request: Request) -> JobManager:
+    return _services(request).jobs
+
+
+async def model_ref(model: str = MODEL_QUERY, catalog: ModelCatalog = Depends(get_catalog)) -> ModelRef:
+    """Resolve ``?model=``: 404 listing the allowed ids, 403 for a path outside the root."""
+    return catalog.resolve(model)
+
+
+async def require_token(
+    authorization: str | None = Header(None, include_in_schema=False),
+    settings: Settings = Depends(get_settings),
+) -> None:
+    """Write/compute endpoints: ``Authorization: Bearer <HEADGRAPH_API_TOKEN>`` when a token is set.
+
+    The header is documented in OpenAPI (bearer security) only when a token is configured.
+    """
+    if not token_matches(bearer(authorization), settings.api_token):
+        raise Unauthorized("this needs the lab's API token: sign in on the dashboard, or send "
+                           "'Authorization: Bearer <token>' (HEADGRAPH_API_TOKEN is set on the server)")
+
+
+async def cached_first(request: Request, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run a service call in a worker thread, never on the event loop (a warm read still
+    unpickles MBs; the loop must stay free for /api/health and cache hits).
+
+    First with CACHE_ONLY set, so it only reads the cache (its own small thread budget, so warm
+    reads never queue behind cold computations waiting in the default pool); if something it
+    needs is cold (ColdMiss), again computing it, inside ``access.cold_work``: 401 in lab mode
+    without the token, 429 over the client's cap of cold computations at once."""
+
+    def attempt(cache_only: bool) -> T:
+        token = CACHE_ONLY.set(cache_only)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            CACHE_ONLY.reset(token)
+
+    try:
+        return await anyio.to_thread.run_sync(attempt, True, limiter=_warm_limiter(request))
+    except ColdMiss:
+        pass
+    async with cold_work(request):
+        return await run_in_threadpool(attempt, False)
+
+
+WARM_THREADS = 8  # cache-only attempts at once per process (each one is CPU-bound: unpickling)
+
+
+def _warm_limiter(request: Request) -> anyio.CapacityLimiter:
+    """The app's limiter of cache-only attempts (created on first use, inside the event loop)."""
+    limiter = getattr(request.app.state, "warm_limiter", None)
+    if limiter is None:
+        limiter = request.app.state.warm_limiter = anyio.CapacityLimiter(WARM_THREADS)
+    return limiter

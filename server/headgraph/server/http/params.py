@@ -1,0 +1,44 @@
+"""Query parameters and error answers the routers share, derived from core's vocabulary.
+
+The names, Literal types and checks themselves live in headgraph.core.names (one
+vocabulary for core, server and frontend); the Literal types listed here are core's, so
+OpenAPI documents exactly the allowed values and FastAPI rejects others with 422.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import Query
+
+from headgraph.core.names import (DEFAULT_K, GRAPH_PAIRINGS, HEAD_INPUT_PATTERN, K_MAX, CSMode, GridMetric,
+                                       LayerOrder, Pairing, RankMetric, Role)
+from headgraph.server.http.schemas import ErrorBody
+
+__all__ = ["DEFAULT_K", "ERRORS", "K_MAX", "PAIRINGS_PATTERN", "CSMode", "GridMetric",
+           "LayerOrder", "Pairing", "RankMetric", "Role", "head_query", "labels_query",
+           "optional_k_query", "pairings_query"]
+
+# Comma-separated pairings (case-insensitive): core.vocabulary.parse_pairings checks each.
+PAIRINGS_PATTERN = r"^[QKVOqkvo]{2}(,[QKVOqkvo]{2})*$"
+ERRORS: dict[int | str, dict[str, Any]] = {404: {"model": ErrorBody}, 403: {"model": ErrorBody},
+                                           422: {"model": ErrorBody}}
+
+
+def pairings_query() -> Any:
+    return Query(",".join(GRAPH_PAIRINGS), max_length=200, pattern=PAIRINGS_PATTERN,
+                 description="comma-separated pairings, e.g. OQ,OK,OV")
+
+
+def optional_k_query(description: str = f"top-k edges per pairing (default {DEFAULT_K})") -> Any:
+    return Query(None, ge=1, le=K_MAX, description=description)
+
+
+def head_query(default: str) -> Any:
+    return Query(default, min_length=1, max_length=32, pattern=HEAD_INPUT_PATTERN,
+                 description="head name like L1H3 (original block number), or L6KV1 for a "
+                             "grouped key/value head")
+
+
+def labels_query(description: str = "label set name") -> Any:
+    return Query(None, max_length=128, description=description)

@@ -1,0 +1,98 @@
+"""Two models (or checkpoints) of one head layout compared: GET /api/compare.
+
+B - A of one pairing's PK, the top-k edges gained, lost and changed, and the hubs of each
+top-k graph with which moved (server.comparisons, core.model_diff). Different head layouts
+are a 422 naming both.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from fastapi import APIRouter, Depends, Query, Request
+from pydantic import BaseModel, Field
+
+from headgraph.server.models.catalog import ModelCatalog
+from headgraph.server.services.comparisons import compare, compare_json
+from headgraph.server.http.deps import MODEL_PATTERN, cached_first, get_catalog, get_scores
+from headgraph.server.http.params import ERRORS, K_MAX, Pairing
+from headgraph.server.http.responses import json_response, render
+from headgraph.server.services.scores import ScoresService
+
+router = APIRouter(prefix="/api", tags=["compare"])
+
+
+class EdgeChangeOut(BaseModel):
+    source: str
+    target: str
+    status: str = Field(description="gained (B's top-k only), lost (A's only) or kept")
+    a: float
+    b: float
+    delta: float = Field(description="B - A")
+    rank_a: int | None
+    rank_b: int | None
+
+
+class HubOut(BaseModel):
+    name: str
+    rank: int
+    degree: int
+    is_hub: bool
+    weighted_degree: float
+
+
+class HubMoveOut(BaseModel):
+    name: str
+    status: str = Field(description="hub in both | new hub (B only) | no longer a hub (A only)")
+    rank_a: int | None
+    rank_b: int | None
+    degree_a: int
+    degree_b: int
+
+
+class CompareOut(BaseModel):
+    a: str
+    b: str
+    pairing: str
+    metric: str
+    k: int
+    shape: list[int]
+    layer_indices: list[int]
+    source_labels: list[str]
+    target_labels: list[str]
+    grid_a: list[Any] = Field(description="[L][Hs][L][Ht] the metric in A, null where not valid in both")
+    grid_b: list[Any]
+    diff: list[Any] = Field(description="B - A, null where not valid in both")
+    valid: list[Any]
+    summary: dict[str, float | int]
+    gained: list[EdgeChangeOut]
+    lost: list[EdgeChangeOut]
+    changed: list[EdgeChangeOut]
+    hubs_a: list[HubOut]
+    hubs_b: list[HubOut]
+    hub_moves: list[HubMoveOut]
+    method: str
+
+
+def model_query(description: str) -> Any:
+    return Query(..., min_length=1, max_length=512, pattern=MODEL_PATTERN, description=description)
+
+
+@router.get("/compare", response_model=CompareOut, responses=ERRORS,
+            summary="Two models of one head layout: difference grid, edges gained/lost/changed, hubs")
+async def compare_endpoint(
+        request: Request,
+        a: str = model_query("model A (e.g. demo@step-30)"),
+        b: str = model_query("model B (e.g. demo)"),
+        pairing: Pairing = Query("OK", description="source role then target role, e.g. OK"),
+        k: int = Query(20, ge=1, le=K_MAX, description="top-k edges per model"),
+        metric: Literal["pk", "normalized"] = Query("pk", description="raw or normalized PK"),
+        scores: ScoresService = Depends(get_scores),
+        catalog: ModelCatalog = Depends(get_catalog)) -> Any:
+    ref_a, ref_b = catalog.resolve(a), catalog.resolve(b)
+
+    def run() -> bytes:
+        d = compare(scores, catalog, ref_a, ref_b, pairing, k=k, metric=metric)
+        return render(CompareOut, compare_json(d, ref_a, ref_b, catalog))
+
+    return json_response(await cached_first(request, run))

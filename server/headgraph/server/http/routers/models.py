@@ -1,0 +1,62 @@
+"""Models: what is offered, what each one is, and precomputing one as a background job."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse, Response
+
+from headgraph.core.names import parse_pairings
+from headgraph.server.models.catalog import ModelCatalog
+from headgraph.server.http.deps import (TOKEN_PROTECTED, get_catalog, get_jobs, get_store, model_ref,
+                                   require_token)
+from headgraph.server.services.jobs import JobManager
+from headgraph.server.http.params import ERRORS, pairings_query
+from headgraph.server.models.offered import ModelRef
+from headgraph.server.http.responses import render_json
+from headgraph.server.http.schemas import ErrorBody, Job, JobSubmitted, ModelInfoOut, ModelList, ModelSummary
+from headgraph.server.cache.store import Store
+
+router = APIRouter(prefix="/api/models", tags=["models"])
+
+
+@router.get("", response_model=ModelList, summary="Models offered, their status and cached results")
+async def list_models(catalog: ModelCatalog = Depends(get_catalog),
+                      store: Store = Depends(get_store)) -> ModelList:
+    # On the event loop: only file-existence checks and one pass over the cache's keys.
+    cached = store.cached_names()
+    out = []
+    for entry in catalog.registry.entries():
+        ident = catalog.known_identity(entry.ref)
+        out.append(ModelSummary(
+            id=entry.ref.id, kind=entry.ref.kind, status=entry.status, message=entry.message,
+            info=None if ident is None else ident.info.to_dict(),
+            fingerprint=None if ident is None else ident.fingerprint,
+            cached=None if ident is None else cached.get(ident.fingerprint, [])))
+    return ModelList(models=out)
+
+
+@router.get("/info", response_model=ModelInfoOut, responses=ERRORS,
+            summary="Shape and provenance of one model (loads it when not yet known)")
+async def model_info(request: Request, ref: ModelRef = Depends(model_ref),
+                     catalog: ModelCatalog = Depends(get_catalog),
+                     store: Store = Depends(get_store)) -> Response:
+    # Loading an unknown model is cold work (gated: 401 in lab mode without the token); not
+    # kept in the response LRU, since what is cached changes.
+    def build() -> ModelInfoOut:
+        ident = catalog.identity(ref)
+        return ModelInfoOut(model=ref.id, fingerprint=ident.fingerprint, info=ident.info.to_dict(),
+                            cached=store.cached_names().get(ident.fingerprint, []))
+
+    return await render_json(request, ModelInfoOut, build)
+
+
+@router.post("/compute", status_code=202, response_model=JobSubmitted,
+             responses={**ERRORS, 401: {"model": ErrorBody}}, dependencies=[Depends(require_token)],
+             openapi_extra=TOKEN_PROTECTED,
+             summary="Start (or join) a job computing everything the dashboard reads for a model")
+def compute(ref: ModelRef = Depends(model_ref),
+            pairings: str = pairings_query(),
+            jobs: JobManager = Depends(get_jobs)) -> JSONResponse:
+    job, created = jobs.submit(ref, list(parse_pairings(pairings)))
+    body = JobSubmitted(job=Job(**job.to_dict()), created=created, status_url=f"/api/jobs/{job.id}")
+    return JSONResponse(body.model_dump(), status_code=202)

@@ -1,0 +1,97 @@
+"""Checkpoint series and per-edge trajectories: GET /api/series, GET /api/timeline.
+
+A timeline follows edges of one pairing across a series' checkpoints (server.comparisons,
+core.timeline): the given ``edge=source,target`` (repeatable) or the last checkpoint's top-k.
+``format=csv`` exports the trajectories one row per (edge, checkpoint).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import Response
+from pydantic import BaseModel, Field
+
+from headgraph.server.models.catalog import ModelCatalog
+from headgraph.server.services.comparisons import (MAX_EDGES, named_series, parse_edges, resolve_series,
+                                          timeline, timeline_csv, timeline_json)
+from headgraph.server.http.deps import cached_first, get_catalog, get_scores
+from headgraph.server.http.params import ERRORS, Pairing
+from headgraph.server.http.responses import json_response, render
+from headgraph.server.services.scores import ScoresService
+
+router = APIRouter(prefix="/api", tags=["series"])
+
+
+class Checkpoint(BaseModel):
+    step: int
+    model: str = Field(description="model id, usable as ?model= everywhere")
+
+
+class SeriesOut(BaseModel):
+    series: dict[str, list[Checkpoint]] = Field(description="named series -> checkpoints in step order")
+
+
+class Trajectory(BaseModel):
+    source: str
+    target: str
+    pk: list[float | None] = Field(description="raw PK at each step (null: not a valid pair)")
+    normalized: list[float | None]
+    change: float | None = Field(description="PK at the last step minus PK at the first")
+
+
+class TimelineOut(BaseModel):
+    series: str
+    pairing: str
+    metric: str
+    k: int
+    selection: str
+    steps: list[int]
+    models: list[str]
+    edges: list[Trajectory]
+    method: str
+
+
+@router.get("/series", response_model=SeriesOut, responses=ERRORS,
+            summary="Named checkpoint series (e.g. demo-series) and their model ids")
+async def series_list() -> Any:
+    return {"series": {name: [{"step": s, "model": m} for s, m in pairs]
+                       for name, pairs in named_series().items()}}
+
+
+TIMELINE_RESPONSES: dict[int | str, dict[str, Any]] = {
+    **ERRORS, 200: {"content": {"application/json": {}, "text/csv": {}},
+                    "description": "the trajectories (JSON) or, with format=csv, one row per edge and step"}}
+
+
+@router.get("/timeline", response_model=TimelineOut, responses=TIMELINE_RESPONSES,
+            summary="Per-edge PK trajectories over a series of checkpoints (JSON or CSV)")
+async def timeline_endpoint(
+        request: Request,
+        series: str = Query(..., min_length=1, max_length=4096,
+                            description="a named series (GET /api/series) or a comma list of "
+                                        "model ids"),
+        pairing: Pairing = Query("OK", description="source role then target role, e.g. OK"),
+        k: int = Query(10, ge=1, le=MAX_EDGES, description="top-k edges of the last checkpoint"),
+        metric: Literal["pk", "normalized"] = Query("pk", description="what the top-k ranks by"),
+        edge: list[str] | None = Query(None, description="follow these edges instead of the "
+                                                         "top-k: 'source,target', repeatable"),
+        format: Literal["json", "csv"] = Query("json", description="csv: one row per edge and step"),
+        scores: ScoresService = Depends(get_scores),
+        catalog: ModelCatalog = Depends(get_catalog)) -> Any:
+    resolved = resolve_series(catalog, series)
+    edges = parse_edges(edge)
+
+    def run() -> Any:
+        tl = timeline(scores, catalog, resolved, pairing, k=k, metric=metric, edges=edges)
+        if format == "csv":
+            return timeline_csv(tl)
+        return render(TimelineOut, timeline_json(tl, resolved, k, metric))
+
+    body = await cached_first(request, run)
+    if format == "csv":
+        name = "".join(c if c.isalnum() or c in "-_" else "_" for c in resolved.name)[:60]
+        return Response(body, media_type="text/csv", headers={
+            "Content-Disposition": f'attachment; filename="timeline-{name}-{pairing}.csv"'})
+    return json_response(body)

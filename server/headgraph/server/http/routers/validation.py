@@ -1,0 +1,73 @@
+"""Do the weight metrics predict activation-level effects? GET /api/validation (core.validation).
+
+For one O -> Q/K/V pairing of a runnable model: a seeded random sample of forward pairs plus
+each metric's top-k (PK, CS, data-weighted PK), their path-ablation effects on both prompt
+sets, and per metric the Spearman against the effect (sample) and the mean effect of its
+top-k, with bootstrap 95% intervals. Cold results are computed like every other (a compute
+process, once; in lab mode only with the token) and cached; ``cached=true`` only reads
+(never computes): what the dashboard shows before anyone asks.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from fastapi import APIRouter, Depends, Query, Request
+from pydantic import BaseModel, Field
+
+from headgraph.server.http.deps import get_scores, model_ref
+from headgraph.server.http.params import ERRORS
+from headgraph.server.models.offered import ModelRef
+from headgraph.server.http.responses import render_json, warm_json
+from headgraph.server.services.scores import ScoresService
+from headgraph.server.computations.validation import (DEFAULT_SAMPLE, DEFAULT_TOP, SAMPLE_MAX, TOP_MAX,
+                                                      validation_view)
+
+router = APIRouter(prefix="/api", tags=["validation"])
+
+
+class Interval(BaseModel):
+    value: float | None
+    low: float | None = Field(description="bootstrap 95% percentile interval, low end")
+    high: float | None
+    n: int
+
+
+class MetricSummary(BaseModel):
+    metric: str
+    random_rho: Interval = Field(description="Spearman of the metric against the effect over the random sample")
+    top_mean_effect: Interval = Field(description="mean effect of the metric's top-k pairs")
+    top_rho: Interval = Field(description="Spearman within the metric's top-k pairs")
+
+
+class ValidationOut(BaseModel):
+    model: str
+    pairing: str
+    n_sample: int
+    k: int
+    seed: int
+    metrics: list[str]
+    summary: dict[str, list[MetricSummary]] = Field(description="per prompt set (text, random)")
+    edges: list[dict[str, Any]] = Field(description="every measured pair: source, target, in_sample, "
+                                                    "top_of (metrics), effect_text, effect_random, "
+                                                    "and each metric's value")
+    method: str
+    computed: bool = Field(True, description="false: not cached yet (cached=true), no summary")
+    cached_only: bool = Field(False, description="true: read from the cache only (cached=true)")
+
+
+@router.get("/validation", response_model=ValidationOut, responses=ERRORS,
+            summary="PK, CS and data-weighted PK against path-ablation effects, with bootstrap CIs")
+async def validation(request: Request, ref: ModelRef = Depends(model_ref),
+                     pairing: Literal["OQ", "OK", "OV"] = Query("OK", description="O -> Q / K / V"),
+                     n: int = Query(DEFAULT_SAMPLE, ge=1, le=SAMPLE_MAX, description="random forward pairs"),
+                     k: int = Query(DEFAULT_TOP, ge=1, le=TOP_MAX, description="top pairs per metric"),
+                     seed: int = Query(0, ge=0, le=2**31 - 1, description="the sample's seed"),
+                     cached: bool = Query(False, description="only what is cached, never computed "
+                                                             "(no 401 in lab mode): computed=false "
+                                                             "while this validation is not cached"),
+                     scores: ScoresService = Depends(get_scores)) -> Any:
+    if cached:  # what is cached changes: rendered each time, never kept
+        return await render_json(request, ValidationOut, lambda: validation_view(
+            scores, ref, pairing, n, k, seed, cached=True))
+    return await warm_json(request, ValidationOut, ref, lambda: validation_view(scores, ref, pairing, n, k, seed))

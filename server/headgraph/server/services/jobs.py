@@ -1,0 +1,317 @@
+"""Background compute jobs with progress, persisted in the store so any worker can report them.
+
+A job precomputes everything the dashboard reads for one model (PK per pairing, CS per mode,
+z-scores, references, anisotropic nulls, token tables, pattern scores) through the same
+single-flight cache keys the GET endpoints use, so a finished job means warm reads. A job is
+driven by a thread of this process, each step computed in a compute process
+(server.compute), so the event loop keeps answering.
+
+Job records live in the store's never-evicted ``meta`` cache under ``job:{id}``, each naming
+its owner (host, pid and start time of the process running it). A queued or running job
+whose owner is on this host and gone (or whose pid now belongs to another process) reads as
+failed at once; for an owner on another host, its heartbeat (refreshed every HEARTBEAT_S)
+going stale does. Either way a new POST starts a fresh attempt. The newest MAX_FINISHED
+finished records are kept (an index of job ids, in submission order, bounds them cheaply).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from headgraph.core.errors import HeadgraphError
+from headgraph.server.models.catalog import ModelCatalog
+from headgraph.server.compute.pool import process_alive, process_started
+from headgraph.server.computations.data_pk import DATA_PK_PROMPTS
+from headgraph.server.errors import ApiError, one_line
+from headgraph.server.models.offered import ModelRef
+from headgraph.server.services.scores import ScoresService
+from headgraph.server.cache.store import DiskLock, Store
+
+log = logging.getLogger("headgraph.jobs")
+
+Progress = Callable[[str, float, str], None]
+ACTIVE = ("queued", "running")
+HEARTBEAT_S = 5.0
+STALE_S = 30.0
+MAX_FINISHED = 500  # finished job records kept (older ones, and their jobkey: index, dropped)
+JOB_INDEX = "jobs:index"  # meta key: ids of the kept jobs, oldest first
+STOPPED = "the server running this job stopped; POST again to retry"
+
+
+def _pid_namespace() -> str:
+    try:
+        return os.readlink("/proc/self/ns/pid")  # pids of two containers on one host differ
+    except OSError:
+        return ""
+
+
+def this_process() -> dict[str, Any]:
+    """Owner of the jobs this process runs: host, pid namespace, pid and start time."""
+    pid = os.getpid()
+    return {"host": socket.gethostname(), "pidns": _pid_namespace(), "pid": pid,
+            "started": process_started(pid)}
+
+
+def owner_gone(owner: dict[str, Any] | None) -> bool | None:
+    """True/False when ``owner`` runs on this host (and pid namespace) and is gone/alive;
+    None when that cannot be told from here (another host, or an older record)."""
+    if not isinstance(owner, dict) or not isinstance(owner.get("pid"), int):
+        return None
+    if owner.get("host") != socket.gethostname() or owner.get("pidns", "") != _pid_namespace():
+        return None
+    started = owner.get("started")
+    return not process_alive(owner["pid"], float(started) if isinstance(started, (int, float))
+                             else None)
+
+
+@dataclass
+class JobState:
+    """What GET /api/jobs/{id} reports: state, stage, fraction in [0, 1], message."""
+
+    id: str
+    model: str
+    params: dict[str, Any]
+    state: str = "queued"  # queued | running | done | failed
+    stage: str = "queued"
+    fraction: float = 0.0
+    message: str = ""
+    attempt: int = 1
+    created: float = field(default_factory=time.time)
+    updated: float = field(default_factory=time.time)
+    heartbeat: float = field(default_factory=time.time)
+    error: str | None = None
+    computed: list[str] = field(default_factory=list)
+    plan: list[str] = field(default_factory=list)
+    owner: dict[str, Any] | None = None  # this_process() of the process running it (not in the API)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> JobState:
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in raw.items() if k in names})
+
+    @property
+    def index_key(self) -> str:
+        """The meta key naming the latest job of the same (model, pairings)."""
+        return job_index_key(self.model, list(self.params.get("pairings", [])))
+
+
+def job_index_key(model: str, pairings: list[str]) -> str:
+    return f"jobkey:{model}|{','.join(pairings)}"
+
+
+def compute_plan(scores: ScoresService, catalog: ModelCatalog, ref: ModelRef, pairings: list[str]
+                 ) -> list[tuple[str, Callable[[], Any]]]:
+    """Ordered (stage name, thunk) list of what a full compute of one model caches."""
+    info = catalog.info(ref)
+    plan: list[tuple[str, Callable[[], Any]]] = [
+        ("pk", lambda: scores.pk_together(ref, pairings, "forward"))]
+    for p in pairings:
+        plan.append((f"pk {p}", lambda p=p: scores.pk(ref, p, "forward")))
+    # What the graph, heatmaps and scatter need comes first (CS and the default "patterns"
+    # overlay), so those views fill while the slow reference, nulls and tokens still compute.
+    for mode in scores.cs_modes_for(pairings):
+        plan.append((f"cs {mode}", lambda m=mode: scores.cs(ref, m, "forward")))
+    plan.append(("patterns", lambda: scores.patterns_or_none(ref)))
+    for p in pairings:
+        plan.append((f"z {p}", lambda p=p: scores.zscores(ref, p, "forward")))
+    plan.append(("reference", lambda: scores.reference(ref)))
+    for p in pairings:
+        plan.append((f"null {p}", lambda p=p: scores.null(ref, p)))
+    if info.get("d_vocab"):
+        for role in ("O", "V", "Q", "K"):
+            plan.append((f"tokens {role}", lambda r=role: scores.tokens(ref, r)))
+    # Last: data-weighted PK (a forward pass per prompt set; a no-op for a model that cannot
+    # run), so the pair panel shows it beside PK and CS without a request computing it.
+    for prompts in DATA_PK_PROMPTS:
+        plan.append((f"datapk {prompts}", lambda p=prompts: scores.data_pk_all(ref, p)))
+    return plan
+
+
+def run_compute(scores: ScoresService, catalog: ModelCatalog, ref: ModelRef, pairings: list[str],
+                progress: Progress, finished: Callable[[list[str], list[str]], None] | None = None
+                ) -> list[str]:
+    """Load the model and compute the plan, reporting (stage, fraction, message) after each step
+    and ``finished(done stages, planned stages)`` after each stage, so clients can show each
+    result as soon as it exists."""
+    progress("load", 0.0, f"loading {ref.id}")
+    catalog.identity(ref)  # loads the model (in a compute process for the API) when unknown
+    plan = compute_plan(scores, catalog, ref, pairings)
+    total = len(plan) + 1
+    progress("load", 1 / total, f"loaded {ref.id}")
+    done: list[str] = []
+    planned = [stage for stage, _ in plan]
+    if finished is not None:
+        finished([], planned)
+    for i, (stage, thunk) in enumerate(plan, start=1):
+        progress(stage, i / total, f"computing {stage}")
+        thunk()
+        done.append(stage)
+        if finished is not None:
+            finished(list(done), planned)
+    progress("done", 1.0, f"{len(done)} computations cached")
+    return done
+
+
+class JobManager:
+    """Submit, run and report compute jobs (one per process; records shared via the store)."""
+
+    def __init__(self, scores: ScoresService, catalog: ModelCatalog, store: Store,
+                 workers: int = 1) -> None:
+        self.scores = scores
+        self.catalog = catalog
+        self.meta = store.meta
+        self.workers = max(1, workers)
+        self._pool: ThreadPoolExecutor | None = None
+        self._guard = threading.Lock()
+        self._active: set[str] = set()
+        self._stop = threading.Event()
+        self._beat: threading.Thread | None = None
+        self._owner = this_process()
+
+    # -- records ------------------------------------------------------------------------
+    def get(self, job_id: str) -> JobState | None:
+        """The job's record; a queued/running one whose process is gone reads failed."""
+        raw = self.meta.get("job:" + job_id, retry=True)
+        if not isinstance(raw, dict):
+            return None
+        job = JobState.from_dict(raw)
+        if job.state in ACTIVE:
+            gone = owner_gone(job.owner)
+            if gone is None:  # owner elsewhere (or unrecorded): trust its heartbeat
+                gone = time.time() - job.heartbeat > STALE_S
+            if gone:
+                job.state, job.error, job.message = "failed", STOPPED, STOPPED
+        return job
+
+    def _save(self, job: JobState) -> None:
+        job.updated = time.time()
+        self.meta.set("job:" + job.id, job.to_dict(), retry=True)
+
+    def _update(self, job_id: str, **changes: Any) -> None:
+        with self._guard:
+            raw = self.meta.get("job:" + job_id, retry=True)
+            if not isinstance(raw, dict):
+                return
+            raw.update(changes)
+            raw["heartbeat"] = time.time()
+            job = JobState.from_dict(raw)
+            self._save(job)
+
+    # -- submitting ---------------------------------------------------------------------
+    def submit(self, ref: ModelRef, pairings: list[str]) -> tuple[JobState, bool]:
+        """Start a job for (model, pairings), or return the one already running; (job, created)."""
+        params = {"pairings": list(pairings)}
+        index = job_index_key(ref.id, list(pairings))
+        with DiskLock(self.meta, "lock:" + index, 10.0):
+            previous_id = self.meta.get(index, retry=True)
+            previous = self.get(previous_id) if isinstance(previous_id, str) else None
+            if previous is not None and previous.state in ACTIVE:
+                return previous, False
+            attempt = previous.attempt + 1 if previous is not None else 1
+            job = JobState(id=uuid.uuid4().hex[:16], model=ref.id, params=params, attempt=attempt,
+                           message="waiting for a compute thread", owner=dict(self._owner))
+            self._save(job)
+            self.meta.set(index, job.id, retry=True)
+            self._keep(job.id)
+        with self._guard:
+            self._active.add(job.id)
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="headgraph-job")
+            if self._beat is None:
+                self._beat = threading.Thread(target=self._heartbeat, name="headgraph-job-beat",
+                                              daemon=True)
+                self._beat.start()
+            pool = self._pool
+        pool.submit(self._run, job.id, ref, list(pairings))
+        return job, True
+
+    def _keep(self, job_id: str) -> None:
+        """Add ``job_id`` to the index and drop the oldest finished records beyond
+        MAX_FINISHED (with their jobkey: entry where it still names them): a few reads per
+        new job, never a scan (but once, for a store from before the index)."""
+        with self.meta.transact(retry=True):
+            ids = self.meta.get(JOB_INDEX, retry=True)
+            if not isinstance(ids, list):
+                ids = self._indexed_jobs()
+            ids = [i for i in ids if i != job_id] + [job_id]
+            # records beyond MAX_FINISHED; each live one read keeps its place (and counts)
+            excess = len(ids) - MAX_FINISHED
+            kept: list[str] = []
+            for i, old in enumerate(ids):
+                if excess <= 0:
+                    kept.extend(ids[i:])
+                    break
+                excess -= 1
+                job = self.get(old)
+                if job is not None and job.state in ACTIVE:
+                    kept.append(old)  # never drop a live job
+                else:
+                    self._drop(old, job)
+            self.meta.set(JOB_INDEX, kept, retry=True)
+
+    def _indexed_jobs(self) -> list[str]:
+        """Ids of every job record in the store, oldest first (for a store with no index)."""
+        found: list[tuple[float, str]] = []
+        for key in self.meta.iterkeys():
+            if isinstance(key, str) and key.startswith("job:"):
+                raw = self.meta.get(key, retry=True)
+                created = raw.get("created", 0.0) if isinstance(raw, dict) else 0.0
+                found.append((float(created), key[len("job:"):]))
+        return [job_id for _, job_id in sorted(found)]
+
+    def _drop(self, job_id: str, job: JobState | None) -> None:
+        self.meta.delete("job:" + job_id, retry=True)
+        if job is not None and self.meta.get(job.index_key, retry=True) == job_id:
+            self.meta.delete(job.index_key, retry=True)
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(HEARTBEAT_S):
+            with self._guard:
+                active = list(self._active)
+            for job_id in active:
+                self._update(job_id)
+
+    def _run(self, job_id: str, ref: ModelRef, pairings: list[str]) -> None:
+        started = time.perf_counter()
+
+        def progress(stage: str, fraction: float, message: str) -> None:
+            self._update(job_id, state="running", stage=stage,
+                         fraction=round(min(max(fraction, 0.0), 1.0), 4), message=message)
+
+        def finished(done: list[str], planned: list[str]) -> None:
+            self._update(job_id, computed=done, plan=planned)
+
+        try:
+            done = run_compute(self.scores, self.catalog, ref, pairings, progress, finished)
+        except Exception as err:
+            msg = one_line(err) or type(err).__name__
+            expected = isinstance(err, (HeadgraphError, ApiError))
+            log.error("job %s (%s) failed: %s: %s", job_id, ref.id, type(err).__name__, msg,
+                      exc_info=None if expected else err)  # tracebacks only for the unexpected
+            self._update(job_id, state="failed", error=msg, message=msg)
+        else:
+            log.info("job %s (%s) done in %.1f s", job_id, ref.id, time.perf_counter() - started)
+            self._update(job_id, state="done", stage="done", fraction=1.0, computed=done,
+                         message=f"done: {len(done)} computations cached")
+        finally:
+            with self._guard:
+                self._active.discard(job_id)
+
+    def shutdown(self) -> None:
+        self._stop.set()
+        with self._guard:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,116 @@
+"""The scores service: PK, CS, z-scores, nulls, reference, tokens and patterns of a model.
+
+Each method names a registered computation and its parameters and reads it through the
+result cache (server/resultcache.py); the computations themselves are in
+server/score_computations.py. Only request-level shaping (token-table slices, "no patterns
+here" as a 404) lives here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from headgraph.core.errors import UnsupportedModel
+from headgraph.core.types import PairScores
+from headgraph.core.names import check_pairing, check_role, cs_mode_of
+from headgraph.server.models.catalog import ModelCatalog
+from headgraph.server.computations.data_pk import DATA_PK_PAIRINGS
+from headgraph.server.errors import NotFound
+from headgraph.server.computations.graphs import cs_modes_for
+from headgraph.server.models.offered import ModelRef
+from headgraph.server.compute.results import ResultCache
+from headgraph.server.computations.scores import KL_SAMPLES, NULL_SAMPLES, TOKENS_CACHED_K
+
+
+class ScoresService:
+    """The cached score, null, reference, token and pattern computations of a model."""
+
+    def __init__(self, catalog: ModelCatalog, cache: ResultCache) -> None:
+        self.catalog = catalog
+        self.cache = cache
+
+    # -- scores -------------------------------------------------------------------------
+    def pk(self, ref: ModelRef, pairing: str, order: str = "forward") -> PairScores:
+        """Projection Kernel of one pairing (core.pk.projection_kernel), cached."""
+        return self.cache.get(ref, "pk", pairing=pairing, order=order)
+
+    def pk_together(self, ref: ModelRef, pairings: list[str], order: str = "forward") -> None:
+        """Cache the PK of several pairings, the cold ones in one pass."""
+        self.cache.warm(ref, "pk", [{"pairing": p, "order": order} for p in pairings])
+
+    def cs(self, ref: ModelRef, mode: str, order: str = "forward") -> PairScores:
+        """Composition Score of one mode (core.composition.composition_score), cached."""
+        return self.cache.get(ref, "cs", mode=mode, order=order)
+
+    def cs_for(self, ref: ModelRef, pairing: str, order: str = "forward") -> PairScores | None:
+        mode = cs_mode_of(check_pairing(pairing))
+        return None if mode is None else self.cs(ref, mode, order)
+
+    @staticmethod
+    def cs_modes_for(pairings: list[str]) -> list[str]:
+        return cs_modes_for(pairings)
+
+    def zscores(self, ref: ModelRef, pairing: str, order: str = "forward") -> np.ndarray:
+        """z-scores of raw PK against its Haar moments; NaN where invalid."""
+        return self.cache.get(ref, "z", pairing=pairing, order=order)
+
+    def null(self, ref: ModelRef, pairing: str) -> dict[str, Any]:
+        """p-values and BH-significant masks of forward PKs against both nulls."""
+        return self.cache.get(ref, "null", pairing=pairing, samples=NULL_SAMPLES)
+
+    def reference(self, ref: ModelRef) -> dict[str, Any]:
+        """KL grid between role-pairing PK distributions and Haar moments (JSON data)."""
+        return self.cache.get(ref, "reference", samples=KL_SAMPLES)
+
+    # -- tokens and patterns ------------------------------------------------------------
+    def tokens(self, ref: ModelRef, role: str) -> dict[str, Any]:
+        """Top-50 token table of one role for every head (core.tokens.top_tokens)."""
+        return self.cache.get(ref, "tokens", role=role, k=TOKENS_CACHED_K)
+
+    def tokens_view(self, ref: ModelRef, role: str, k: int, layer: int | None = None,
+                    head: int | None = None) -> dict[str, Any]:
+        """Token table cut to k tokens and optionally one layer (block number) and head."""
+        check_role(role)
+        info = self.catalog.model_info(ref)
+        if info.d_vocab is None:
+            raise UnsupportedModel(f"{info.name} has no unembedding (W_U): token names need one")
+        if layer is not None and layer not in info.layer_indices:
+            raise NotFound(f"unknown layer {layer}; attention layers: {list(info.layer_indices)}")
+        n = info.heads_of(role)
+        if head is not None and not 0 <= head < n:
+            raise NotFound(f"unknown head {head} for role {role}; allowed 0..{n - 1}")
+        from headgraph.core.readout.tokens import slice_token_payload
+
+        table = self.tokens(ref, role)
+        rows = [h for h in table["heads"]
+                if (layer is None or h["layer"] == layer) and (head is None or h["head"] == head)]
+        cut = slice_token_payload(dict(table, heads=rows), k)  # flags recomputed for depth k
+        return {"model": ref.id, "role": role, "k": cut["k"],
+                "formula": table.get("formula", ""), "baseline": cut.get("baseline"),
+                "n_above_baseline": cut.get("n_above_baseline"), "heads": cut["heads"]}
+
+    def patterns(self, ref: ModelRef) -> dict[str, Any]:
+        """Attention-pattern scores per head (core.patterns.pattern_scores), JSON data."""
+        out = self.cache.get(ref, "patterns")
+        if not out.get("available"):
+            raise NotFound(f"{ref.id} cannot be run here (weights read without a runnable "
+                           "model), so it has no attention-pattern scores")
+        return {k: v for k, v in out.items() if k != "available"}
+
+    def patterns_or_none(self, ref: ModelRef) -> dict[str, Any] | None:
+        try:
+            return self.patterns(ref)
+        except NotFound:
+            return None
+
+    def data_pk_all(self, ref: ModelRef, prompts: str) -> bool:
+        """Cache the data-weighted PK of every O -> Q/K/V pairing on ``prompts`` (one forward
+        pass serves the three), for the background job; False, computing nothing, for a model
+        that cannot run here (no attention-pattern scores either)."""
+        if self.patterns_or_none(ref) is None:
+            return False
+        for pairing in DATA_PK_PAIRINGS:
+            self.cache.get(ref, "data_pk", pairing=pairing, prompts=prompts)
+        return True

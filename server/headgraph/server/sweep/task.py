@@ -1,0 +1,162 @@
+"""One model of a sweep: the task a Ray worker runs (server.sweep submits it).
+
+The task builds the CLI's inline services on the sweep's cache, resolves the spec as
+``headgraph compute`` does and computes the chosen results through the same stages as the
+dashboard's background job (server.jobs.compute_plan), so every value lands under the keys
+the server reads. Bad input (HeadgraphError, ApiError: an unknown model, not a model folder,
+a hub model not available offline) is *returned* as a failure, never retried; anything else
+raised (an I/O error, a worker that died) is left to Ray's ``max_retries`` /
+``retry_exceptions``. Each attempt is counted in the cache's meta store, so the report can
+say how many retries a model took wherever its worker ran.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from headgraph.core.errors import HeadgraphError
+from headgraph.core.names import DEFAULT_K, GRAPH_PAIRINGS
+from headgraph.server.errors import ApiError, one_line
+from headgraph.server.settings import Settings
+
+# Result names of --results, in the job's order; "graph" is beyond the job (the dashboard's
+# and the API's default head graphs, so opening the graph view reads it too).
+JOB_RESULTS: tuple[str, ...] = ("pk", "cs", "patterns", "z", "reference", "null", "tokens")
+RESULTS: tuple[str, ...] = (*JOB_RESULTS, "graph")
+# Tests only: a spec listed here (comma-separated) fails its first attempt with a transient
+# error, so a test can watch Ray retry it. Read by the driver and passed to the task.
+FAIL_FIRST_ENV = "HEADGRAPH_SWEEP_FAIL_FIRST"
+
+
+class TransientFailure(OSError):
+    """A failure worth another attempt (the injected one of FAIL_FIRST_ENV)."""
+
+
+def parse_results(text: str) -> list[str]:
+    """``pk,cs,graph`` / ``job`` / ``all`` -> result names in RESULTS order; ValueError else."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    chosen: set[str] = set()
+    for n in names:
+        if n == "job":
+            chosen.update(JOB_RESULTS)
+        elif n == "all":
+            chosen.update(RESULTS)
+        elif n in RESULTS:
+            chosen.add(n)
+        else:
+            raise ValueError(f"unknown result {n!r}; choose from {', '.join(RESULTS)}, job, all")
+    if not chosen:
+        raise ValueError("no results chosen")
+    return [n for n in RESULTS if n in chosen]
+
+
+def attempt_key(sweep_id: str, index: int) -> str:
+    return f"sweep:{sweep_id}:{index}"
+
+
+def record_attempt(meta: Any, sweep_id: str, index: int) -> dict[str, Any]:
+    """Count one attempt of task ``index`` in the meta cache; its record {attempts, started}."""
+    key = attempt_key(sweep_id, index)
+    with meta.transact(retry=True):
+        raw = meta.get(key, retry=True)
+        rec = dict(raw) if isinstance(raw, dict) else {"attempts": 0, "started": time.time()}
+        rec["attempts"] = int(rec["attempts"]) + 1
+        meta.set(key, rec, retry=True)
+    return rec
+
+
+def read_attempts(meta: Any, sweep_id: str, index: int) -> dict[str, Any]:
+    raw = meta.get(attempt_key(sweep_id, index), retry=True)
+    return dict(raw) if isinstance(raw, dict) else {"attempts": 0, "started": None}
+
+
+def _download_revision(spec: str, root: Path | None) -> Path:
+    """A hub revision (``org/model@rev``) as a folder under the model root (huggingface_hub;
+    offline it must be there already)."""
+    from headgraph.server.sweep.specs import hub_revision
+
+    rev = hub_revision(spec)
+    assert rev is not None
+    if root is None:
+        raise HeadgraphError(f"{spec}: a hub revision is downloaded into the model root; give "
+                             "--model-root (or HEADGRAPH_MODEL_ROOT)")
+    import huggingface_hub
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+    folder = root / rev.folder_name
+    try:
+        huggingface_hub.snapshot_download(rev.repo, revision=rev.revision, local_dir=folder)
+    except (LocalEntryNotFoundError, HfHubHTTPError, ValueError) as err:
+        raise HeadgraphError(f"{spec}: cannot get this hub revision ({one_line(err)}); run the "
+                             "sweep where the hub is reachable, or download it to a folder and "
+                             "sweep the folder") from err
+    return folder
+
+
+def resolve_spec(services: Any, spec: str) -> Any:
+    """The ModelRef of ``spec``: a registry id, a hub revision (downloaded), or any local
+    folder or .gguf file (``local:<name>`` when it lies directly under the model root)."""
+    from headgraph.server.sweep.specs import hub_revision, is_path_spec
+
+    registry = services.catalog.registry
+    if hub_revision(spec) is not None:
+        return registry.resolve_path(_download_revision(spec, services.settings.model_root))
+    if is_path_spec(spec) and spec not in registry.allowed_ids():
+        return registry.resolve_path(Path(spec))
+    return services.catalog.resolve(spec)
+
+
+def result_steps(services: Any, ref: Any, results: Sequence[str]
+                 ) -> list[tuple[str, Callable[[], Any]]]:
+    """(stage, thunk) of the chosen results: the job's own stages (server.jobs.compute_plan)
+    whose first word is chosen, then the default head graphs when "graph" is."""
+    from headgraph.server.services.jobs import compute_plan
+    from headgraph.server.services.labels import PATTERN_LABELS
+
+    pairings: list[str] = list(GRAPH_PAIRINGS)
+    plan = [(stage, thunk) for stage, thunk in
+            compute_plan(services.scores, services.catalog, ref, pairings)
+            if stage.split()[0] in results]
+    if "graph" in results:
+        def graphs() -> None:
+            runnable = services.scores.patterns_or_none(ref) is not None
+            # The API's default graph (flags once patterns exist), and the dashboard's
+            # default view of it, overlaid with the model's own "patterns" classes.
+            for labels in (None, PATTERN_LABELS) if runnable else (None,):
+                services.graphs.graph(ref, pairings=pairings, granularity="head", k=DEFAULT_K,
+                                      threshold=None, threshold_on="pk", labels=labels,
+                                      flags=runnable)
+        plan.append(("graph", graphs))
+    return plan
+
+
+def sweep_task(settings: Settings, spec: str, results: Sequence[str], sweep_id: str, index: int,
+               fail_first: Sequence[str] = ()) -> dict[str, Any]:
+    """Compute ``results`` of one model into the sweep's cache; its outcome as a dict
+    (spec, model, status "done" | "failed", seconds, attempts, computed, fingerprint, error)."""
+    from headgraph.server.services.wiring import build_services
+
+    services = build_services(settings, inline=True)
+    try:
+        rec = record_attempt(services.store.meta, sweep_id, index)
+        out: dict[str, Any] = {"spec": spec, "model": spec, "attempts": rec["attempts"],
+                               "computed": [], "fingerprint": None, "error": None}
+        if spec in fail_first and rec["attempts"] == 1:
+            raise TransientFailure(f"{spec}: injected transient failure ({FAIL_FIRST_ENV})")
+        try:
+            ref = resolve_spec(services, spec)
+            out["model"] = ref.id
+            out["fingerprint"] = services.catalog.identity(ref).fingerprint
+            for stage, thunk in result_steps(services, ref, results):
+                thunk()
+                out["computed"].append(stage)
+            out["status"] = "done"
+        except (HeadgraphError, ApiError) as err:  # bad input: reported, not retried
+            out["status"], out["error"] = "failed", one_line(err) or type(err).__name__
+        out["seconds"] = round(time.time() - float(rec["started"]), 2)
+        return out
+    finally:
+        services.close()
