@@ -1,6 +1,6 @@
-"""API errors and the exception handlers that turn every failure into a JSON answer.
+"""API errors: what a caller caused, with its HTTP status and a one-line message.
 
-Clients never see a stack trace: the server's ApiError family and core's HeadgraphError
+``http.handlers`` turns every failure into a JSON answer. Clients never see a stack trace: the server's ApiError family and core's HeadgraphError
 family (InvalidInput, ModelUnavailable, PathNotAllowed, UnsupportedModel) are what a caller
 caused and become 4xx with their one-line message (and the allowed values, when there is a
 list); anything else, a bare ValueError included, is a bug and becomes a generic 500 whose
@@ -9,19 +9,9 @@ traceback is logged server-side only.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
-from starlette.exceptions import HTTPException as StarletteHTTPException
-
 from headgraph.core.errors import HeadgraphError, ModelUnavailable, PathNotAllowed
-from headgraph.core.names import HEAD_INPUT_PATTERN
-
-log = logging.getLogger("headgraph.errors")
-
 
 class ApiError(Exception):
     """An expected failure with its HTTP status and a one-line message for the client."""
@@ -60,12 +50,6 @@ class Conflict(ApiError):
     status = 409
 
 
-class PayloadTooLarge(ApiError):
-    """A request body over its documented cap (413), refused before it is buffered."""
-
-    status = 413
-
-
 class TooManyRequests(ApiError):
     """This client already has its cap of cold computations running (429, Retry-After)."""
 
@@ -99,50 +83,3 @@ def status_for(err: HeadgraphError) -> int:
     if isinstance(err, PathNotAllowed):
         return 403
     return 422
-
-
-def install_handlers(app: FastAPI) -> None:
-    """Register JSON handlers for API, core, validation, HTTP and unexpected errors."""
-
-    @app.exception_handler(ApiError)
-    async def _api_error(request: Request, err: ApiError) -> JSONResponse:
-        headers = {"WWW-Authenticate": "Bearer"} if err.status == 401 else None
-        if err.status in (429, 503):
-            headers = {"Retry-After": "5"}
-        return JSONResponse(error_body(err.status, err.message, allowed=err.allowed),
-                            status_code=err.status, headers=headers)
-
-    @app.exception_handler(HeadgraphError)
-    async def _core_error(request: Request, err: HeadgraphError) -> JSONResponse:
-        status = status_for(err)
-        log.warning("%s %s -> %d %s: %s", request.method, request.url.path, status,
-                    type(err).__name__, one_line(err))
-        return JSONResponse(error_body(status, one_line(err, 1000), type=type(err).__name__,
-                                       allowed=getattr(err, "allowed", None)),
-                            status_code=status)
-
-    @app.exception_handler(RequestValidationError)
-    async def _validation(request: Request, err: RequestValidationError) -> JSONResponse:
-        details = []
-        for e in err.errors():
-            loc = ".".join(str(p) for p in e.get("loc", ()) if p not in ("query", "body", "path"))
-            got = e.get("input")
-            shown = f" (got {got!r:.80})" if isinstance(got, (str, int, float)) else ""
-            msg = e.get("msg", "invalid")
-            if (e.get("ctx") or {}).get("pattern") == HEAD_INPUT_PATTERN:
-                msg = "not a head name (expected like 'L9H6', or 'L6KV1' for a grouped key/value head)"
-            details.append(f"{loc or 'request'}: {msg}{shown}")
-        message = "; ".join(details) or "invalid request"
-        return JSONResponse(error_body(422, one_line(message, 1000)), status_code=422)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http(request: Request, err: StarletteHTTPException) -> JSONResponse:
-        return JSONResponse(error_body(err.status_code, one_line(err.detail)),
-                            status_code=err.status_code, headers=getattr(err, "headers", None))
-
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, err: Exception) -> JSONResponse:
-        # ValueError, TypeError, ComputeFailed...: never the caller's message or traceback.
-        log.error("%s %s -> 500 %s: %s", request.method, request.url.path, type(err).__name__,
-                  one_line(err), exc_info=err)
-        return JSONResponse(error_body(500, "internal error; see the server log"), status_code=500)

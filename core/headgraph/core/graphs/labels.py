@@ -55,11 +55,6 @@ class UnknownHead(LabelSetError):
     """A well-formed head the given model does not have (a 404 to an API client)."""
 
 
-def kv_label(layer: int, group: int) -> str:
-    """Name of a grouped-query KV head (shared by several query heads): ``"L{layer}KV{group}"``."""
-    return head_label(layer, group, kv=True)
-
-
 def parse_head_ref(text: str) -> HeadRef:
     """A head name in canonical form (``HeadRef.parse``: "L9H6", "L6KV1") or, for a query head,
     a lenient one ("l9h6", "9.6", " L3.H0 "); InvalidInput otherwise."""

@@ -15,17 +15,6 @@ import networkx as nx
 Positions = dict[str, tuple[float, float]]
 
 
-def node_link_to_graph(node_link: dict[str, Any]) -> nx.MultiDiGraph:
-    """A MultiDiGraph from ``nx.node_link_data(..., edges="edges")`` JSON (one edge per pairing)."""
-    g = nx.MultiDiGraph()
-    for node in node_link.get("nodes", []):
-        g.add_node(node["id"], **{k: v for k, v in node.items() if k != "id"})
-    for edge in node_link.get("edges", node_link.get("links", [])):
-        attrs = {k: v for k, v in edge.items() if k not in ("source", "target", "key")}
-        g.add_edge(edge["source"], edge["target"], key=edge.get("key", attrs.get("pairing")), **attrs)
-    return g
-
-
 # Grid layout of a grouped-query model: a KV-group node (kind "kv_group", e.g. L6KV1 serving
 # L6H3-L6H5) sits at the mean column of the query heads it serves, on its own sub-row half way
 # between its layer's row and the one below, so it never covers a query-head node (the figure

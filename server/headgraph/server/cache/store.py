@@ -445,11 +445,6 @@ class ModelLRU(Generic[T]):
                     self._items.popitem(last=False)
             return value
 
-    def peek(self, key: Hashable) -> T | None:
-        with self._guard:
-            slot = self._items.get(key)
-            return None if slot is None else slot.value
-
     def keys(self) -> list[Hashable]:
         with self._guard:
             return list(self._items)

@@ -16,12 +16,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    from headgraph.server.services.wiring import Services
-    from headgraph.server.models.offered import ModelRef
+from headgraph.server.cli.common import cache_opt, resolve_model, services_for
 
-ServicesFn = Callable[[argparse.Namespace], "Services"]
-ResolveFn = Callable[["Services", str], "ModelRef"]
+if TYPE_CHECKING:
+    pass
+
 
 
 def _num(v: float | None, digits: int = 3) -> str:
@@ -98,8 +97,7 @@ def _outputs(args: argparse.Namespace, table: str, as_json: dict[str, Any], as_c
     return 0
 
 
-def add_compare_parsers(sub: Any, cache_opt: Callable[[argparse.ArgumentParser], None],
-                        services: ServicesFn, resolve: ResolveFn) -> None:
+def add_parser(sub: Any) -> None:
     """Register ``timeline`` and ``compare`` on the subcommand parsers ``sub``."""
     from headgraph.core.names import K_MAX
     from headgraph.server.services.comparisons import MAX_EDGES
@@ -110,7 +108,7 @@ def add_compare_parsers(sub: Any, cache_opt: Callable[[argparse.ArgumentParser],
 
         if not 1 <= args.k <= MAX_EDGES:
             raise SystemExit(f"headgraph: error: --k must be in 1..{MAX_EDGES}, got {args.k}")
-        svc = services(args)
+        svc = services_for(args)
         series = resolve_series(svc.catalog, args.series)
         tl = timeline(svc.scores, svc.catalog, series, args.pairing, k=args.k,
                       metric=args.metric, edges=parse_edges(args.edge))
@@ -122,8 +120,8 @@ def add_compare_parsers(sub: Any, cache_opt: Callable[[argparse.ArgumentParser],
 
         if not 1 <= args.k <= K_MAX:
             raise SystemExit(f"headgraph: error: --k must be in 1..{K_MAX}, got {args.k}")
-        svc = services(args)
-        a, b = resolve(svc, args.a), resolve(svc, args.b)
+        svc = services_for(args)
+        a, b = resolve_model(svc, args.a), resolve_model(svc, args.b)
         d = compare(svc.scores, svc.catalog, a, b, args.pairing, k=args.k, metric=args.metric)
         report = compare_json(d, a, b, svc.catalog)
         return _outputs(args, compare_text(report), report, lambda: compare_csv(report))

@@ -1,15 +1,15 @@
 """``headgraph datapk``: the data-weighted PK table (server.data_pk_computations.data_pk_view).
 
-The parser and the text rendering live here so cli.py stays a list of commands; cli.py runs
-the command with its services.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+import json
+import sys
 from typing import Any
 
+from headgraph.server.cli.common import cache_opt, fail, resolve_model, services_for
 from headgraph.core.names import K_MAX
 from headgraph.server.computations.data_pk import (DATA_PK_PAIRINGS, DATA_PK_PROMPTS,
                                                    DATA_PK_RANK_ON, DEFAULT_DATA_PK_TOP)
@@ -46,8 +46,7 @@ def datapk_text(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def add_datapk_parser(sub: Any, cache_opt: Callable[[argparse.ArgumentParser], None],
-                      func: Callable[[argparse.Namespace], int]) -> None:
+def add_parser(sub: Any) -> None:
     """Register ``datapk`` on the subcommand parsers ``sub``."""
     d = sub.add_parser(
         "datapk", help="data-weighted PK: top edges by out_share / in_share beside PK and CS",
@@ -65,4 +64,21 @@ def add_datapk_parser(sub: Any, cache_opt: Callable[[argparse.ArgumentParser], N
     d.add_argument("--json", action="store_true",
                    help="the top edges as one JSON object instead of the table")
     cache_opt(d)
-    d.set_defaults(func=func)
+    d.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if not 1 <= args.top <= K_MAX:
+        return fail(f"--top must be in 1..{K_MAX}, got {args.top}")
+
+    services = services_for(args)
+    ref = resolve_model(services, args.model)
+    report = services.data_pk.answer(ref, args.pairing, args.prompts, args.top, args.rank_on)
+    if args.json:
+        keys = ("model", "pairing", "prompts", "rank_on", "k", "n_positions", "n_prompts",
+                "method", "top")
+        sys.stdout.write(json.dumps({k: report[k] for k in keys}) + "\n")
+    else:
+        sys.stdout.write(datapk_text(report))
+    sys.stdout.flush()
+    return 0

@@ -1,15 +1,15 @@
 """``headgraph hubs``: the ranked hub table of the paper's head graph (server.graphs.GraphService.hubs).
 
-The parser and the text rendering live here so cli.py stays a list of commands; cli.py runs
-the command with its services.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+import json
+import sys
 from typing import Any
 
+from headgraph.server.cli.common import cache_opt, fail, resolve_model, services_for
 from headgraph.core.names import DEFAULT_K, GRAPH_PAIRINGS, K_MAX
 
 HUB_COLUMNS = (("rank", "rank", "{}"), ("node", "name", "{}"), ("in", "in_degree", "{}"),
@@ -61,8 +61,7 @@ def hub_notes(report: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def add_hubs_parser(sub: Any, cache_opt: Callable[[argparse.ArgumentParser], None],
-                    func: Callable[[argparse.Namespace], int]) -> None:
+def add_parser(sub: Any) -> None:
     """Register ``hubs`` on the subcommand parsers ``sub``."""
     h = sub.add_parser(
         "hubs", help="ranked hub table of the paper's head graph (PK top-k per pairing); "
@@ -84,4 +83,24 @@ def add_hubs_parser(sub: Any, cache_opt: Callable[[argparse.ArgumentParser], Non
     h.add_argument("--rows", type=int, default=None, help="print only the first N ranked nodes")
     h.add_argument("--json", action="store_true", help="one JSON object instead of the text table")
     cache_opt(h)
-    h.set_defaults(func=func)
+    h.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if not 1 <= args.top <= K_MAX:
+        return fail(f"--top must be in 1..{K_MAX}, got {args.top}")
+    if args.rows is not None and args.rows < 1:
+        return fail(f"--rows must be at least 1, got {args.rows}")
+    from headgraph.core.names import parse_pairings
+
+    services = services_for(args)
+    ref = resolve_model(services, args.model)
+    # The CLI waits for the pattern scores, so every hub is described by what its heads do.
+    report = services.graphs.hubs(ref, pairings=parse_pairings(args.pairings), k=args.top, flags=True)
+    rows = report["rows"] if args.rows is None else report["rows"][: args.rows]
+    if args.json:
+        sys.stdout.write(json.dumps({**report, "rows": rows}) + "\n")
+    else:
+        sys.stdout.write(hub_text(report, rows))
+    sys.stdout.flush()
+    return 0

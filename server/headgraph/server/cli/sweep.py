@@ -11,10 +11,10 @@ import argparse
 import json
 import shlex
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from headgraph.server.cli.common import cache_opt
 from headgraph.server.settings import Settings
 
 COLUMNS = (("model", "model"), ("status", "status"), ("seconds", "seconds"),
@@ -95,7 +95,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 1 if report.failed else 0
 
 
-def add_sweep_parser(sub: Any, cache_opt: Callable[[argparse.ArgumentParser], None]) -> None:
+def add_parser(sub: Any) -> None:
     """Register ``sweep`` on the subcommand parsers ``sub``."""
     from headgraph.server.sweep.run import DEFAULT_RETRIES
     from headgraph.server.sweep.task import RESULTS

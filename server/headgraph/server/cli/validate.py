@@ -1,15 +1,15 @@
 """``headgraph validate``: weight metrics against path-ablation effects (server.validation_computations).
 
-The parser and the text rendering live here so cli.py stays a list of commands; cli.py runs
-the command with its services.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+import json
+import sys
 from typing import Any
 
+from headgraph.server.cli.common import cache_opt, resolve_model, services_for
 from headgraph.server.computations.validation import DEFAULT_SAMPLE, DEFAULT_TOP, SAMPLE_MAX, TOP_MAX
 
 
@@ -37,8 +37,7 @@ def validation_text(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def add_validate_parser(sub: Any, cache_opt: Callable[[argparse.ArgumentParser], None],
-                        func: Callable[[argparse.Namespace], int]) -> None:
+def add_parser(sub: Any) -> None:
     """Register ``validate`` on the subcommand parsers ``sub``."""
     v = sub.add_parser(
         "validate", help="PK, CS and data-weighted PK against path-ablation effects, with bootstrap CIs",
@@ -53,4 +52,14 @@ def add_validate_parser(sub: Any, cache_opt: Callable[[argparse.ArgumentParser],
     v.add_argument("--seed", type=int, default=0)
     v.add_argument("--json", action="store_true", help="the whole answer as one JSON object")
     cache_opt(v)
-    v.set_defaults(func=func)
+    v.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+
+    services = services_for(args)
+    ref = resolve_model(services, args.model)
+    report = services.validation.answer(ref, args.pairing, args.n, args.k, args.seed)
+    sys.stdout.write(json.dumps(report) + "\n" if args.json else validation_text(report))
+    sys.stdout.flush()
+    return 0

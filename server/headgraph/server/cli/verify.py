@@ -1,15 +1,15 @@
 """``headgraph verify``: path-ablation effects of the top PK edges (server.ablation_computations).
 
-The parser and the text rendering live here so cli.py stays a list of commands; cli.py runs
-the command with its services.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+import json
+import sys
 from typing import Any
 
+from headgraph.server.cli.common import cache_opt, fail, resolve_model, services_for
 from headgraph.server.computations.ablation import (ABLATION_PAIRINGS, ABLATION_TOP_MAX,
                                                     DEFAULT_ABLATION_TOP)
 
@@ -45,8 +45,7 @@ def verify_text(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def add_verify_parser(sub: Any, cache_opt: Callable[[argparse.ArgumentParser], None],
-                      func: Callable[[argparse.Namespace], int]) -> None:
+def add_parser(sub: Any) -> None:
     """Register ``verify`` on the subcommand parsers ``sub``."""
     v = sub.add_parser(
         "verify", help="activation-level check of the top PK edges: path-ablation effects",
@@ -63,4 +62,19 @@ def add_verify_parser(sub: Any, cache_opt: Callable[[argparse.ArgumentParser], N
     v.add_argument("--target", help="one edge's target head or KV group, e.g. L1H3 or L17KV1")
     v.add_argument("--json", action="store_true", help="one JSON object instead of the table")
     cache_opt(v)
-    v.set_defaults(func=func)
+    v.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if not 1 <= args.top <= ABLATION_TOP_MAX:
+        return fail(f"--top must be in 1..{ABLATION_TOP_MAX}, got {args.top}")
+
+    services = services_for(args)
+    ref = resolve_model(services, args.model)
+    if (args.source is None) != (args.target is None):
+        return fail("give both --source and --target for one edge, or neither for the top edges")
+    edge = None if args.source is None else (args.source, args.target)
+    report = services.ablation.answer(ref, args.pairing, args.top, edge)
+    sys.stdout.write(json.dumps(report) + "\n" if args.json else verify_text(report))
+    sys.stdout.flush()
+    return 0

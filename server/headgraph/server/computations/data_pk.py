@@ -3,16 +3,14 @@
 ``data_pk`` (core.data_pk) is keyed by model, pairing (OQ / OK / OV) and prompt set ("text":
 the bundled prompts, "random": repeated random tokens, as core.ablation's sets). One forward
 pass serves all three pairings of a prompt set: the core results are kept in the heads' own
-cache (like PK's batch), so the second and third pairing cost no forward. ``data_pk_view`` is
-the API / CLI answer: both grids, the baselines, and the top edges by out_share or in_share
-with their PK and CS (a KV-group target: the CS mean over its query heads,
-core.ranking.kv_level_cs). ``pair_data_pk`` is what the pair answer shows, read only from
+cache (like PK's batch), so the second and third pairing cost no forward. The API / CLI
+answer (both grids, the baselines, the top edges with their PK and CS) is
+``services.data_pk.DataPKService``'s. ``pair_data_pk`` is what the pair answer shows, read only from
 prompt sets already cached (``cached_data_pk_sets``): a pair read never computes it.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from headgraph.core.errors import UnsupportedModel
@@ -83,58 +81,7 @@ def data_pk_computations() -> list[Computation]:
                         key=lambda p: {**p, "sets": _PROMPTS_KEY})]
 
 
-# -- the request-level views ----------------------------------------------------------------
-
-def data_pk_view(scores: Any, catalog: Any, ref: ModelRef, pairing: str, prompts: str,
-                 k: int = DEFAULT_DATA_PK_TOP, rank_on: str = "out_share") -> dict[str, Any]:
-    """The API / CLI answer: grids, baselines, variances and the ``k`` best valid edges by
-    ``rank_on`` (out_share | in_share), each with its PK and CS."""
-    import numpy as np
-    import torch
-
-    from headgraph.core.scores.ranking import kv_level_cs, top_pairs
-    from headgraph.server.computations.convert import axis_labels, grid_axis_labels, jsonable
-
-    check_data_pk_pairing(pairing)
-    check_prompts(prompts)
-    if rank_on not in DATA_PK_RANK_ON:
-        raise Invalid(f"rank_on must be one of {list(DATA_PK_RANK_ON)}, got {rank_on!r}",
-                      allowed=list(DATA_PK_RANK_ON))
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise Invalid(f"k must be a positive integer, got {k!r}")
-    info = catalog.model_info(ref)
-    result = scores.cache.get(ref, "data_pk", pairing=pairing, prompts=prompts)
-    ps = scores.pk(ref, pairing, "forward")
-    cs = scores.cs_for(ref, pairing, "forward")
-    kv = None if cs is None else kv_level_cs(cs, ps.scores.shape[3])
-    valid = torch.from_numpy(np.asarray(result["valid"], dtype=bool))
-    grid = torch.from_numpy(np.nan_to_num(result[rank_on], nan=0.0))
-    top = top_pairs(replace(ps, valid=valid), k, values=grid)
-    src_names, tgt_names = axis_labels(info, "O"), axis_labels(info, pairing[1])
-    n_t = int(ps.scores.shape[3])
-    rows = []
-    cs_vals = kv.cells(top.source_layer, top.source_head, top.target_layer,
-                       top.target_head)[0] if kv is not None else [None] * len(top.value)
-    for i, (sl, sh, tl, th) in enumerate(zip(top.source_layer.tolist(), top.source_head.tolist(),
-                                             top.target_layer.tolist(),
-                                             top.target_head.tolist(), strict=True)):
-        rows.append({"rank": i + 1, "source": src_names[sl * info.n_heads + sh],
-                     "target": tgt_names[tl * n_t + th],
-                     "pk": float(ps.scores[sl, sh, tl, th]), "cs": cs_vals[i],
-                     **_cell(result, sl, sh, tl, th)})
-    shape = list(np.asarray(result["out_share"]).shape)
-    return {"model": ref.id, "pairing": pairing, "prompts": prompts, "rank_on": rank_on,
-            "k": k, "shape": shape, "layer_indices": list(info.layer_indices),
-            "source_labels": grid_axis_labels(info, "O", shape[1]),
-            "target_labels": grid_axis_labels(info, pairing[1], shape[3]),
-            **{name: jsonable(result[name]) for name in (
-                "out_share", "in_share", "valid", "out_share_baseline", "in_share_baseline",
-                "source_variance", "input_variance", "target_input_variance")},
-            "n_positions": result["n_positions"], "n_prompts": result["n_prompts"],
-            "method": result["method"], "top": rows}
-
-
-def _cell(result: dict[str, Any], sl: int, sh: int, tl: int, th: int) -> dict[str, Any]:
+def pair_cell(result: dict[str, Any], sl: int, sh: int, tl: int, th: int) -> dict[str, Any]:
     """One pair's data-weighted values (None where the pair is not valid)."""
     from headgraph.server.computations.convert import jsonable
 
@@ -162,5 +109,5 @@ def pair_data_pk(cache: ResultCache, ref: ModelRef, pairing: str, sl: int, sh: i
     pair for the cached ``sets`` (cached_data_pk_sets); None when there are none."""
     if not sets or pairing not in DATA_PK_PAIRINGS:
         return None
-    return {p: _cell(cache.get(ref, "data_pk", pairing=pairing, prompts=p), sl, sh, tl, th)
+    return {p: pair_cell(cache.get(ref, "data_pk", pairing=pairing, prompts=p), sl, sh, tl, th)
             for p in sets}

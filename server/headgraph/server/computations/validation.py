@@ -19,7 +19,6 @@ from headgraph.server.errors import Invalid
 
 if TYPE_CHECKING:
     from headgraph.server.compute.registry import Computation, Inputs
-    from headgraph.server.models.offered import ModelRef
 
 DEFAULT_SAMPLE = 40
 DEFAULT_TOP = 10
@@ -28,7 +27,7 @@ TOP_MAX = 20
 METRICS = ("PK", "CS", "data-PK out", "data-PK in")
 
 
-def _bounded(name: str, hi: int) -> Any:
+def bounded(name: str, hi: int) -> Any:
     def check(value: Any) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= hi:
             raise Invalid(f"{name} must be an integer in 1..{hi}, got {value!r}")
@@ -36,7 +35,7 @@ def _bounded(name: str, hi: int) -> Any:
     return check
 
 
-def _seed(value: Any) -> int:
+def check_seed(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**31:
         raise Invalid(f"seed must be an integer in 0..2^31-1, got {value!r}")
     return value
@@ -118,33 +117,5 @@ def validation_computations() -> list[Computation]:
     from headgraph.server.compute.registry import Computation
 
     return [Computation("validation", validation,
-                        {"pairing": check_ablation_pairing, "n": _bounded("n", SAMPLE_MAX),
-                         "k": _bounded("k", TOP_MAX), "seed": _seed})]
-
-
-def validation_view(scores: Any, ref: ModelRef, pairing: str, n: int, k: int, seed: int,
-                    cached: bool = False) -> dict[str, Any]:
-    """The API / CLI answer: the cached (or computed) validation of one pairing.
-
-    ``cached``: only read (cache_only.CACHE_ONLY): a validation not cached, or a model whose
-    identity is not known yet, answers ``computed: false`` with no summary; nothing is ever
-    computed or loaded (what the dashboard shows before anyone asks)."""
-    from headgraph.server.computations.ablation import check_ablation_pairing
-    from headgraph.server.cache.cold_miss import CACHE_ONLY, ColdMiss
-
-    check_ablation_pairing(pairing)
-    for name, value, hi in (("n", n, SAMPLE_MAX), ("k", k, TOP_MAX)):
-        _bounded(name, hi)(value)
-    _seed(seed)
-    if not cached:
-        result = scores.cache.get(ref, "validation", pairing=pairing, n=n, k=k, seed=seed)
-        return {"model": ref.id, **result, "computed": True, "cached_only": False}
-    token = CACHE_ONLY.set(True)
-    try:
-        result = scores.cache.get(ref, "validation", pairing=pairing, n=n, k=k, seed=seed)
-    except ColdMiss:
-        return {"model": ref.id, "pairing": pairing, "n_sample": n, "k": k, "seed": seed, "metrics": [],
-                "summary": {}, "edges": [], "method": "not computed", "computed": False, "cached_only": True}
-    finally:
-        CACHE_ONLY.reset(token)
-    return {"model": ref.id, **result, "computed": True, "cached_only": True}
+                        {"pairing": check_ablation_pairing, "n": bounded("n", SAMPLE_MAX),
+                         "k": bounded("k", TOP_MAX), "seed": check_seed})]

@@ -6,7 +6,7 @@ The services are the ones the composition root built for this app (``app.state.s
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -27,6 +27,9 @@ from headgraph.server.services.scores import ScoresService
 from headgraph.server.settings import Settings
 from headgraph.server.cache.store import Store
 from headgraph.server.services.views import ViewService
+from headgraph.server.services.ablation import AblationService
+from headgraph.server.services.data_pk import DataPKService
+from headgraph.server.services.validation import ValidationService
 
 T = TypeVar("T")
 
@@ -85,9 +88,37 @@ async def get_jobs(request: Request) -> JobManager:
     return _services(request).jobs
 
 
+async def get_ablation(request: Request) -> AblationService:
+    return _services(request).ablation
+
+
+async def get_data_pk(request: Request) -> DataPKService:
+    return _services(request).data_pk
+
+
+async def get_validation(request: Request) -> ValidationService:
+    return _services(request).validation
+
+
 async def model_ref(model: str = MODEL_QUERY, catalog: ModelCatalog = Depends(get_catalog)) -> ModelRef:
     """Resolve ``?model=``: 404 listing the allowed ids, 403 for a path outside the root."""
     return catalog.resolve(model)
+
+
+# What a router declares as a parameter: ``scores: ScoresDep`` gets this app's ScoresService.
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+StoreDep = Annotated[Store, Depends(get_store)]
+CatalogDep = Annotated[ModelCatalog, Depends(get_catalog)]
+ScoresDep = Annotated[ScoresService, Depends(get_scores)]
+LabelsDep = Annotated[LabelService, Depends(get_labels)]
+ViewsDep = Annotated[ViewService, Depends(get_views)]
+GraphsDep = Annotated[GraphService, Depends(get_graphs)]
+DetailsDep = Annotated[DetailService, Depends(get_details)]
+JobsDep = Annotated[JobManager, Depends(get_jobs)]
+AblationDep = Annotated[AblationService, Depends(get_ablation)]
+DataPKDep = Annotated[DataPKService, Depends(get_data_pk)]
+ValidationDep = Annotated[ValidationService, Depends(get_validation)]
+ModelDep = Annotated[ModelRef, Depends(model_ref)]
 
 
 async def require_token(

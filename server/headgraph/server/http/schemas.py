@@ -124,13 +124,21 @@ class ScoreGrid(BaseModel):
 
 
 class TopPair(BaseModel):
+    """One ranked pair; a pair whose target is a grouped-query KV group also has ``cs_of``
+    (the query heads whose mean CS is given)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    rank: int
     source: str
     target: str
+    source_layer: int
+    source_head: int
+    target_layer: int
+    target_head: int
     pk: float | None = None
     normalized: float | None = None
     cs: float | None = None
-    cs_of: str | None = Field(None, description="for a KV-group target: the query heads whose "
-                              "mean CS is given")
     z: float | None = None
 
 
@@ -139,9 +147,8 @@ class TopPairs(BaseModel):
     pairing: str
     metric: str
     k: int
-    pairs: list[dict[str, Any]] = Field(description="ranked records: source, target, pk, normalized, "
-                                        "cs (a KV-group target: the mean over its query heads, "
-                                        "named in cs_of), ...")
+    pairs: list[TopPair] = Field(description="ranked records (a KV-group target's CS is the mean "
+                                 "over its query heads, named in cs_of)")
 
 
 class PairOut(BaseModel):

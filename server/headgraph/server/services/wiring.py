@@ -7,7 +7,8 @@ use. Nothing else constructs a service; routers get theirs through server/deps.p
     Store ─┬─ ModelCatalog (registry, model LRU, identities) ─┐
            └─ ResultCache (Computations registry, single flight, ComputePool) ─┬─ ScoresService
                                          LabelService (store, scores) ─────────┤
-               ViewService, GraphService, DetailService, JobManager ───────────┘
+               ViewService, GraphService, DetailService, JobManager ───────────┤
+               AblationService, DataPKService, ValidationService ─────────────┘
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ from headgraph.server.settings import Settings
 from headgraph.server.cache.store import Store
 from headgraph.server.computations.validation import validation_computations
 from headgraph.server.services.views import ViewService
+from headgraph.server.services.ablation import AblationService
+from headgraph.server.services.data_pk import DataPKService
+from headgraph.server.services.validation import ValidationService
 
 
 def build_computations() -> Computations:
@@ -56,6 +60,9 @@ class Services:
     views: ViewService
     graphs: GraphService
     details: DetailService
+    ablation: AblationService
+    data_pk: DataPKService
+    validation: ValidationService
     jobs: JobManager
 
     def close(self) -> None:
@@ -91,11 +98,13 @@ def build_services(settings: Settings, *, inline: bool = False, store: Store | N
     cache = ResultCache(store, catalog, computations, pool)
     scores = ScoresService(catalog, cache)
     labels = LabelService(store, scores)
+    views = ViewService(catalog, scores, cache)
     return Services(
         settings=settings, store=store, computations=computations, pool=pool, catalog=catalog,
-        cache=cache, scores=scores, labels=labels, views=ViewService(catalog, scores, cache),
+        cache=cache, scores=scores, labels=labels, views=views,
         graphs=GraphService(cache, labels), details=DetailService(catalog, scores, labels, cache),
-        jobs=JobManager(scores, catalog, store, settings.workers))
+        ablation=AblationService(scores, views, catalog), data_pk=DataPKService(scores, catalog),
+        validation=ValidationService(scores), jobs=JobManager(scores, catalog, store, settings.workers))
 
 
 def compute_worker(settings: Settings) -> Services:

@@ -12,19 +12,16 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, Field
 
 from headgraph.server.computations.ablation import (ABLATION_TOP_MAX, DEFAULT_ABLATION_TOP,
-                                                    EDGE_PATTERN, VERDICT_RULE, ablation_view,
-                                                    parse_edge)
-from headgraph.server.models.catalog import ModelCatalog
-from headgraph.server.http.deps import get_catalog, get_scores, get_views, model_ref
+                                                    VERDICT_RULE)
+
+from headgraph.server.services.ablation import EDGE_PATTERN, parse_edge
+from headgraph.server.http.deps import AblationDep, ModelDep
 from headgraph.server.http.params import ERRORS
-from headgraph.server.models.offered import ModelRef
 from headgraph.server.http.responses import render_json, warm_json
-from headgraph.server.services.scores import ScoresService
-from headgraph.server.services.views import ViewService
 
 router = APIRouter(prefix="/api", tags=["ablation"])
 
@@ -72,7 +69,7 @@ class AblationOut(BaseModel):
 @router.get("/ablation", response_model=AblationOut, responses=ERRORS,
             summary="Path-ablation effects of the top-k edges of a pairing (or one edge), with "
                     "split-half reliability")
-async def ablation(request: Request, ref: ModelRef = Depends(model_ref),
+async def ablation(request: Request, *, ref: ModelDep,
                    pairing: Literal["OQ", "OK", "OV"] = Query(
                        "OK", description="O -> Q / K / V: the target input that is ablated"),
                    top: int = Query(DEFAULT_ABLATION_TOP, ge=1, le=ABLATION_TOP_MAX,
@@ -85,12 +82,10 @@ async def ablation(request: Request, ref: ModelRef = Depends(model_ref),
                        False, description="only what is cached, never computed: an edge no "
                                           "cached ablation of this pairing measured is 'not "
                                           "measured'; no edges while the model's PK is not cached"),
-                   scores: ScoresService = Depends(get_scores),
-                   views: ViewService = Depends(get_views),
-                   catalog: ModelCatalog = Depends(get_catalog)) -> Any:
+                   ablation: AblationDep) -> Any:
     one = None if edge is None else parse_edge(edge)
     if cached:  # what is cached changes: rendered each time, never kept
-        return await render_json(request, AblationOut, lambda: ablation_view(
-            scores, views, catalog, ref, pairing, top, one, cached=True))
-    return await warm_json(request, AblationOut, ref, lambda: ablation_view(
-        scores, views, catalog, ref, pairing, top, one))
+        return await render_json(request, AblationOut, lambda: ablation.answer(
+            ref, pairing, top, one, cached=True))
+    return await warm_json(request, AblationOut, ref, lambda: ablation.answer(
+        ref, pairing, top, one))

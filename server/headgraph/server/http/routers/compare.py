@@ -9,15 +9,13 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, Field
 
-from headgraph.server.models.catalog import ModelCatalog
 from headgraph.server.services.comparisons import compare, compare_json
-from headgraph.server.http.deps import MODEL_PATTERN, cached_first, get_catalog, get_scores
+from headgraph.server.http.deps import CatalogDep, ScoresDep, MODEL_PATTERN, cached_first
 from headgraph.server.http.params import ERRORS, K_MAX, Pairing
 from headgraph.server.http.responses import json_response, render
-from headgraph.server.services.scores import ScoresService
 
 router = APIRouter(prefix="/api", tags=["compare"])
 
@@ -80,15 +78,15 @@ def model_query(description: str) -> Any:
 
 @router.get("/compare", response_model=CompareOut, responses=ERRORS,
             summary="Two models of one head layout: difference grid, edges gained/lost/changed, hubs")
-async def compare_endpoint(
+async def compare_endpoint(*,
         request: Request,
         a: str = model_query("model A (e.g. demo@step-30)"),
         b: str = model_query("model B (e.g. demo)"),
         pairing: Pairing = Query("OK", description="source role then target role, e.g. OK"),
         k: int = Query(20, ge=1, le=K_MAX, description="top-k edges per model"),
         metric: Literal["pk", "normalized"] = Query("pk", description="raw or normalized PK"),
-        scores: ScoresService = Depends(get_scores),
-        catalog: ModelCatalog = Depends(get_catalog)) -> Any:
+        scores: ScoresDep,
+        catalog: CatalogDep) -> Any:
     ref_a, ref_b = catalog.resolve(a), catalog.resolve(b)
 
     def run() -> bytes:

@@ -11,17 +11,14 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, Field
 
-from headgraph.server.models.catalog import ModelCatalog
-from headgraph.server.computations.data_pk import DEFAULT_DATA_PK_TOP, data_pk_view
-from headgraph.server.http.deps import get_catalog, get_scores, model_ref
+from headgraph.server.computations.data_pk import DEFAULT_DATA_PK_TOP
+from headgraph.server.http.deps import DataPKDep, ModelDep
 from headgraph.server.http.params import ERRORS, K_MAX
-from headgraph.server.models.offered import ModelRef
 from headgraph.server.http.responses import warm_json
 from headgraph.server.http.schemas import Grid4, Mask4
-from headgraph.server.services.scores import ScoresService
 
 router = APIRouter(prefix="/api", tags=["data-weighted PK"])
 
@@ -74,7 +71,7 @@ class DataPKOut(BaseModel):
 @router.get("/datapk", response_model=DataPKOut, responses=ERRORS,
             summary="Data-weighted PK of an O -> Q/K/V pairing: out_share and in_share grids "
                     "from one forward pass, with the top edges beside PK and CS")
-async def datapk(request: Request, ref: ModelRef = Depends(model_ref),
+async def datapk(request: Request, *, ref: ModelDep,
                  pairing: Literal["OQ", "OK", "OV"] = Query(
                      "OK", description="O -> Q / K / V: the target input read"),
                  prompts: Literal["text", "random"] = Query(
@@ -84,7 +81,6 @@ async def datapk(request: Request, ref: ModelRef = Depends(model_ref),
                                 description="edges in 'top'"),
                  rank_on: Literal["out_share", "in_share"] = Query(
                      "out_share", description="what 'top' is ranked by"),
-                 scores: ScoresService = Depends(get_scores),
-                 catalog: ModelCatalog = Depends(get_catalog)) -> Any:
-    return await warm_json(request, DataPKOut, ref, lambda: data_pk_view(
-        scores, catalog, ref, pairing, prompts, k, rank_on))
+                 data_pk: DataPKDep) -> Any:
+    return await warm_json(request, DataPKOut, ref, lambda: data_pk.answer(
+        ref, pairing, prompts, k, rank_on))

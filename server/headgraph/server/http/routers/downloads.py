@@ -10,22 +10,19 @@ import re
 from typing import Any, Literal
 
 import numpy as np
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
 from headgraph.server.models.catalog import ModelCatalog
 from headgraph.server.computations.convert import cs_grid_of, grid_axis_labels, jsonable
 from headgraph.server.http.access import caller_of
-from headgraph.server.http.deps import cached_first, get_catalog, get_graphs, get_scores, get_views, model_ref
-from headgraph.server.services.graphs import GraphService
+from headgraph.server.http.deps import CatalogDep, GraphsDep, ModelDep, ScoresDep, ViewsDep, cached_first
 from headgraph.server.http.params import (DEFAULT_K, K_MAX, CSMode, GridMetric, LayerOrder, Pairing,
                                      RankMetric, labels_query, optional_k_query, pairings_query)
 from headgraph.server.models.offered import ModelRef
 from headgraph.server.http.routers.graph import Granularity, ThresholdOn, graph_params, threshold_query
 from headgraph.server.http.routers.scores import grid_response
 from headgraph.server.http.schemas import ErrorBody
-from headgraph.server.services.scores import ScoresService
-from headgraph.server.services.views import ViewService
 
 router = APIRouter(prefix="/api", tags=["downloads"])
 MEDIA = {"csv": "text/csv", "json": "application/json", "npy": "application/octet-stream",
@@ -91,11 +88,11 @@ def _grid_file(catalog: ModelCatalog, ref: ModelRef, ps: Any, grid: np.ndarray, 
 
 @router.get("/download/pk", responses=FILE_RESPONSES,
             summary="A PK grid (raw, normalized or z) as csv | json | npy")
-async def download_pk(
-    request: Request, ref: ModelRef = Depends(model_ref),
+async def download_pk(*,
+    request: Request, ref: ModelDep,
     format: Literal["csv", "json", "npy"] = "csv",
     pairing: Pairing = Query("OK"), order: LayerOrder = "forward", metric: GridMetric = "raw",
-    catalog: ModelCatalog = Depends(get_catalog), views: ViewService = Depends(get_views),
+    catalog: CatalogDep, views: ViewsDep,
 ) -> Response:
     def build() -> Response:
         ps, grid = views.metric_grid(ref, pairing, metric, order)
@@ -108,11 +105,11 @@ async def download_pk(
 @router.get("/download/cs", responses=FILE_RESPONSES,
             summary="A Composition Score grid (mode Q, K or V) as csv | json | npy; per target "
                     "query head (a grouped-query model's K/V modes say so in X-Headgraph-CS-Of)")
-async def download_cs(
-    request: Request, ref: ModelRef = Depends(model_ref),
+async def download_cs(*,
+    request: Request, ref: ModelDep,
     format: Literal["csv", "json", "npy"] = "csv",
     mode: CSMode = Query("K", description="CS mode"), order: LayerOrder = "forward",
-    catalog: ModelCatalog = Depends(get_catalog), scores: ScoresService = Depends(get_scores),
+    catalog: CatalogDep, scores: ScoresDep,
 ) -> Response:
     def build() -> Response:
         ps = scores.cs(ref, mode, order)
@@ -124,11 +121,11 @@ async def download_cs(
 
 @router.get("/download/top", responses=FILE_RESPONSES,
             summary="The k best pairs of one pairing as csv | json")
-async def download_top(
-    request: Request, ref: ModelRef = Depends(model_ref),
+async def download_top(*,
+    request: Request, ref: ModelDep,
     format: Literal["csv", "json"] = "csv",
     pairing: Pairing = Query("OK"), order: LayerOrder = "forward", metric: RankMetric = "pk",
-    k: int = Query(DEFAULT_K, ge=1, le=K_MAX), views: ViewService = Depends(get_views),
+    k: int = Query(DEFAULT_K, ge=1, le=K_MAX), views: ViewsDep,
 ) -> Response:
     def build() -> Response:
         pairs = views.top(ref, pairing, k, metric, order)
@@ -152,13 +149,13 @@ async def download_top(
 
 @router.get("/download/graph", responses=FILE_RESPONSES,
             summary="The head graph as json (node-link) | graphml | gexf")
-async def download_graph(
-    request: Request, ref: ModelRef = Depends(model_ref),
+async def download_graph(*,
+    request: Request, ref: ModelDep,
     format: Literal["json", "graphml", "gexf"] = "graphml",
     pairings: str = pairings_query(), granularity: Granularity = "head",
     k: int | None = optional_k_query("edges per pairing (default 20)"),
     threshold: float | None = threshold_query(), threshold_on: ThresholdOn = "pk",
-    labels: str | None = labels_query(), graphs: GraphService = Depends(get_graphs),
+    labels: str | None = labels_query(), graphs: GraphsDep,
 ) -> Response:
     names, k_, thr = graph_params(pairings, k, threshold, threshold_on)
 

@@ -5,15 +5,13 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Query, Request
 
 from headgraph.core.names import DEFAULT_K, parse_pairings
 from headgraph.server.http.access import caller_of
-from headgraph.server.http.deps import get_graphs, model_ref
+from headgraph.server.http.deps import GraphsDep, ModelDep
 from headgraph.server.errors import Invalid
-from headgraph.server.services.graphs import GraphService
 from headgraph.server.http.params import ERRORS, labels_query, optional_k_query, pairings_query
-from headgraph.server.models.offered import ModelRef
 from headgraph.server.http.responses import warm_json
 from headgraph.server.http.schemas import GraphOut
 
@@ -50,11 +48,11 @@ def threshold_query() -> Any:
 
 @router.get("/graph", response_model=GraphOut, responses=ERRORS,
             summary="Head graph (node-link JSON) with hubs and in/out-of-class counts")
-async def graph(request: Request, ref: ModelRef = Depends(model_ref), pairings: str = pairings_query(),
+async def graph(request: Request, *, ref: ModelDep, pairings: str = pairings_query(),
                 granularity: Granularity = "head", k: int | None = optional_k_query(),
                 threshold: float | None = threshold_query(), threshold_on: ThresholdOn = "pk",
                 labels: str | None = labels_query("label set name for class overlay"),
-                graphs: GraphService = Depends(get_graphs)) -> Any:
+                graphs: GraphsDep) -> Any:
     names, k_, thr = graph_params(pairings, k, threshold, threshold_on)
     params: dict[str, Any] = dict(pairings=names, granularity=granularity, k=k_, threshold=thr,
                   threshold_on=threshold_on, labels=labels)

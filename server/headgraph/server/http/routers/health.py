@@ -4,28 +4,26 @@ from __future__ import annotations
 
 import os
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 from fastapi.concurrency import run_in_threadpool
 
 from headgraph.core.types import COMPUTE_VERSION
 from headgraph.server import __version__
-from headgraph.server.models.catalog import ModelCatalog
-from headgraph.server.http.deps import get_catalog, get_store
+from headgraph.server.http.deps import CatalogDep, StoreDep
 from headgraph.server.http.schemas import CacheStats, Health
-from headgraph.server.cache.store import Store
 
 router = APIRouter(prefix="/api", tags=["health"])
 
 
 @router.get("/health", response_model=Health, summary="Liveness (answers while computations run)")
-async def health(catalog: ModelCatalog = Depends(get_catalog)) -> Health:
+async def health(*, catalog: CatalogDep) -> Health:
     return Health(version=__version__, compute_version=COMPUTE_VERSION, pid=os.getpid(),
                   device=catalog.device)
 
 
 @router.get("/cache/stats", response_model=CacheStats,
             summary="Store size and how many real computations ran (all worker processes)")
-async def cache_stats(store: Store = Depends(get_store)) -> CacheStats:
+async def cache_stats(*, store: StoreDep) -> CacheStats:
     def read() -> CacheStats:
         return CacheStats(**store.stats(), counts=store.compute_counts())
 

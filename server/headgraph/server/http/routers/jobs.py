@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Path
+from fastapi import APIRouter, Path
 
-from headgraph.server.http.deps import get_jobs
+from headgraph.server.http.deps import JobsDep
 from headgraph.server.errors import NotFound
-from headgraph.server.services.jobs import JobManager
 from headgraph.server.http.schemas import ErrorBody, Job
 
 router = APIRouter(prefix="/api", tags=["jobs"])
@@ -14,8 +13,8 @@ router = APIRouter(prefix="/api", tags=["jobs"])
 
 @router.get("/jobs/{job_id}", response_model=Job, responses={404: {"model": ErrorBody}},
             summary="State, stage and progress fraction of a compute job")
-def get_job(job_id: str = Path(..., min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$"),
-            jobs: JobManager = Depends(get_jobs)) -> Job:
+def get_job(*, job_id: str = Path(..., min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$"),
+            jobs: JobsDep) -> Job:
     job = jobs.get(job_id)
     if job is None:
         raise NotFound(f"unknown job {job_id!r}")

@@ -11,12 +11,10 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, Field, StringConstraints, ValidationError
 
-from headgraph.server.models.catalog import ModelCatalog
-from headgraph.server.http.deps import (MODEL_PATTERN, TOKEN_PROTECTED, get_catalog, get_labels,
-                                   require_token)
+from headgraph.server.http.deps import (CatalogDep, LabelsDep, MODEL_PATTERN, TOKEN_PROTECTED, require_token)
 from headgraph.server.errors import Invalid, NotFound, one_line
 from headgraph.server.services.labels import (PATTERN_LABEL_CLASSES, PATTERN_LABEL_DESCRIPTION,
-                                        PATTERN_LABEL_THRESHOLDS, PATTERN_LABELS, LabelService)
+                                        PATTERN_LABEL_THRESHOLDS, PATTERN_LABELS)
 from headgraph.server.http.responses import warm_json
 from headgraph.server.http.schemas import ErrorBody, LabelSetList, LabelSetOut
 
@@ -65,7 +63,7 @@ def pattern_summary() -> dict[str, Any]:
 
 
 @router.get("", response_model=LabelSetList, summary="Available label sets")
-def list_label_sets(labels: LabelService = Depends(get_labels)) -> Any:
+def list_label_sets(*, labels: LabelsDep) -> Any:
     builtin = set(labels.builtin_label_sets())
     sets = labels.label_sets()
     listed = [summary(ls, name in builtin) for name, ls in sets.items()] + [pattern_summary()]
@@ -76,13 +74,13 @@ def list_label_sets(labels: LabelService = Depends(get_labels)) -> Any:
             responses={404: {"model": ErrorBody}, 403: {"model": ErrorBody},
                        422: {"model": ErrorBody}},
             summary="One label set with its head -> class map (per-model sets need ?model=)")
-async def get_label_set(request: Request, name: str = Path(..., min_length=1, max_length=128),
+async def get_label_set(request: Request, *, name: str = Path(..., min_length=1, max_length=128),
                         model: str | None = Query(None, min_length=1, max_length=512,
                                                   pattern=MODEL_PATTERN,
                                                   description="model of a per-model set "
                                                   f"({PATTERN_LABELS!r}); ignored for the others"),
-                        labels: LabelService = Depends(get_labels),
-                        catalog: ModelCatalog = Depends(get_catalog)) -> Any:
+                        labels: LabelsDep,
+                        catalog: CatalogDep) -> Any:
     if name != PATTERN_LABELS:
         ls = labels.label_set(name)
         return {**ls.to_dict(), "builtin": name in labels.builtin_label_sets()}
@@ -116,15 +114,15 @@ def _format_of(fmt: str | None, filename: str | None, content_type: str) -> str:
                         422: {"model": ErrorBody}},
              dependencies=[Depends(require_token)],
              summary="Upload a label set (JSON or CSV); malformed input -> 422 naming the line")
-async def upload_label_set(
+async def upload_label_set(*,
     request: Request,
     name: str | None = Query(None, pattern=NAME_PATTERN, description="set name (default: from the JSON or the file name)"),
     model: str | None = Query(None, min_length=1, max_length=512, pattern=MODEL_PATTERN,
                               description="check every head exists in this model"),
     format: str | None = Query(None, pattern="^(csv|json)$", description="csv or json (default: from file name / content type)"),
     replace: bool = Query(False, description="replace a stored set of the same name (otherwise 409)"),
-    labels: LabelService = Depends(get_labels),
-    catalog: ModelCatalog = Depends(get_catalog),
+    labels: LabelsDep,
+    catalog: CatalogDep,
 ) -> Any:
     from headgraph.core.graphs.labels import UnknownHead, parse_label_set
 

@@ -6,22 +6,17 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
 from headgraph.core.names import parse_pairings
-from headgraph.server.models.catalog import ModelCatalog
-from headgraph.server.http.deps import (TOKEN_PROTECTED, get_catalog, get_jobs, get_store, model_ref,
-                                   require_token)
-from headgraph.server.services.jobs import JobManager
+from headgraph.server.http.deps import (CatalogDep, JobsDep, ModelDep, StoreDep, TOKEN_PROTECTED, require_token)
 from headgraph.server.http.params import ERRORS, pairings_query
-from headgraph.server.models.offered import ModelRef
 from headgraph.server.http.responses import render_json
 from headgraph.server.http.schemas import ErrorBody, Job, JobSubmitted, ModelInfoOut, ModelList, ModelSummary
-from headgraph.server.cache.store import Store
 
 router = APIRouter(prefix="/api/models", tags=["models"])
 
 
 @router.get("", response_model=ModelList, summary="Models offered, their status and cached results")
-async def list_models(catalog: ModelCatalog = Depends(get_catalog),
-                      store: Store = Depends(get_store)) -> ModelList:
+async def list_models(*, catalog: CatalogDep,
+                      store: StoreDep) -> ModelList:
     # On the event loop: only file-existence checks and one pass over the cache's keys.
     cached = store.cached_names()
     out = []
@@ -37,9 +32,9 @@ async def list_models(catalog: ModelCatalog = Depends(get_catalog),
 
 @router.get("/info", response_model=ModelInfoOut, responses=ERRORS,
             summary="Shape and provenance of one model (loads it when not yet known)")
-async def model_info(request: Request, ref: ModelRef = Depends(model_ref),
-                     catalog: ModelCatalog = Depends(get_catalog),
-                     store: Store = Depends(get_store)) -> Response:
+async def model_info(request: Request, *, ref: ModelDep,
+                     catalog: CatalogDep,
+                     store: StoreDep) -> Response:
     # Loading an unknown model is cold work (gated: 401 in lab mode without the token); not
     # kept in the response LRU, since what is cached changes.
     def build() -> ModelInfoOut:
@@ -54,9 +49,9 @@ async def model_info(request: Request, ref: ModelRef = Depends(model_ref),
              responses={**ERRORS, 401: {"model": ErrorBody}}, dependencies=[Depends(require_token)],
              openapi_extra=TOKEN_PROTECTED,
              summary="Start (or join) a job computing everything the dashboard reads for a model")
-def compute(ref: ModelRef = Depends(model_ref),
+def compute(*, ref: ModelDep,
             pairings: str = pairings_query(),
-            jobs: JobManager = Depends(get_jobs)) -> JSONResponse:
+            jobs: JobsDep) -> JSONResponse:
     job, created = jobs.submit(ref, list(parse_pairings(pairings)))
     body = JobSubmitted(job=Job(**job.to_dict()), created=created, status_url=f"/api/jobs/{job.id}")
     return JSONResponse(body.model_dump(), status_code=202)

@@ -5,15 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 
 from headgraph.core.names import GRAPH_PAIRINGS
-from headgraph.server.http.deps import get_scores, model_ref
+from headgraph.server.http.deps import ModelDep, ScoresDep
 from headgraph.server.http.params import ERRORS
-from headgraph.server.models.offered import ModelRef
 from headgraph.server.http.responses import warm_json
 from headgraph.server.http.schemas import ReferenceOut
-from headgraph.server.services.scores import ScoresService
 
 router = APIRouter(prefix="/api", tags=["reference"])
 
@@ -21,8 +19,8 @@ router = APIRouter(prefix="/api", tags=["reference"])
 @router.get("/reference", response_model=ReferenceOut, responses=ERRORS,
             summary="KL grid and histograms of PK per pairing, Haar moments, anisotropic, Haar "
                     "and random-initialization nulls")
-async def reference(request: Request, ref: ModelRef = Depends(model_ref),
-                    scores: ScoresService = Depends(get_scores)) -> Any:
+async def reference(request: Request, *, ref: ModelDep,
+                    scores: ScoresDep) -> Any:
     def run() -> dict[str, Any]:
         out = dict(scores.reference(ref))
         nulls = {}

@@ -11,22 +11,19 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Query, Request
 
 from headgraph.core.types import PairScores
 from headgraph.server.models.catalog import ModelCatalog
 from headgraph.server.computations.convert import cs_grid_of, grid_axis_labels, jsonable
 from headgraph.server.computations.data_pk import cached_data_pk_sets
-from headgraph.server.http.deps import get_catalog, get_details, get_scores, get_views, model_ref
-from headgraph.server.services.details import DetailService
+from headgraph.server.http.deps import CatalogDep, DetailsDep, ModelDep, ScoresDep, ViewsDep
 from headgraph.core.names import GraphPairing
 from headgraph.server.http.params import (DEFAULT_K, ERRORS, K_MAX, CSMode, GridMetric, LayerOrder,
                                      Pairing, RankMetric, head_query, labels_query)
 from headgraph.server.models.offered import ModelRef
 from headgraph.server.http.responses import warm_json
 from headgraph.server.http.schemas import HeadOut, PairOut, ScatterOut, ScoreGrid, TopPairs
-from headgraph.server.services.scores import ScoresService
-from headgraph.server.services.views import ViewService
 
 router = APIRouter(prefix="/api", tags=["scores"])
 
@@ -58,10 +55,10 @@ def grid_response(catalog: ModelCatalog, ref: ModelRef, ps: PairScores, grid: np
 
 @router.get("/pk", response_model=ScoreGrid, responses=ERRORS,
             summary="Projection Kernel grid of one pairing (raw, normalized or z-score)")
-async def pk(request: Request, ref: ModelRef = Depends(model_ref), pairing: Pairing = pairing_query(),
+async def pk(request: Request, *, ref: ModelDep, pairing: Pairing = pairing_query(),
              order: LayerOrder = "forward", metric: GridMetric = "raw",
-             views: ViewService = Depends(get_views),
-             catalog: ModelCatalog = Depends(get_catalog)) -> Any:
+             views: ViewsDep,
+             catalog: CatalogDep) -> Any:
     def run() -> dict[str, Any]:
         ps, grid = views.metric_grid(ref, pairing, metric, order)
         return grid_response(catalog, ref, ps, grid, metric)
@@ -71,10 +68,10 @@ async def pk(request: Request, ref: ModelRef = Depends(model_ref), pairing: Pair
 
 @router.get("/cs", response_model=ScoreGrid, responses=ERRORS,
             summary="Composition Score grid (Elhage et al. 2021) of one mode Q, K or V")
-async def cs(request: Request, ref: ModelRef = Depends(model_ref),
+async def cs(request: Request, *, ref: ModelDep,
              mode: CSMode = Query("K", description="Composition Score mode: Q, K or V"),
-             order: LayerOrder = "forward", scores: ScoresService = Depends(get_scores),
-             catalog: ModelCatalog = Depends(get_catalog)) -> Any:
+             order: LayerOrder = "forward", scores: ScoresDep,
+             catalog: CatalogDep) -> Any:
     def run() -> dict[str, Any]:
         ps = scores.cs(ref, mode, order)
         return grid_response(catalog, ref, ps, ps.scores.numpy(), "cs")
@@ -84,9 +81,9 @@ async def cs(request: Request, ref: ModelRef = Depends(model_ref),
 
 @router.get("/top", response_model=TopPairs, responses=ERRORS,
             summary="The k highest-scoring valid pairs of one pairing")
-async def top(request: Request, ref: ModelRef = Depends(model_ref), pairing: Pairing = pairing_query(),
+async def top(request: Request, *, ref: ModelDep, pairing: Pairing = pairing_query(),
               k: int = Query(DEFAULT_K, ge=1, le=K_MAX), metric: RankMetric = "pk",
-              order: LayerOrder = "forward", views: ViewService = Depends(get_views)) -> Any:
+              order: LayerOrder = "forward", views: ViewsDep) -> Any:
     return await warm_json(request, TopPairs, ref, lambda: {
         "model": ref.id, "pairing": pairing, "metric": metric, "k": k,
         "pairs": views.top(ref, pairing, k, metric, order)})
@@ -94,11 +91,11 @@ async def top(request: Request, ref: ModelRef = Depends(model_ref), pairing: Pai
 
 @router.get("/pair", response_model=PairOut, responses=ERRORS,
             summary="One head pair: PK, principal angles, CS, z, p-values, classes, tokens")
-async def pair(request: Request, ref: ModelRef = Depends(model_ref), pairing: Pairing = pairing_query(),
+async def pair(request: Request, *, ref: ModelDep, pairing: Pairing = pairing_query(),
                source: str = head_query("L0H0"), target: str = head_query("L1H0"),
                labels: str | None = labels_query(),
                k: int = Query(5, ge=1, le=50, description="top tokens per head"),
-               details: DetailService = Depends(get_details)) -> Any:
+               details: DetailsDep) -> Any:
     sets = cached_data_pk_sets(details.cache, ref, pairing)  # never computes it
     return await warm_json(request, PairOut, ref,
                            lambda: details.pair(ref, pairing, source, target, labels, k, sets),
@@ -107,20 +104,20 @@ async def pair(request: Request, ref: ModelRef = Depends(model_ref), pairing: Pa
 
 @router.get("/head", response_model=HeadOut, responses=ERRORS,
             summary="One head: class, top tokens per role, pattern scores, strongest partners")
-async def head(request: Request, ref: ModelRef = Depends(model_ref), head: str = head_query("L0H0"),
+async def head(request: Request, *, ref: ModelDep, head: str = head_query("L0H0"),
                labels: str | None = labels_query(), k: int = Query(5, ge=1, le=50),
-               details: DetailService = Depends(get_details)) -> Any:
+               details: DetailsDep) -> Any:
     return await warm_json(request, HeadOut, ref, lambda: details.head(ref, head, labels, k),
                            labels=labels)
 
 
 @router.get("/scatter", response_model=ScatterOut, responses=ERRORS,
             summary="PK vs CS of every valid pair: quadrants and Spearman correlations")
-async def scatter(request: Request, ref: ModelRef = Depends(model_ref),
+async def scatter(request: Request, *, ref: ModelDep,
                   pairing: GraphPairing = Query("OK", description="an O -> Q/K/V pairing (CS exists)"),
                   top_percent: float = Query(5.0, gt=0.0, le=100.0,
                                              description="top share of pairs compared, in percent; "
                                              "rounded to a multiple of 0.1"),
-                  views: ViewService = Depends(get_views)) -> Any:
+                  views: ViewsDep) -> Any:
     return await warm_json(request, ScatterOut, ref, lambda: {
         "model": ref.id, **views.scatter(ref, pairing, top_percent)})

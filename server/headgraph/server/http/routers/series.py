@@ -9,17 +9,15 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
-from headgraph.server.models.catalog import ModelCatalog
 from headgraph.server.services.comparisons import (MAX_EDGES, named_series, parse_edges, resolve_series,
                                           timeline, timeline_csv, timeline_json)
-from headgraph.server.http.deps import cached_first, get_catalog, get_scores
+from headgraph.server.http.deps import CatalogDep, ScoresDep, cached_first
 from headgraph.server.http.params import ERRORS, Pairing
 from headgraph.server.http.responses import json_response, render
-from headgraph.server.services.scores import ScoresService
 
 router = APIRouter(prefix="/api", tags=["series"])
 
@@ -67,7 +65,7 @@ TIMELINE_RESPONSES: dict[int | str, dict[str, Any]] = {
 
 @router.get("/timeline", response_model=TimelineOut, responses=TIMELINE_RESPONSES,
             summary="Per-edge PK trajectories over a series of checkpoints (JSON or CSV)")
-async def timeline_endpoint(
+async def timeline_endpoint(*,
         request: Request,
         series: str = Query(..., min_length=1, max_length=4096,
                             description="a named series (GET /api/series) or a comma list of "
@@ -78,8 +76,8 @@ async def timeline_endpoint(
         edge: list[str] | None = Query(None, description="follow these edges instead of the "
                                                          "top-k: 'source,target', repeatable"),
         format: Literal["json", "csv"] = Query("json", description="csv: one row per edge and step"),
-        scores: ScoresService = Depends(get_scores),
-        catalog: ModelCatalog = Depends(get_catalog)) -> Any:
+        scores: ScoresDep,
+        catalog: CatalogDep) -> Any:
     resolved = resolve_series(catalog, series)
     edges = parse_edges(edge)
 

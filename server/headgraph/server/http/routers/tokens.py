@@ -4,33 +4,31 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Query, Request
 
-from headgraph.server.http.deps import get_scores, model_ref
+from headgraph.server.http.deps import ModelDep, ScoresDep
 from headgraph.server.http.params import ERRORS, Role
-from headgraph.server.models.offered import ModelRef
 from headgraph.server.http.responses import warm_json
 from headgraph.server.http.schemas import PatternsOut, TokensOut
 from headgraph.server.computations.scores import TOKENS_CACHED_K
-from headgraph.server.services.scores import ScoresService
 
 router = APIRouter(prefix="/api", tags=["tokens"])
 
 
 @router.get("/tokens", response_model=TokensOut, responses=ERRORS,
             summary="Top tokens of each head's role subspace (optionally one layer / head)")
-async def tokens(request: Request, ref: ModelRef = Depends(model_ref),
+async def tokens(request: Request, *, ref: ModelDep,
            role: Role = Query("O", description="Q, K, V or O"),
            k: int = Query(10, ge=1, le=TOKENS_CACHED_K),
            layer: int | None = Query(None, ge=0, le=100000, description="original block number"),
            head: int | None = Query(None, ge=0, le=100000, description="head index on the role axis"),
-           scores: ScoresService = Depends(get_scores)) -> Any:
+           scores: ScoresDep) -> Any:
     return await warm_json(request, TokensOut, ref,
                            lambda: scores.tokens_view(ref, role, k, layer, head))
 
 
 @router.get("/patterns", response_model=PatternsOut, responses=ERRORS,
             summary="Attention-pattern scores per head (identity, previous, first, duplicate, induction)")
-async def patterns(request: Request, ref: ModelRef = Depends(model_ref), scores: ScoresService = Depends(get_scores)) -> Any:
+async def patterns(request: Request, *, ref: ModelDep, scores: ScoresDep) -> Any:
     return await warm_json(request, PatternsOut, ref,
                            lambda: {"model": ref.id, **scores.patterns(ref)})

@@ -12,16 +12,13 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, Field
 
-from headgraph.server.http.deps import get_scores, model_ref
+from headgraph.server.http.deps import ValidationDep, ModelDep
 from headgraph.server.http.params import ERRORS
-from headgraph.server.models.offered import ModelRef
 from headgraph.server.http.responses import render_json, warm_json
-from headgraph.server.services.scores import ScoresService
-from headgraph.server.computations.validation import (DEFAULT_SAMPLE, DEFAULT_TOP, SAMPLE_MAX, TOP_MAX,
-                                                      validation_view)
+from headgraph.server.computations.validation import (DEFAULT_SAMPLE, DEFAULT_TOP, SAMPLE_MAX, TOP_MAX)
 
 router = APIRouter(prefix="/api", tags=["validation"])
 
@@ -58,7 +55,7 @@ class ValidationOut(BaseModel):
 
 @router.get("/validation", response_model=ValidationOut, responses=ERRORS,
             summary="PK, CS and data-weighted PK against path-ablation effects, with bootstrap CIs")
-async def validation(request: Request, ref: ModelRef = Depends(model_ref),
+async def validation(request: Request, *, ref: ModelDep,
                      pairing: Literal["OQ", "OK", "OV"] = Query("OK", description="O -> Q / K / V"),
                      n: int = Query(DEFAULT_SAMPLE, ge=1, le=SAMPLE_MAX, description="random forward pairs"),
                      k: int = Query(DEFAULT_TOP, ge=1, le=TOP_MAX, description="top pairs per metric"),
@@ -66,8 +63,8 @@ async def validation(request: Request, ref: ModelRef = Depends(model_ref),
                      cached: bool = Query(False, description="only what is cached, never computed "
                                                              "(no 401 in lab mode): computed=false "
                                                              "while this validation is not cached"),
-                     scores: ScoresService = Depends(get_scores)) -> Any:
+                     validation: ValidationDep) -> Any:
     if cached:  # what is cached changes: rendered each time, never kept
-        return await render_json(request, ValidationOut, lambda: validation_view(
-            scores, ref, pairing, n, k, seed, cached=True))
-    return await warm_json(request, ValidationOut, ref, lambda: validation_view(scores, ref, pairing, n, k, seed))
+        return await render_json(request, ValidationOut, lambda: validation.answer(
+            ref, pairing, n, k, seed, cached=True))
+    return await warm_json(request, ValidationOut, ref, lambda: validation.answer(ref, pairing, n, k, seed))

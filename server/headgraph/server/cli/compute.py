@@ -1,0 +1,47 @@
+"""``headgraph compute MODEL``: precompute and cache every result of one model (the job)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from headgraph.core.names import GRAPH_PAIRINGS
+from headgraph.server.cli.common import cache_opt, resolve_model, services_for
+
+
+def run(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from headgraph.core.names import parse_pairings
+    from headgraph.server.services.jobs import run_compute
+
+    services = services_for(args)
+    ref = resolve_model(services, args.model)
+    pairings = parse_pairings(args.pairings)
+    bar = tqdm(total=1000, file=sys.stderr, desc=ref.id, unit="‰", disable=args.quiet,
+               bar_format="{desc}: {percentage:3.0f}%|{bar}| {postfix}")
+
+    def progress(stage: str, fraction: float, message: str) -> None:
+        bar.n = int(round(fraction * 1000))
+        bar.set_postfix_str(message)
+        bar.refresh()
+
+    try:
+        done = run_compute(services.scores, services.catalog, ref, list(pairings), progress)
+    finally:
+        bar.close()
+    stats = services.store.stats()
+    print(json.dumps({"model": ref.id, "fingerprint": services.catalog.identity(ref).fingerprint,
+                      "computed": done, "cache": stats["directory"]}))
+    return 0
+
+
+def add_parser(sub: Any) -> None:
+    c = sub.add_parser("compute", help="precompute and cache everything for one model")
+    c.add_argument("model", help="registry name (demo, gpt2, ...) or a local checkpoint folder")
+    c.add_argument("--pairings", default=",".join(GRAPH_PAIRINGS))
+    c.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    cache_opt(c)
+    c.set_defaults(func=run)

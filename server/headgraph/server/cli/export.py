@@ -1,0 +1,89 @@
+"""``headgraph export MODEL``: ranked head pairs of one pairing (JSON, CSV) or its graph (GraphML)."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from headgraph.core.names import DEFAULT_K, K_MAX, LAYER_ORDERS, RANK_METRICS
+from headgraph.server.cli.common import cache_opt, fail, resolve_model, services_for
+
+if TYPE_CHECKING:
+    from headgraph.server.models.offered import ModelRef
+    from headgraph.server.services.views import ViewService
+
+EXPORT_FORMATS = ("csv", "json", "graphml")
+
+
+def export_records(views: ViewService, ref: ModelRef, pairing: str, top: int, metric: str,
+                   order: str) -> list[dict[str, Any]]:
+    """Ranked pairs with source, target, pk, normalized, cs (+ z when ranked by z); a pair
+    whose target is a grouped-query KV group also has cs_of (its CS is the mean over the
+    group's query heads, named there; ViewService.top)."""
+    records = views.top(ref, pairing, top, metric, order)
+    out = []
+    for r in records:
+        row = {"source": r["source"], "target": r["target"], "pk": r.get("pk"),
+               "normalized": r.get("normalized"), "cs": r.get("cs")}
+        if "cs_of" in r:
+            row["cs_of"] = r["cs_of"]
+        if metric == "z":
+            row["z"] = r.get("z")
+        out.append(row)
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    if not 1 <= args.top <= K_MAX:
+        return fail(f"--top must be in 1..{K_MAX}, got {args.top}")
+    from headgraph.core.names import check_pairing
+
+    services = services_for(args)
+    ref = resolve_model(services, args.model)
+    check_pairing(args.pairing)
+    if args.format == "graphml":
+        if args.metric == "cs":
+            return fail("graphml export ranks edges by pk, normalized or z (CS is an edge attribute)")
+        text = services.graphs.graph_export(ref, "graphml", pairings=[args.pairing], granularity="head",
+                                    k=args.top, threshold=None, threshold_on=args.metric,
+                                    labels=None)
+    else:
+        rows = export_records(services.views, ref, args.pairing, args.top, args.metric, args.order)
+        if args.format == "json":
+            text = json.dumps({"model": ref.id, "pairing": args.pairing, "metric": args.metric,
+                               "order": args.order, "pairs": rows}) + "\n"
+        else:
+            buf = io.StringIO()
+            cols = ["source", "target", "pk", "normalized", "cs"]
+            cols += ["cs_of"] if any("cs_of" in r for r in rows) else []
+            cols += ["z"] if args.metric == "z" else []
+            w = csv.DictWriter(buf, fieldnames=cols, lineterminator="\n")
+            w.writeheader()
+            for r in rows:
+                w.writerow({c: "" if r.get(c) is None else r[c] for c in cols})
+            text = buf.getvalue()
+    if args.output:
+        Path(args.output).write_text(text)
+        print(f"wrote {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    return 0
+
+
+def add_parser(sub: Any) -> None:
+    e = sub.add_parser("export", help="ranked head pairs of one pairing (json, csv) or its graph (graphml)")
+    e.add_argument("model", help="registry name (demo, gpt2, ...) or a local checkpoint folder")
+    e.add_argument("--pairing", default="OK")
+    e.add_argument("--top", type=int, default=DEFAULT_K, help=f"number of pairs / edges (1..{K_MAX})")
+    e.add_argument("--metric", default="pk", choices=RANK_METRICS, help="ranking metric")
+    e.add_argument("--order", default="forward", choices=list(LAYER_ORDERS))
+    e.add_argument("--format", default="json", choices=EXPORT_FORMATS)
+    e.add_argument("-o", "--output", help="write to this file instead of stdout")
+    cache_opt(e)
+    e.set_defaults(func=run)

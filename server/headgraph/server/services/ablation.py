@@ -1,0 +1,215 @@
+"""Path-ablation verdicts of edges, as the API, the CLI and the dashboard ask for them.
+
+:class:`AblationService` resolves a request (the top-k of a pairing by PK, or one named edge)
+into the edge set the registered ``ablation`` computation measures, and joins each measured
+edge with its PK and CS (a KV-group target: the CS mean over its query heads,
+``core.scores.ranking.kv_level_cs``) and its verdict (``edge_verdict``: one rule everywhere).
+With ``cached=True`` it only reads: each edge's effects come from any cached ablation of its
+pairing that measured it (an edge's effects do not depend on the other edges measured with
+it), and an edge none measured is "not measured".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+from urllib.parse import parse_qsl
+
+from headgraph.core.names import head_label
+from headgraph.core.scores.ranking import kv_level_cs
+from headgraph.server.cache.cold_miss import CACHE_ONLY, ColdMiss
+from headgraph.server.compute.results import ResultCache
+from headgraph.server.computations.ablation import (
+    ABLATION_PROMPTS,
+    ABLATION_TOP_MAX,
+    DEFAULT_ABLATION_TOP,
+    NOT_MEASURED,
+    VERDICT_RULE,
+    VERIFY_MIN_EFFECT,
+    check_ablation_pairing,
+    edge_verdict,
+)
+from headgraph.server.computations.convert import parse_node, role_is_grouped
+from headgraph.server.errors import Invalid, NotFound
+from headgraph.server.models.catalog import ModelCatalog
+from headgraph.server.models.offered import ModelRef
+from headgraph.server.services.scores import ScoresService
+from headgraph.server.services.views import ViewService
+
+
+def _pk_cs(scores: ScoresService, ref: ModelRef, pairing: str, edges: list[tuple[int, int, int, int]]
+           ) -> list[tuple[float | None, float | None]]:
+    ps = scores.pk(ref, pairing, "forward")
+    cs = scores.cs_for(ref, pairing, "forward")
+    out: list[tuple[float | None, float | None]] = []
+    for sl, sh, tl, th in edges:
+        pk = float(ps.scores[sl, sh, tl, th]) if bool(ps.valid[sl, sh, tl, th]) else None
+        value = None
+        if cs is not None:
+            row = replace(cs, scores=cs.scores[sl: sl + 1, sh: sh + 1],
+                          valid=cs.valid[sl: sl + 1, sh: sh + 1])
+            kv = kv_level_cs(row, ps.scores.shape[3])
+            if bool(kv.valid[0, 0, tl, th]):
+                value = float(kv.scores[0, 0, tl, th])
+        out.append((pk, value))
+    return out
+
+
+EDGE_PATTERN = (r"^\s*[Ll]\d{1,4}[Hh]\d{1,4}\s*,\s*[Ll]\d{1,4}([Hh]|[Kk][Vv])\d{1,4}\s*$")
+
+
+def parse_edge(text: str) -> tuple[str, str]:
+    """``"L0H0,L1H3"`` -> ("L0H0", "L1H3") (source, target; heads checked by parse_node)."""
+    parts = [p.strip() for p in str(text).split(",")]
+    if len(parts) != 2 or not all(parts):
+        raise Invalid(f"an edge is 'source,target' like 'L0H0,L1H3', got {str(text)[:40]!r}")
+    return parts[0], parts[1]
+
+
+Edge4 = tuple[int, int, int, int]
+
+
+def _resolve_edges(views: ViewService, catalog: ModelCatalog, ref: ModelRef, pairing: str,
+                   top: int | None, edge: tuple[str, str] | None
+                   ) -> tuple[list[Edge4], list[tuple[str, str]], str]:
+    """The request's edge set (layer positions), their (source, target) names, and its
+    selection text."""
+    info = catalog.model_info(ref)
+    if edge is not None:
+        source, target = edge
+        sl, sh = parse_node(source, "O", info)
+        tl, th = parse_node(target, pairing[1], info)
+        if sl >= tl:
+            raise NotFound(f"no forward edge {source} -> {target}: an ablated edge's source "
+                           "must be in an earlier layer than its target")
+        edges, selection = [(sl, sh, tl, th)], "edge"
+    else:
+        k = DEFAULT_ABLATION_TOP if top is None else top
+        if isinstance(k, bool) or not 1 <= k <= ABLATION_TOP_MAX:
+            raise Invalid(f"top must be in 1..{ABLATION_TOP_MAX}, got {k!r}")
+        records = views.top(ref, pairing, k, "pk", "forward")
+        edges = [parse_node(r["source"], "O", info) + parse_node(r["target"], pairing[1], info)
+                 for r in records]
+        selection = f"top {k} by PK"
+    kv = role_is_grouped(info, pairing[1])
+    names = [(head_label(info.layer_indices[sl], sh), head_label(info.layer_indices[tl], th, kv=kv))
+             for sl, sh, tl, th in edges]
+    return edges, names, selection
+
+
+def _parse_edge_key(text: str) -> tuple[Edge4, ...] | None:
+    try:
+        edges = tuple(tuple(int(x) for x in e.split(".")) for e in text.split(";") if e)
+    except ValueError:
+        return None
+    return edges if edges and all(len(e) == 4 for e in edges) else None  # type: ignore[return-value]
+
+
+def cached_measurements(cache: ResultCache, ref: ModelRef, pairing: str, edges: list[Edge4]
+                        ) -> tuple[dict[Edge4, dict[str, Any]], dict[str, Any] | None,
+                                   dict[str, Any] | None]:
+    """({edge: its row in a cached ablation result}, the result of exactly ``edges`` if
+    cached, the first result read): the edges of ``pairing`` that any cached ablation
+    measured (the exact set, a top-k, one edge, a validation chunk). Reads only."""
+    exact = tuple(edges)
+    try:
+        if cache.has(ref, "ablation", pairing=pairing, edges=exact):
+            result = cache.get(ref, "ablation", pairing=pairing, edges=exact)
+            return dict(zip(exact, result["edges"], strict=True)), result, result
+    except ColdMiss:  # evicted in between
+        pass
+    wanted: set[Edge4] = set(exact)
+    found: dict[Edge4, dict[str, Any]] = {}
+    first = None
+    for name in cache.cached_names(ref) or []:
+        base, _, query = name.partition("?")
+        q = dict(parse_qsl(query))
+        if base != "ablation" or q.get("pairing") != pairing or q.get("prompts") != ABLATION_PROMPTS:
+            continue
+        theirs = _parse_edge_key(q.get("edges", ""))
+        if theirs is None or not (wanted & set(theirs)) - found.keys():
+            continue
+        try:
+            result = cache.get(ref, "ablation", pairing=pairing, edges=theirs)
+        except (ColdMiss, Invalid):
+            continue
+        first = first or result
+        for e, row in zip(theirs, result["edges"], strict=True):
+            if e in wanted:
+                found.setdefault(e, row)
+        if len(found) == len(wanted):
+            break
+    return found, None, first
+
+
+def _answer(pk_cs: Sequence[tuple[float | None, float | None]], ref: ModelRef, pairing: str,
+            selection: str, edges: list[Edge4], names: list[tuple[str, str]],
+            rows: dict[Edge4, dict[str, Any]], exact: dict[str, Any] | None,
+            first: dict[str, Any] | None, *, cached_only: bool) -> dict[str, Any]:
+    out = []
+    for position, (source, target), (pk, cs) in zip(edges, names, pk_cs, strict=True):
+        e = rows.get(position)
+        if e is None:
+            out.append({"source": source, "target": target, "pairing": pairing, "path": pairing[1],
+                        "measure": "relative_output" if pairing == "OV" else "tvd",
+                        "effect_text": None, "effect_random": None, "halves": {},
+                        "pk": pk, "cs": cs, "verdict": NOT_MEASURED})
+        else:
+            out.append({"source": e["source"], "target": e["target"], "pairing": pairing,
+                        "path": e["path"], "measure": e["measure"],
+                        "effect_text": e["effect_text"], "effect_random": e["effect_random"],
+                        "halves": e["halves"], "pk": pk, "cs": cs,
+                        "verdict": edge_verdict(e["halves"])})
+    meta = first or {}
+    return {"model": ref.id, "pairing": pairing, "selection": selection, "edges": out,
+            "reliability": (exact or {}).get("reliability", {}),
+            "n_prompts": meta.get("n_prompts", {}), "induction_length": meta.get("induction_length"),
+            "method": meta.get("method"), "cached_only": cached_only,
+            "verdict_rule": {"min_effect": VERIFY_MIN_EFFECT, "rule": VERDICT_RULE}}
+
+
+class AblationService:
+    """Path-ablation answers of one process: measured (through the result cache) or read."""
+
+    def __init__(self, scores: ScoresService, views: ViewService, catalog: ModelCatalog) -> None:
+        self.scores = scores
+        self.views = views
+        self.catalog = catalog
+
+    def answer(self, ref: ModelRef, pairing: str, top: int | None,
+               edge: tuple[str, str] | None = None, cached: bool = False) -> dict[str, Any]:
+        """The API answer: per edge {source, target, pairing, effect_text, effect_random, pk, cs,
+        verdict, ...}, reliability per prompt set and n_prompts. Edges: the ``top`` highest-PK
+        forward pairs of ``pairing``, or the one ``edge`` (source, target) when given; a named head
+        the model lacks, or a source not in an earlier layer than its target (no such forward
+        edge), is NotFound.
+
+        ``cached``: only what is cached (cache_only.CACHE_ONLY), nothing computed or loaded: an
+        edge no cached ablation measured has verdict "not measured" and null effects; reliability
+        only when exactly this edge set is cached; no edges while the model or its PK is not."""
+        check_ablation_pairing(pairing)
+        if not cached:
+            edges, names, selection = _resolve_edges(self.views, self.catalog, ref, pairing, top, edge)
+            if not edges:
+                raise Invalid(f"{ref.id} has no valid forward {pairing} pairs to ablate")
+            result = self.scores.cache.get(ref, "ablation", pairing=pairing, edges=tuple(edges))
+            rows = dict(zip(edges, result["edges"], strict=True))
+            return _answer(_pk_cs(self.scores, ref, pairing, edges), ref, pairing, selection, edges,
+                           names, rows, result, result, cached_only=False)
+        token = CACHE_ONLY.set(True)
+        try:
+            try:
+                edges, names, selection = _resolve_edges(self.views, self.catalog, ref, pairing, top, edge)
+            except ColdMiss:  # the model or its PK not known yet: nothing can be measured
+                selection = "edge" if edge is not None else f"top {top or DEFAULT_ABLATION_TOP} by PK"
+                return _answer([], ref, pairing, selection, [], [], {}, None, None, cached_only=True)
+            rows, exact, first = cached_measurements(self.scores.cache, ref, pairing, edges)
+            try:
+                pk_cs = _pk_cs(self.scores, ref, pairing, edges)
+            except ColdMiss:
+                pk_cs = [(None, None) for _ in edges]
+            return _answer(pk_cs, ref, pairing, selection, edges, names, rows, exact, first,
+                           cached_only=True)
+        finally:
+            CACHE_ONLY.reset(token)
