@@ -12,8 +12,7 @@ from typing import Any, Literal, Protocol
 
 import torch
 
-# Names come from the one vocabulary; re-exported here for callers that import them from types.
-from headgraph.core.names import CS_MODES, LAYER_ORDERS, ROLES, CSMode, LayerOrder, Role, check_role
+from headgraph.core.names import check_role
 
 Processing = Literal["bridge", "raw", "processed"]
 PROCESSINGS: tuple[str, ...] = ("bridge", "raw", "processed")
@@ -137,6 +136,5 @@ class PatternSource(Protocol):
         ...
 
 
-__all__ = ["COMPUTE_VERSION", "CS_MODES", "LAYER_ORDERS", "PROCESSINGS", "ROLES", "CSMode",
-           "HeadWeights", "LayerOrder", "ModelInfo", "PairScores", "PatternSource", "Processing",
-           "Role", "RoleBases"]
+__all__ = ["COMPUTE_VERSION", "PROCESSINGS", "HeadWeights", "ModelInfo", "PairScores", "PatternSource",
+           "Processing", "RoleBases"]

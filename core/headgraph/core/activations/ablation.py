@@ -1,4 +1,4 @@
-"""Activation-level verification of head-graph edges: path ablation (issue 15 item 2).
+"""Activation-level verification of head-graph edges: path ablation.
 
 An edge runs from a source head S (layer a) to a target T (layer b > a) through one of T's
 inputs P in {Q, K, V}. Its **path-ablation effect** mean-ablates S's output on T's P-input

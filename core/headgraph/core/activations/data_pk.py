@@ -1,4 +1,4 @@
-"""Data-weighted Projection Kernel (issue 15 item 3, beyond the paper).
+"""Data-weighted Projection Kernel (beyond the paper).
 
 PK asks how much of what a source head S *can* write a target head T *can* read. Its
 data-weighted version asks how much of what S *actually* writes on real inputs lands in what
@@ -50,13 +50,14 @@ from typing import Any
 
 import torch
 
+from headgraph.core.names import GRAPH_PAIRINGS
 from headgraph.core.errors import InvalidInput, UnsupportedModel
 from headgraph.core.scores.layer_order import layer_mask
 from headgraph.core.scores.overlaps import pairwise_sq_overlap
 from headgraph.core.scores.subspaces import effective_ranks, role_bases
 from headgraph.core.types import HeadWeights, RoleBases
 
-DATA_PK_PAIRINGS: tuple[str, ...] = ("OQ", "OK", "OV")
+DATA_PK_PAIRINGS: tuple[str, ...] = GRAPH_PAIRINGS
 DATA_PK_PROMPT_SETS: tuple[str, ...] = ("text", "random")
 METHOD = ("data-weighted PK: out_share = tr(U^T C_S U) / tr(C_S), in_share = tr(U^T C_S U) / "
           "tr(U^T C_X U); C_S covariance of the source head's output z W_O, C_X of the residual "

@@ -1,4 +1,4 @@
-"""Do weight-level metrics predict activation-level effects? (issue 15 item 4)
+"""Do weight-level metrics predict activation-level effects?
 
 The question researchers ask of the paper, answered for one model: over forward head pairs
 (source layer < target layer) of one O -> Q/K/V pairing, how well does each weight-level

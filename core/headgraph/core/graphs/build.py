@@ -34,12 +34,12 @@ from headgraph.core.graphs.labels import LabelSet, class_counts, class_recovery
 from headgraph.core.scores.pk import projection_kernel
 from headgraph.core.scores.ranking import kv_level_cs, top_pairs
 from headgraph.core.types import HeadWeights, ModelInfo, PairScores
-from headgraph.core.names import ROLES, head_label
+from headgraph.core.names import GRAPH_PAIRINGS, ROLES, head_label
 
 GRANULARITIES: tuple[str, ...] = ("head", "role")
 THRESHOLD_ON: tuple[str, ...] = ("pk", "normalized", "z", "fdr")
 KV_NODES: tuple[str, ...] = ("group", "query")
-DEFAULT_PAIRINGS: tuple[str, ...] = ("OQ", "OK", "OV")
+DEFAULT_PAIRINGS: tuple[str, ...] = GRAPH_PAIRINGS
 _ROLE_ORDER = {r: i for i, r in enumerate(ROLES)}
 
 

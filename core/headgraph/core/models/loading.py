@@ -63,17 +63,13 @@ from headgraph.core.models.random_weights import (
 )
 from headgraph.core.models.series import demo_checkpoint, is_demo_checkpoint_spec
 from headgraph.core.models.streamed import (
-    checkpoint_bytes,
     load_heads_safetensors,
     safetensors_files,
     too_big_for_memory,
 )
 from headgraph.core.types import PROCESSINGS, HeadWeights, ModelInfo, PatternSource
 
-# Public names of this module; byte_level_tokenizer, checkpoint_bytes and
-# load_heads_safetensors are re-exported from their homes for existing importers.
-__all__ = ["LoadedModel", "byte_level_tokenizer", "checkpoint_bytes", "load_heads",
-           "load_heads_safetensors", "load_model"]
+__all__ = ["LoadedModel", "load_heads", "load_model"]
 
 
 @dataclass

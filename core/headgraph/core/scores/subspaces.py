@@ -32,7 +32,8 @@ import torch
 
 from headgraph.core.errors import InvalidInput, UnsupportedModel
 from headgraph.core.scores.gemm import bmm_nt
-from headgraph.core.types import ROLES, HeadWeights, RoleBases
+from headgraph.core.names import ROLES
+from headgraph.core.types import HeadWeights, RoleBases
 from headgraph.core.names import check_role
 
 # Bytes of input matrix per factorization call; larger roles are split into chunks of heads.

@@ -20,7 +20,8 @@ import torch
 from headgraph.core.errors import InvalidInput
 from headgraph.core.scores.pk import all_pairings
 from headgraph.core.scores.subspaces import role_bases
-from headgraph.core.types import ROLES, HeadWeights, PairScores
+from headgraph.core.names import ROLES
+from headgraph.core.types import HeadWeights, PairScores
 
 # Gaussian draws per Monte-Carlo batch are capped at this many entries.
 _MC_BATCH_ELEMS = 1 << 24

@@ -14,6 +14,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+# The paper's O -> Q / K / V pairings (the API's ``graph_pairings``), for the pure functions that
+# hold no Vocabulary: the graph's verdicts, the pair panel's data-weighted PK, the report.
+O_PAIRINGS: tuple[str, ...] = ("OQ", "OK", "OV")
+
+
+def head_label(layer: int, head: int, *, kv: bool = False) -> str:
+    """A head's name as the API writes it (its ``head_pattern``): ``"L{layer}H{head}"``, or
+    ``"L{layer}KV{group}"`` for a grouped-query KV head."""
+    return f"L{int(layer)}{'KV' if kv else 'H'}{int(head)}"
+
+
 @dataclass(frozen=True)
 class Vocabulary:
     """Names the API understands, as served by GET /api/vocabulary."""

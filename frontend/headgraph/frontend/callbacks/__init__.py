@@ -1,9 +1,12 @@
-"""Dash callbacks, one module per view, defined at module level (``registry.callback``).
+"""Dash callbacks, one module per view, defined at module level (``define.callback``).
 
 Importing this package defines them all; ``register_callbacks`` wires them to an app. The
 state flow has no cycles: ``navigation`` alone writes the URL (``write_url``) and builds the
 controls from it (``render_controls``); ``model`` alone writes the model-ready record; every
 view renders from ``view_params(parse_query(url), view, ready)``.
+
+Imports ``layout``, ``figures``, ``state`` and ``api``, never ``report`` or ``app`` (enforced by
+import-linter).
 """
 
 from __future__ import annotations

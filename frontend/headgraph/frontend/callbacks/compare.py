@@ -1,4 +1,4 @@
-"""The compare and timeline views (issue 16), read over HTTP like every view.
+"""The compare and timeline views, read over HTTP like every view.
 
 compare: GET /api/compare of A (the ``a`` field, else the model) and B for the URL's pairing
 and k: chips (|B - A|, edges gained / lost / kept), A | B | B - A heatmaps, the edge-change

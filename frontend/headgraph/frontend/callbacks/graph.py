@@ -12,6 +12,7 @@ from typing import Any
 
 from dash import Input, Output, html, no_update
 
+from headgraph.frontend.api.names import head_label
 from headgraph.frontend.api.client import ApiError
 from headgraph.frontend.callbacks.common import WAITING, api, error_note, stat, state_of, with_overlay
 from headgraph.frontend.callbacks.router import view_callback
@@ -36,10 +37,10 @@ def all_head_nodes(info: dict[str, Any]) -> list[dict[str, Any]]:
     size = n_heads // n_kv if 0 < n_kv < n_heads and n_heads % n_kv == 0 else 1
     out: list[dict[str, Any]] = []
     for layer in info["layer_indices"]:
-        out += [{"id": f"L{layer}H{h}", "layer": layer, "head": h, "kind": "head"} for h in range(n_heads)]
+        out += [{"id": head_label(layer, h), "layer": layer, "head": h, "kind": "head"} for h in range(n_heads)]
         if size > 1:
-            out += [{"id": f"L{layer}KV{g}", "layer": layer, "head": g, "kind": "kv_group",
-                     "heads": ",".join(f"L{layer}H{g * size + j}" for j in range(size))}
+            out += [{"id": head_label(layer, g, kv=True), "layer": layer, "head": g, "kind": "kv_group",
+                     "heads": ",".join(head_label(layer, g * size + j) for j in range(size))}
                     for g in range(n_kv)]
     return out
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from dash import Dash, Input, Output, dcc, html
 
+from headgraph.frontend.api.names import O_PAIRINGS
 from headgraph.frontend.api.client import ApiError
 from headgraph.frontend.callbacks.common import api, error_note, state_of, with_overlay
 from headgraph.frontend.callbacks.router import view_callback
@@ -113,7 +114,7 @@ def head_body(d: dict[str, Any], state: ViewState) -> list[Any]:
 
 
 DATA_PK_SETS = (("text", "text"), ("random", "random tokens"))
-DATA_PK_PAIRINGS = ("OQ", "OK", "OV")
+DATA_PK_PAIRINGS = O_PAIRINGS
 
 
 def data_pk_rows(d: dict[str, Any]) -> list[tuple[str, Any, str]]:

@@ -4,6 +4,8 @@ No HTTP and no Dash here, so every figure can be rebuilt for export and tested f
 Head names are "L{block}H{head}" as the API writes them. One module per view:
 ``common`` (colours, layout), ``heatmaps``, ``graph``, ``scatter``, ``reference`` (KL and nulls),
 ``tokens`` (patterns and top tokens), ``cosines``, ``validation``; this package re-exports their public names.
+
+Imports ``state`` and ``api`` only (enforced by import-linter).
 """
 
 from headgraph.frontend.figures.common import (CLASS_PALETTE, FONT, METRIC_TITLES, NO_CLASS_COLOR,

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 import plotly.graph_objects as go
 import plotly.io as pio
 
+from headgraph.frontend.api.names import head_label
 from headgraph.frontend.figures import flatten_grid, head_slice, null_summary
 from headgraph.frontend.figures.heatmaps import grid_labels
 
@@ -124,7 +125,7 @@ def patterns_csv(patterns: dict[str, Any]) -> str:
     layers = patterns["layer_indices"]
     first = patterns["scores"][kinds[0]]
     return csv_text(("head", *kinds),
-                    ((f"L{layer}H{h}", *(patterns["scores"][k][i][h] for k in kinds))
+                    ((head_label(layer, h), *(patterns["scores"][k][i][h] for k in kinds))
                      for i, layer in enumerate(layers) for h in range(len(first[i]))))
 
 

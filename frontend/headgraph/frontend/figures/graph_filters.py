@@ -12,8 +12,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from typing import Any
+from headgraph.frontend.api.names import O_PAIRINGS
 
-ABLATION_PAIRINGS = ("OQ", "OK", "OV")  # pairings whose edges path ablation measures
+ABLATION_PAIRINGS = O_PAIRINGS  # pairings whose edges path ablation measures
 VERIFY_TOP_MAX = 50  # the API's bound on top (ablation_computations.ABLATION_TOP_MAX)
 VERIFIED, NO_EFFECT, NOT_MEASURED = "verified", "no effect", "not measured"
 VERDICTS: tuple[str, ...] = (VERIFIED, NO_EFFECT, NOT_MEASURED)

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
+from headgraph.frontend.api.names import head_label
 from headgraph.frontend.figures.common import METRIC_TITLES, NO_CLASS_COLOR, base_layout, class_colors
 
 _NAME_RE = re.compile(r"^L(\d+)(H|KV)(\d+)$")
@@ -38,7 +39,7 @@ def grid_labels(grid: dict[str, Any]) -> dict[str, Any]:
     fixed = dict(grid)
     for key, n in (("source_labels", n_src), ("target_labels", n_tgt)):
         if len(grid.get(key) or []) != len(layers) * n:
-            fixed[key] = [f"L{layer}H{h}" for layer in layers for h in range(n)]
+            fixed[key] = [head_label(layer, h) for layer in layers for h in range(n)]
     return fixed
 
 
@@ -76,11 +77,11 @@ def align_axis(main: Sequence[str], other: Sequence[str], *, group: int | None =
         layer, kv, idx = p
         if not kv:  # query head -> its KV group
             size = group or max(1, n_main[layer] // n_other[layer])
-            hit = index.get(f"L{layer}KV{idx // size}")
+            hit = index.get(head_label(layer, idx // size, kv=True))
             out.append([] if hit is None else [hit])
         else:  # KV group -> its query heads
             size = group or max(1, n_other[layer] // n_main[layer])
-            out.append([index[h] for h in (f"L{layer}H{idx * size + j}" for j in range(size)) if h in index])
+            out.append([index[h] for h in (head_label(layer, idx * size + j) for j in range(size)) if h in index])
     return out
 
 

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from headgraph.frontend.api.names import head_label
 from headgraph.frontend.figures.common import base_layout
 
 
@@ -21,7 +22,7 @@ def patterns_figure(patterns: dict[str, Any], classes: dict[str, str] | None = N
     for c, kind in enumerate(kinds, start=1):
         z = patterns["scores"][kind]
         n = len(z[0]) if z else 0
-        names = [[f"L{layer}H{h}" for h in range(n)] for layer in layers]
+        names = [[head_label(layer, h) for h in range(n)] for layer in layers]
         fig.add_trace(go.Heatmap(z=z, x=list(range(n)), y=list(range(len(layers))), zmin=0, zmax=1,
                                  coloraxis="coloraxis", customdata=names, xgap=1, ygap=1,
                                  hovertemplate=f"%{{customdata}}<br>{kind}: %{{z:.3f}}<extra></extra>"),

@@ -5,4 +5,6 @@
 the figures (reusing ``headgraph.frontend.figures``), ``page`` writes the markdown and
 ``command`` is the subcommand the ``headgraph`` CLI finds through the ``headgraph.commands``
 entry point.
+
+The top layer of the frontend: may import every frontend package (enforced by import-linter).
 """

@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from headgraph.frontend.api.names import O_PAIRINGS
 
 ROLES = ("Q", "K", "V", "O")
-GRAPH_PAIRINGS = ("OQ", "OK", "OV")
+GRAPH_PAIRINGS = O_PAIRINGS
 PAPER_K = 20  # the paper's head graph: top-20 edges per pairing
 TOKENS_K = 10
 TIMEOUT_S = 3600.0  # a cold SmolLM2 validation takes minutes on two cores

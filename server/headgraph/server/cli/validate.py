@@ -9,6 +9,7 @@ import json
 import sys
 from typing import Any
 
+from headgraph.server.computations.ablation import ABLATION_PAIRINGS
 from headgraph.server.cli.common import cache_opt, resolve_model, services_for
 from headgraph.server.computations.validation import DEFAULT_SAMPLE, DEFAULT_TOP, SAMPLE_MAX, TOP_MAX
 
@@ -46,7 +47,7 @@ def add_parser(sub: Any) -> None:
         "per metric the Spearman against the effect and the mean effect of its top-k, with bootstrap "
         "95%% intervals. Needs a runnable model. Cached like GET /api/validation.")
     v.add_argument("model", help="registry name (demo, smollm2, ...) or a local checkpoint folder")
-    v.add_argument("--pairing", default="OK", choices=["OQ", "OK", "OV"])
+    v.add_argument("--pairing", default="OK", choices=list(ABLATION_PAIRINGS))
     v.add_argument("--n", type=int, default=DEFAULT_SAMPLE, help=f"random forward pairs (1..{SAMPLE_MAX})")
     v.add_argument("--k", type=int, default=DEFAULT_TOP, help=f"top pairs per metric (1..{TOP_MAX})")
     v.add_argument("--seed", type=int, default=0)

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from headgraph.core.names import GRAPH_PAIRINGS
 from headgraph.core.errors import UnsupportedModel
 from headgraph.server.errors import Invalid
 
 if TYPE_CHECKING:  # the CLI's parser reads the constants below without importing torch
     from headgraph.server.compute.registry import Computation, Inputs
 
-ABLATION_PAIRINGS = ("OQ", "OK", "OV")
+ABLATION_PAIRINGS = GRAPH_PAIRINGS  # O -> Q / K / V: the paths path ablation cuts
 ABLATION_TOP_MAX = 50  # edges per request: each costs a few forward passes
 DEFAULT_ABLATION_TOP = 10
 ABLATION_PROMPTS = "default-20+rr20x20-seed0"  # the prompt sets (part of the cache key)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from headgraph.core.names import GRAPH_PAIRINGS
 from headgraph.core.errors import UnsupportedModel
 from headgraph.server.errors import Invalid
 
@@ -21,7 +22,7 @@ if TYPE_CHECKING:  # the CLI's parser reads the constants below without importin
     from headgraph.server.models.offered import ModelRef
     from headgraph.server.compute.results import ResultCache
 
-DATA_PK_PAIRINGS = ("OQ", "OK", "OV")
+DATA_PK_PAIRINGS = GRAPH_PAIRINGS
 DATA_PK_PROMPTS = ("text", "random")
 DATA_PK_RANK_ON = ("out_share", "in_share")
 DEFAULT_DATA_PK_TOP = 10

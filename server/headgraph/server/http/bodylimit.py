@@ -4,7 +4,7 @@ An ASGI middleware around the whole app (API and dashboard). It refuses a body w
 ``Content-Length`` is over the cap at once (413), counts the bytes of a body sent without one
 and stops at the cap (413), and gives a client ``timeout_s`` to send its whole body (408).
 Only a complete body reaches the app, so a slow sender costs one coroutine on the event loop,
-never one of the dashboard's WSGI threads (16 slow bodies used to freeze the page).
+never one of the dashboard's WSGI threads (slow bodies must not freeze the page).
 """
 
 from __future__ import annotations

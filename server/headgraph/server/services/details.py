@@ -11,10 +11,11 @@ from typing import Any
 
 import torch
 
+from headgraph.core.names import head_label
 from headgraph.core.graphs.labels import LabelSet
 from headgraph.core.scores.ranking import kv_level_cs
 from headgraph.core.types import ModelInfo
-from headgraph.core.names import GRAPH_PAIRINGS, ROLES, HeadRef, check_pairing, head_label
+from headgraph.core.names import GRAPH_PAIRINGS, ROLES, HeadRef, check_pairing
 from headgraph.server.models.catalog import ModelCatalog
 from headgraph.server.computations.convert import axis_labels, jsonable, parse_node, role_is_grouped
 from headgraph.server.computations.data_pk import pair_data_pk
@@ -110,7 +111,7 @@ class DetailService:
         if HeadRef.parse(name).kv:
             return self.kv_head(ref, info, name, labels, k)
         layer_pos, head = parse_node(name, "O", info)
-        label = f"L{info.layer_indices[layer_pos]}H{head}"
+        label = head_label(info.layer_indices[layer_pos], head)
         label_set = self.labels.label_set(labels, ref)
         out: dict[str, Any] = {"model": ref.id, "head": label,
                                "layer": info.layer_indices[layer_pos], "index": head,

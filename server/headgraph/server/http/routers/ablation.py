@@ -15,6 +15,7 @@ from typing import Any, Literal
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, Field
 
+from headgraph.core.names import GraphPairing
 from headgraph.server.computations.ablation import (ABLATION_TOP_MAX, DEFAULT_ABLATION_TOP,
                                                     VERDICT_RULE)
 
@@ -70,7 +71,7 @@ class AblationOut(BaseModel):
             summary="Path-ablation effects of the top-k edges of a pairing (or one edge), with "
                     "split-half reliability")
 async def ablation(request: Request, *, ref: ModelDep,
-                   pairing: Literal["OQ", "OK", "OV"] = Query(
+                   pairing: GraphPairing = Query(
                        "OK", description="O -> Q / K / V: the target input that is ablated"),
                    top: int = Query(DEFAULT_ABLATION_TOP, ge=1, le=ABLATION_TOP_MAX,
                                     description="the k highest-PK forward edges"),

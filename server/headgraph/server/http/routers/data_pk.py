@@ -14,6 +14,7 @@ from typing import Any, Literal
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, Field
 
+from headgraph.core.names import GraphPairing
 from headgraph.server.computations.data_pk import DEFAULT_DATA_PK_TOP
 from headgraph.server.http.deps import DataPKDep, ModelDep
 from headgraph.server.http.params import ERRORS, K_MAX
@@ -72,7 +73,7 @@ class DataPKOut(BaseModel):
             summary="Data-weighted PK of an O -> Q/K/V pairing: out_share and in_share grids "
                     "from one forward pass, with the top edges beside PK and CS")
 async def datapk(request: Request, *, ref: ModelDep,
-                 pairing: Literal["OQ", "OK", "OV"] = Query(
+                 pairing: GraphPairing = Query(
                      "OK", description="O -> Q / K / V: the target input read"),
                  prompts: Literal["text", "random"] = Query(
                      "text", description="text: the bundled prompts; random: repeated random "

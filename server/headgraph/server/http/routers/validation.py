@@ -10,11 +10,12 @@ process, once; in lab mode only with the token) and cached; ``cached=true`` only
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, Field
 
+from headgraph.core.names import GraphPairing
 from headgraph.server.http.deps import ValidationDep, ModelDep
 from headgraph.server.http.params import ERRORS
 from headgraph.server.http.responses import render_json, warm_json
@@ -56,7 +57,7 @@ class ValidationOut(BaseModel):
 @router.get("/validation", response_model=ValidationOut, responses=ERRORS,
             summary="PK, CS and data-weighted PK against path-ablation effects, with bootstrap CIs")
 async def validation(request: Request, *, ref: ModelDep,
-                     pairing: Literal["OQ", "OK", "OV"] = Query("OK", description="O -> Q / K / V"),
+                     pairing: GraphPairing = Query("OK", description="O -> Q / K / V"),
                      n: int = Query(DEFAULT_SAMPLE, ge=1, le=SAMPLE_MAX, description="random forward pairs"),
                      k: int = Query(DEFAULT_TOP, ge=1, le=TOP_MAX, description="top pairs per metric"),
                      seed: int = Query(0, ge=0, le=2**31 - 1, description="the sample's seed"),
