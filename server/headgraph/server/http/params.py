@@ -13,7 +13,7 @@ from fastapi import Query
 
 from headgraph.core.names import (DEFAULT_K, GRAPH_PAIRINGS, HEAD_INPUT_PATTERN, K_MAX, CSMode, GridMetric,
                                        LayerOrder, Pairing, RankMetric, Role)
-from headgraph.server.http.schemas import ErrorBody
+from headgraph.server.http.schemas.common import ErrorBody
 
 __all__ = ["DEFAULT_K", "ERRORS", "K_MAX", "PAIRINGS_PATTERN", "CSMode", "GridMetric",
            "LayerOrder", "Pairing", "RankMetric", "Role", "head_query", "labels_query",

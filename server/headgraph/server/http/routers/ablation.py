@@ -10,14 +10,13 @@ other (a compute process, once; in lab mode only with the token) and cached. Eac
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from fastapi import APIRouter, Query, Request
-from pydantic import BaseModel, Field
 
+from headgraph.server.http.schemas.ablation import AblationOut
 from headgraph.core.names import GraphPairing
-from headgraph.server.computations.ablation import (ABLATION_TOP_MAX, DEFAULT_ABLATION_TOP,
-                                                    VERDICT_RULE)
+from headgraph.server.computations.ablation import (ABLATION_TOP_MAX, DEFAULT_ABLATION_TOP)
 
 from headgraph.server.services.ablation import EDGE_PATTERN, parse_edge
 from headgraph.server.http.deps import AblationDep, ModelDep
@@ -25,46 +24,6 @@ from headgraph.server.http.params import ERRORS
 from headgraph.server.http.responses import render_json, warm_json
 
 router = APIRouter(prefix="/api", tags=["ablation"])
-
-
-class AblationEdge(BaseModel):
-    source: str
-    target: str = Field(description="a query head (Q path) or, on grouped-query models, a KV "
-                                    "group like L6KV1 (K / V paths)")
-    pairing: str
-    path: str
-    measure: str = Field(description="tvd: mean total-variation distance of the target's "
-                                     "attention rows (Q, K); relative_output: relative change "
-                                     "of the target's output (V)")
-    effect_text: float | None = Field(description="effect on the bundled natural-text prompts")
-    effect_random: float | None = Field(description="effect on repeated random tokens [r r]")
-    halves: dict[str, list[float | None]] = Field(
-        description="per prompt set: the effect on the even and the odd half of its prompts")
-    pk: float | None
-    cs: float | None = Field(description="Composition Score (a KV group: mean over its query heads)")
-    verdict: Literal["verified", "no effect", "not measured"] = Field(
-        description=VERDICT_RULE + " ('not measured' only with cached=true)")
-
-
-class VerdictRule(BaseModel):
-    min_effect: float = Field(description="the effect both split halves must reach")
-    rule: str
-
-
-class AblationOut(BaseModel):
-    model: str
-    pairing: str
-    selection: str
-    edges: list[AblationEdge]
-    reliability: dict[str, dict[str, Any]] = Field(
-        description="per prompt set: r_half (Spearman between the halves over these edges), "
-                    "reliability (Spearman-Brown, in [-1, 1]; null with fewer than 3 edges); "
-                    "with cached=true only when exactly this edge set is cached, else {}")
-    n_prompts: dict[str, int]
-    induction_length: int | None = Field(description="null: nothing measured (cached=true)")
-    method: str | None
-    cached_only: bool = Field(description="true: read from the cache only (cached=true)")
-    verdict_rule: VerdictRule
 
 
 @router.get("/ablation", response_model=AblationOut, responses=ERRORS,

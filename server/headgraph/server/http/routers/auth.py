@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Literal
 
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, Field
 
+from headgraph.server.http.schemas.auth import AuthOut
 from headgraph.server.http.access import caller_of
 
 router = APIRouter(prefix="/api", tags=["health"])
-
-
-class AuthOut(BaseModel):
-    mode: Literal["open", "token"] = Field(
-        description="open: no token configured, everyone may compute; token: lab mode")
-    authorized: bool = Field(description="this request may compute, upload and overwrite")
-    can: list[str] = Field(description="what this request may do: read-cached, compute, upload")
 
 
 @router.get("/auth", response_model=AuthOut,

@@ -22,7 +22,7 @@ from headgraph.server.http.params import (DEFAULT_K, K_MAX, CSMode, GridMetric, 
 from headgraph.server.models.offered import ModelRef
 from headgraph.server.http.routers.graph import Granularity, ThresholdOn, graph_params, threshold_query
 from headgraph.server.http.routers.scores import grid_response
-from headgraph.server.http.schemas import ErrorBody
+from headgraph.server.http.schemas.common import ErrorBody
 
 router = APIRouter(prefix="/api", tags=["downloads"])
 MEDIA = {"csv": "text/csv", "json": "application/json", "npy": "application/octet-stream",

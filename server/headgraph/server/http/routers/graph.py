@@ -13,7 +13,7 @@ from headgraph.server.http.deps import GraphsDep, ModelDep
 from headgraph.server.errors import Invalid
 from headgraph.server.http.params import ERRORS, labels_query, optional_k_query, pairings_query
 from headgraph.server.http.responses import warm_json
-from headgraph.server.http.schemas import GraphOut
+from headgraph.server.http.schemas.graph import GraphOut
 
 router = APIRouter(prefix="/api", tags=["graph"])
 THRESHOLD_LIMIT = 1e6

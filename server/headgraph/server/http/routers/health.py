@@ -10,7 +10,7 @@ from fastapi.concurrency import run_in_threadpool
 from headgraph.core.types import COMPUTE_VERSION
 from headgraph.server import __version__
 from headgraph.server.http.deps import CatalogDep, StoreDep
-from headgraph.server.http.schemas import CacheStats, Health
+from headgraph.server.http.schemas.health import CacheStats, Health
 
 router = APIRouter(prefix="/api", tags=["health"])
 

@@ -6,7 +6,8 @@ from fastapi import APIRouter, Path
 
 from headgraph.server.http.deps import JobsDep
 from headgraph.server.errors import NotFound
-from headgraph.server.http.schemas import ErrorBody, Job
+from headgraph.server.http.schemas.common import ErrorBody
+from headgraph.server.http.schemas.jobs import Job
 
 router = APIRouter(prefix="/api", tags=["jobs"])
 

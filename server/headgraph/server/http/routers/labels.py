@@ -16,7 +16,8 @@ from headgraph.server.errors import Invalid, NotFound, one_line
 from headgraph.server.services.labels import (PATTERN_LABEL_CLASSES, PATTERN_LABEL_DESCRIPTION,
                                         PATTERN_LABEL_THRESHOLDS, PATTERN_LABELS)
 from headgraph.server.http.responses import warm_json
-from headgraph.server.http.schemas import ErrorBody, LabelSetList, LabelSetOut
+from headgraph.server.http.schemas.common import ErrorBody
+from headgraph.server.http.schemas.labels import LabelSetList, LabelSetOut
 
 router = APIRouter(prefix="/api/labels", tags=["labels"])
 MAX_UPLOAD = 1 << 20

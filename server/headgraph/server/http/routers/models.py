@@ -9,7 +9,9 @@ from headgraph.core.names import parse_pairings
 from headgraph.server.http.deps import (CatalogDep, JobsDep, ModelDep, StoreDep, TOKEN_PROTECTED, require_token)
 from headgraph.server.http.params import ERRORS, pairings_query
 from headgraph.server.http.responses import render_json
-from headgraph.server.http.schemas import ErrorBody, Job, JobSubmitted, ModelInfoOut, ModelList, ModelSummary
+from headgraph.server.http.schemas.common import ErrorBody
+from headgraph.server.http.schemas.jobs import Job, JobSubmitted
+from headgraph.server.http.schemas.models import ModelInfoOut, ModelList, ModelSummary
 
 router = APIRouter(prefix="/api/models", tags=["models"])
 

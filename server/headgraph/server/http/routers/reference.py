@@ -11,7 +11,7 @@ from headgraph.core.names import GRAPH_PAIRINGS
 from headgraph.server.http.deps import ModelDep, ScoresDep
 from headgraph.server.http.params import ERRORS
 from headgraph.server.http.responses import warm_json
-from headgraph.server.http.schemas import ReferenceOut
+from headgraph.server.http.schemas.reference import ReferenceOut
 
 router = APIRouter(prefix="/api", tags=["reference"])
 

@@ -23,7 +23,7 @@ from headgraph.server.http.params import (DEFAULT_K, ERRORS, K_MAX, CSMode, Grid
                                      Pairing, RankMetric, head_query, labels_query)
 from headgraph.server.models.offered import ModelRef
 from headgraph.server.http.responses import warm_json
-from headgraph.server.http.schemas import HeadOut, PairOut, ScatterOut, ScoreGrid, TopPairs
+from headgraph.server.http.schemas.scores import HeadOut, PairOut, ScatterOut, ScoreGrid, TopPairs
 
 router = APIRouter(prefix="/api", tags=["scores"])
 

@@ -11,8 +11,8 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
-from pydantic import BaseModel, Field
 
+from headgraph.server.http.schemas.series import SeriesOut, TimelineOut
 from headgraph.server.services.comparisons import (MAX_EDGES, named_series, parse_edges, resolve_series,
                                           timeline, timeline_csv, timeline_json)
 from headgraph.server.http.deps import CatalogDep, ScoresDep, cached_first
@@ -20,35 +20,6 @@ from headgraph.server.http.params import ERRORS, Pairing
 from headgraph.server.http.responses import json_response, render
 
 router = APIRouter(prefix="/api", tags=["series"])
-
-
-class Checkpoint(BaseModel):
-    step: int
-    model: str = Field(description="model id, usable as ?model= everywhere")
-
-
-class SeriesOut(BaseModel):
-    series: dict[str, list[Checkpoint]] = Field(description="named series -> checkpoints in step order")
-
-
-class Trajectory(BaseModel):
-    source: str
-    target: str
-    pk: list[float | None] = Field(description="raw PK at each step (null: not a valid pair)")
-    normalized: list[float | None]
-    change: float | None = Field(description="PK at the last step minus PK at the first")
-
-
-class TimelineOut(BaseModel):
-    series: str
-    pairing: str
-    metric: str
-    k: int
-    selection: str
-    steps: list[int]
-    models: list[str]
-    edges: list[Trajectory]
-    method: str
 
 
 @router.get("/series", response_model=SeriesOut, responses=ERRORS,

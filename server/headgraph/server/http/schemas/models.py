@@ -1,0 +1,30 @@
+"""GET /api/models and /api/models/info."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ModelSummary(BaseModel):
+    id: str = Field(description="value to pass as ?model=")
+    kind: str = Field(description="builtin | random | hub | local")
+    status: str = Field(description="available | not cached | not available offline")
+    message: str
+    info: dict[str, Any] | None = Field(None, description="ModelInfo once the model was loaded")
+    fingerprint: str | None = None
+    cached: list[str] | None = Field(None, description="computations in the cache (name?params)")
+
+
+class ModelList(BaseModel):
+    models: list[ModelSummary]
+
+
+class ModelInfoOut(BaseModel):
+    model_config = ConfigDict(protected_namespaces=())
+
+    model: str
+    fingerprint: str
+    info: dict[str, Any] = Field(description="ModelInfo: shape, layer_indices, processing, source")
+    cached: list[str]
