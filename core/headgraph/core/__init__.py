@@ -99,8 +99,13 @@ if TYPE_CHECKING:
     from headgraph.core.activations.ablation import path_ablation
     from headgraph.core.activations.data_pk import data_weighted_pk
     from headgraph.core.activations.patterns import pattern_scores
-    from headgraph.core.errors import (HeadgraphError, InvalidInput, ModelUnavailable, PathNotAllowed,
-                                       UnsupportedModel)
+    from headgraph.core.errors import (
+        HeadgraphError,
+        InvalidInput,
+        ModelUnavailable,
+        PathNotAllowed,
+        UnsupportedModel,
+    )
     from headgraph.core.graphs.build import build_graph
     from headgraph.core.graphs.hubs import hub_table
     from headgraph.core.graphs.labels import builtin_label_sets, parse_label_set

@@ -89,8 +89,8 @@ class RoleBases:
     """Orthonormal bases of one role for all heads, from one batched factorization.
 
     U: [L, H, d_model, r] (without a common ``rank``, columns past a head's
-    measured rank are zero; see core.subspaces); ranks: [L, H]
-    measured numerical ranks (singular values on request: core.subspaces.singular_values).
+    measured rank are zero; see core.scores.subspaces); ranks: [L, H]
+    measured numerical ranks (singular values on request: core.scores.subspaces.singular_values).
     """
 
     role: str

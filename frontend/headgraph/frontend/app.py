@@ -13,16 +13,16 @@ API; without it, endpoints that need one answer with the API's own message.
 from __future__ import annotations
 
 import os
-from urllib.parse import unquote
 from typing import Any
+from urllib.parse import unquote
 
 from dash import Dash
 
-from headgraph.frontend.api.client import ApiClient, ClientPool
 from headgraph.frontend.api.auth import TOKEN_COOKIE, install_request_guards
+from headgraph.frontend.api.client import ApiClient, ClientPool
+from headgraph.frontend.api.context import CONFIG_KEY, ApiProvider, FrontendContext
 from headgraph.frontend.callbacks import register_callbacks
 from headgraph.frontend.callbacks.model import page_data
-from headgraph.frontend.api.context import CONFIG_KEY, ApiProvider, FrontendContext
 from headgraph.frontend.layout.page import build_layout
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from headgraph.core.errors import HeadgraphError, ModelUnavailable, PathNotAllowed
 
+
 class ApiError(Exception):
     """An expected failure with its HTTP status and a one-line message for the client."""
 

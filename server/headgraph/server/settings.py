@@ -7,10 +7,10 @@ pydantic-settings is not a dependency, so this is a frozen dataclass with a
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TypeVar
-from collections.abc import Mapping
 
 DEFAULT_MODELS: tuple[str, ...] = ("demo", "gpt2", "bigscience/bloom-560m", "Qwen/Qwen2-0.5B-Instruct")
 DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")

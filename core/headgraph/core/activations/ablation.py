@@ -25,15 +25,15 @@ Effect measures (position 0, which can only attend to itself, and padding exclud
   by the sum of ||z_T W_O[T]|| (a norm-weighted mean of the per-position relative change,
   robust where an output is near zero); a KV-group target pools its query heads.
 
-Two prompt sets: the bundled natural-text prompts (``core.prompts.default_prompts``) and
-repeated random tokens (``core.patterns.induction_tokens``: BOS when the model uses one,
+Two prompt sets: the bundled natural-text prompts (``core.activations.prompts.default_prompts``) and
+repeated random tokens (``core.activations.patterns.induction_tokens``: BOS when the model uses one,
 then r r). **Split-half reliability**: prompts of a set split into even and odd halves, every
 edge's effect computed on each, Spearman between the halves over the measured edges and its
 Spearman-Brown correction 2r / (1 + r) (clipped to [-1, 1]); None with fewer than three edges
 or a constant half. The mean z of S is taken over the whole set (not per half).
 
-Runs on the demo model (``core.demo_model``), on TransformerBridge models and on GGUF models
-through ``core.gguf_runnable`` (anything with a ``bridge``); computation follows the model's
+Runs on the demo model (``core.models.demo``), on TransformerBridge models and on GGUF models
+through ``core.models.gguf_runnable`` (anything with a ``bridge``); computation follows the model's
 device.
 """
 
@@ -45,8 +45,8 @@ from typing import Any
 
 import torch
 
-from headgraph.core.errors import InvalidInput
 from headgraph.core.activations.runners import Runner, ablation_runner
+from headgraph.core.errors import InvalidInput
 from headgraph.core.names import head_label
 
 PATHS: tuple[str, ...] = ("Q", "K", "V")
@@ -171,7 +171,7 @@ def check_edges(edges: Sequence[Edge], *, n_layers: int, n_heads: int, n_kv: int
 
 
 def top_edges(pk: Any, k: int) -> tuple[Edge, ...]:
-    """The ``k`` highest-PK edges of an OQ / OK / OV PairScores (core.ranking.top_pairs)."""
+    """The ``k`` highest-PK edges of an OQ / OK / OV PairScores (core.scores.ranking.top_pairs)."""
     from headgraph.core.scores.ranking import top_pairs
 
     path = path_of_pairing(pk.pairing)
@@ -303,9 +303,9 @@ def prompt_sets(source: Any, *, prompts: list[str] | None = None, induction_leng
                 induction_batch: int = 20, seed: int = 0
                 ) -> tuple[dict[str, tuple[torch.Tensor, torch.Tensor]], int]:
     """(ids, mask) of the text set and of the random-token set [(bos) r r]; the length used."""
-    from headgraph.core.activations.patterns import induction_tokens
-    from headgraph.core.models.runnable import tokenize_prompts
+    from headgraph.core.activations.patterns import repeated_random_tokens
     from headgraph.core.activations.prompts import default_prompts
+    from headgraph.core.models.runnable import tokenize_prompts
 
     texts = default_prompts() if prompts is None else list(prompts)
     if len(texts) < 2:
@@ -313,12 +313,8 @@ def prompt_sets(source: Any, *, prompts: list[str] | None = None, induction_leng
     if induction_batch < 2:
         raise InvalidInput("path ablation needs at least two random-token sequences")
     ids, mask = tokenize_prompts(source, texts)
-    bos = getattr(source, "bos_token_id", None)
-    offset = 0 if bos is None else 1
-    n_ctx = getattr(source, "n_ctx", None)
-    length = induction_length if not n_ctx else min(induction_length, (int(n_ctx) - offset) // 2)
-    rr = induction_tokens(source, length=length, batch=induction_batch, seed=seed,
-                          device=ids.device)
+    rr, length, _ = repeated_random_tokens(source, length=induction_length, batch=induction_batch,
+                                           seed=seed, device=ids.device)
     return {"text": (ids, mask.bool()), "random": (rr, torch.ones_like(rr, dtype=torch.bool))}, \
         length
 

@@ -19,12 +19,12 @@ S's own variance there can exceed the total. Its random-plane reference is the r
 expectations tr(C_S) / tr(C_X(b)) (``in_share_baseline``: S's share of all the variance
 entering layer b).
 
-**Which subspaces.** U_T is exactly PK's read basis (core.subspaces.role_bases of the
+**Which subspaces.** U_T is exactly PK's read basis (core.scores.subspaces.role_bases of the
 heads' W_Q / W_K / W_V, the same processing as the PK grids), so the data weighting is the
 only change from PK. With ``processing="bridge"`` or ``"raw"`` PK compares span(W_O^T) with
 span(W_P) directly in the residual stream, ignoring the norm between them; data-weighted PK
 therefore measures in the **raw residual stream** too, with no frozen norm scale (unlike
-core.ablation's ``_through_norm``): with ``processing="processed"`` the norm weight and the
+core.activations.ablation's ``_through_norm``): with ``processing="processed"`` the norm weight and the
 centring are folded into W_P, hence into U_T, as they are for PK. The per-position 1 / sigma
 of the norm is a scalar that PK does not see either. Grouped-query models: K and V targets are
 KV groups, as in PK ([L, H, L, H_kv] grids).
@@ -32,14 +32,14 @@ KV groups, as in PK ([L, H, L, H_kv] grids).
 **Low rank.** C_S = W_O^T Sigma_z W_O with Sigma_z [d_head, d_head] the covariance of z_S, so
 with Sigma_z = F F^T (eigen-factor, negative rounding clipped) and X_S = W_O^T F [d_model,
 d_head], tr(U_T^T C_S U_T) = ||X_S^T U_T||_F^2 and tr(C_S) = ||X_S||_F^2: every pair at once is
-the batched sum of squared overlaps PK and CS use (core.overlaps.pairwise_sq_overlap), in
+the batched sum of squared overlaps PK and CS use (core.scores.overlaps.pairwise_sq_overlap), in
 float64, forward pairs only.
 
 **Positions.** Covariances are over real positions: padding is excluded (as in
-core.ablation), and so is each sequence's first real position (BOS where the model uses one,
+core.activations.ablation), and so is each sequence's first real position (BOS where the model uses one,
 whose residual on many LLMs is a constant "massive activation"; otherwise a token that can
 only attend to itself), so one outlier point does not dominate C_X. Prompt sets are
-core.ablation's: the bundled text prompts ("text") or repeated random tokens ("random").
+core.activations.ablation's: the bundled text prompts ("text") or repeated random tokens ("random").
 """
 
 from __future__ import annotations
@@ -50,8 +50,8 @@ from typing import Any
 
 import torch
 
-from headgraph.core.names import GRAPH_PAIRINGS
 from headgraph.core.errors import InvalidInput, UnsupportedModel
+from headgraph.core.names import GRAPH_PAIRINGS
 from headgraph.core.scores.layer_order import layer_mask
 from headgraph.core.scores.overlaps import pairwise_sq_overlap
 from headgraph.core.scores.subspaces import effective_ranks, role_bases
@@ -148,7 +148,7 @@ def counted_positions(mask: torch.Tensor) -> torch.Tensor:
 def covariances(runner: Any, ids: torch.Tensor, mask: torch.Tensor, *, batch_size: int = 32,
                 prompt_set: str = "text", progress: Progress | None = None
                 ) -> ActivationCovariances:
-    """z and residual covariances of a core.ablation runner over (ids, mask) [B, T], in
+    """z and residual covariances of a core.activations.ablation runner over (ids, mask) [B, T], in
     forwards of ``batch_size`` sequences (sums of x and x x^T in float64)."""
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise InvalidInput(f"batch_size must be a positive integer, got {batch_size!r}")
@@ -194,8 +194,8 @@ def activation_covariances(model: Any, *, prompt_set: str = "text",
                            prompts: list[str] | None = None, induction_length: int = 20,
                            induction_batch: int = 20, seed: int = 0, batch_size: int = 32,
                            progress: Progress | None = None) -> ActivationCovariances:
-    """Covariances of a runnable model (what core.ablation.ablation_runner takes) over one of
-    core.ablation's prompt sets: "text" (``prompts``, default the bundled ones) or "random"
+    """Covariances of a runnable model (what core.activations.ablation.ablation_runner takes) over one of
+    core.activations.ablation's prompt sets: "text" (``prompts``, default the bundled ones) or "random"
     (``induction_batch`` sequences [(bos) r r], |r| = ``induction_length``, ``seed``)."""
     from headgraph.core.activations.ablation import prompt_sets
     from headgraph.core.activations.runners import ablation_runner

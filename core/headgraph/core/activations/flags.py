@@ -1,12 +1,12 @@
 """Behaviour flags of heads from their attention-pattern scores: sinks and short descriptions.
 
 Weight-level findings (PK edges, hubs) are easier to read next to what the heads do. From
-``core.patterns.PatternScores`` (mean attention probabilities in [0, 1] per query head):
+``core.activations.patterns.PatternScores`` (mean attention probabilities in [0, 1] per query head):
 
 * **attention sink**: a head whose mean attention to the first position (``first_token``) is
   >= SINK_THRESHOLD (0.9). Such a head puts almost all of its attention on one position, so
   its output barely varies with the input, and PK edges out of (or into) it are weak evidence
-  of a circuit: graph edges touching a sink are flagged (core.graph).
+  of a circuit: graph edges touching a sink are flagged (core.graphs.build).
 * **description**: the pattern kind whose score is highest among the kinds whose score is
   >= its DESCRIBE_THRESHOLDS entry (identity, previous-token, sink, duplicate, induction),
   else "unclassified".
@@ -26,8 +26,8 @@ from typing import Any
 
 import torch
 
-from headgraph.core.errors import InvalidInput
 from headgraph.core.activations.patterns import PATTERN_KINDS, PatternScores
+from headgraph.core.errors import InvalidInput
 from headgraph.core.names import HeadRef, head_label
 
 SINK_THRESHOLD = 0.9

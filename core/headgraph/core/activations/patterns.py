@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from headgraph.core.errors import InvalidInput, UnsupportedModel
 from headgraph.core.activations.prompts import default_prompts
+from headgraph.core.errors import InvalidInput, UnsupportedModel
 from headgraph.core.models.runnable import tokenize_prompts
 from headgraph.core.types import PatternSource
 
@@ -133,6 +133,17 @@ def induction_tokens(source: PatternSource, *, length: int, batch: int, seed: in
     return torch.cat(parts, dim=-1).to(device if device is not None else "cpu")
 
 
+def repeated_random_tokens(source: PatternSource, *, length: int, batch: int, seed: int,
+                           device: torch.device | str | None = None) -> tuple[torch.Tensor, int, int]:
+    """([batch, (bos) + 2*length'] ids of [(bos) r r], length', offset): ``length`` shortened so
+    the sequence fits the source's context (``n_ctx``); offset 1 when a BOS leads, else 0."""
+    offset = 0 if getattr(source, "bos_token_id", None) is None else 1
+    n_ctx = getattr(source, "n_ctx", None)
+    length = length if not n_ctx else min(length, (int(n_ctx) - offset) // 2)
+    rr = induction_tokens(source, length=length, batch=batch, seed=seed, device=device)
+    return rr, length, offset
+
+
 def induction_scores(patterns: torch.Tensor, *, length: int, offset: int) -> torch.Tensor:
     """Induction grid [L, H] from patterns [L, B, H, T, T] on [offset tokens] r r.
 
@@ -164,12 +175,8 @@ def pattern_scores(
     ids, mask = tokenize_prompts(source, prompts)
     grids = text_pattern_scores(_patterns(source, ids, mask), ids, mask)
 
-    bos = getattr(source, "bos_token_id", None)
-    offset = 0 if bos is None else 1
-    n_ctx = getattr(source, "n_ctx", None)
-    length = induction_length if not n_ctx else min(induction_length, (int(n_ctx) - offset) // 2)
-    rr = induction_tokens(source, length=length, batch=induction_batch, seed=seed,
-                          device=ids.device)
+    rr, length, offset = repeated_random_tokens(source, length=induction_length,
+                                                batch=induction_batch, seed=seed, device=ids.device)
     rr_mask = torch.ones_like(rr, dtype=torch.bool)
     grids["induction"] = induction_scores(_patterns(source, rr, rr_mask), length=length,
                                           offset=offset)

@@ -6,7 +6,7 @@ kinds of forward over token ids: a clean one recording each layer's head outputs
 [B, T, d]; and a patched one that adds a change to one layer's Q, K or V input (before rotary)
 and stops once that layer is measured (``StopForward``). ``ablation_runner`` picks the runner
 of the demo model (its own hook points) or of a TransformerBridge (``hook_q`` / ``hook_k`` /
-``hook_v``), GGUF models included through their lazy bridge (core.gguf_runnable).
+``hook_v``), GGUF models included through their lazy bridge (core.models.gguf_runnable).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ class Runner:
     W_O: torch.Tensor  # [L, H, dh, d]
     ln_kind: str | None  # "LN" | "RMS" | None
     ln_w: torch.Tensor | None  # [L, d]
-    source: Any  # what tokenizes and draws random tokens (core.patterns helpers)
+    source: Any  # what tokenizes and draws random tokens (core.activations.patterns helpers)
 
     @property
     def n_heads(self) -> int:
@@ -62,7 +62,7 @@ class Runner:
     def clean(self, ids: torch.Tensor, mask: torch.Tensor, z_layers: set[int],
               target_layers: set[int], resid_layers: Collection[int] = ()) -> CleanRun:
         """z of z_layers | target_layers, norm scale and pattern of target_layers, the
-        residual entering each of resid_layers (core.data_pk)."""
+        residual entering each of resid_layers (core.activations.data_pk)."""
         raise NotImplementedError
 
     def patched(self, ids: torch.Tensor, mask: torch.Tensor, layer: int, path: str,
@@ -234,8 +234,8 @@ class BridgeRunner(Runner):
 
 def ablation_runner(model: Any) -> Runner:
     """The runner of a DemoModel, a TransformerBridge, a pattern source with a ``bridge``
-    (core.patterns.BridgePatternSource, core.gguf_runnable.LazyGGUFSource) or a
-    core.loading.LoadedModel. UnsupportedModel when the model cannot be run here."""
+    (core.models.runnable.BridgePatternSource, core.models.gguf_runnable.LazyGGUFSource) or a
+    core.models.loading.LoadedModel. UnsupportedModel when the model cannot be run here."""
     from headgraph.core.models.demo import DemoModel
 
     if isinstance(model, Runner):

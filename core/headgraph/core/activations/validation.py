@@ -3,7 +3,7 @@
 The question researchers ask of the paper, answered for one model: over forward head pairs
 (source layer < target layer) of one O -> Q/K/V pairing, how well does each weight-level
 metric (PK, CS, data-weighted PK, ...) rank the pairs' path-ablation effects
-(core.ablation)? Two views, each with bootstrap confidence intervals:
+(core.activations.ablation)? Two views, each with bootstrap confidence intervals:
 
 * **random sample**: ``n`` forward pairs drawn uniformly (seeded); per metric the Spearman
   correlation between its value and the effect — how well it ranks pairs in general;
@@ -12,7 +12,7 @@ metric (PK, CS, data-weighted PK, ...) rank the pairs' path-ablation effects
 
 Pure numpy / scipy on arrays: choosing pairs (``sample_forward_pairs``, ``top_pairs_of``) and
 summarising values against effects (``spearman_ci``, ``mean_ci``, ``validation_summary``).
-Running the ablation is the caller's (the server joins core.ablation results).
+Running the ablation is the caller's (the server joins core.activations.ablation results).
 Pairs are positions ``(source layer, source head, target layer, target head)`` on a grid
 [L, H, L, Ht] (Ht = KV groups for a grouped-query model's K / V targets).
 """

@@ -7,7 +7,7 @@ Two granularities:
 
 The graph is an ``nx.MultiDiGraph`` whose edge key is the pairing ("OQ", "OK", ...), so two heads
 joined by several pairings keep one edge per pairing and every export round-trips (the result
-type, HeadGraph, and its exports live in core.head_graph).
+type, HeadGraph, and its exports live in core.graphs.head_graph).
 
 Grouped-query attention: a K/V subspace belongs to a KV head shared by ``n_heads / n_kv_heads``
 query heads. By default (``kv_nodes="group"``) a K/V side becomes its own node ``"L{l}KV{g}"``
@@ -26,15 +26,15 @@ from typing import Any
 import networkx as nx
 import torch
 
-from headgraph.core.errors import InvalidInput
 from headgraph.core.activations.flags import HeadFlags, not_measured
+from headgraph.core.errors import InvalidInput
 from headgraph.core.graphs.head_graph import HeadGraph
 from headgraph.core.graphs.hubs import hub_table
 from headgraph.core.graphs.labels import LabelSet, class_counts, class_recovery
+from headgraph.core.names import GRAPH_PAIRINGS, ROLES, head_label
 from headgraph.core.scores.pk import projection_kernel
 from headgraph.core.scores.ranking import kv_level_cs, top_pairs
 from headgraph.core.types import HeadWeights, ModelInfo, PairScores
-from headgraph.core.names import GRAPH_PAIRINGS, ROLES, head_label
 
 GRANULARITIES: tuple[str, ...] = ("head", "role")
 THRESHOLD_ON: tuple[str, ...] = ("pk", "normalized", "z", "fdr")
@@ -306,10 +306,10 @@ def build_graph(
     max_edges: at most this many edges per pairing (the best ones); a pairing whose rule
     passed more is listed in ``capped`` with how many passed, so a low threshold cannot
     build an unbounded graph.
-    flags: head flags from attention-pattern scores (core.flags.head_flags): nodes get sink
+    flags: head flags from attention-pattern scores (core.activations.flags.head_flags): nodes get sink
     (a KV group: all its query heads are sinks), sink_heads, description and first_token,
     edges source_sink / target_sink, hub rows descriptions; None (no pattern source): nodes
-    and edges have none of them (``core.flags.with_null_flags`` writes them as null, "not
+    and edges have none of them (``core.activations.flags.with_null_flags`` writes them as null, "not
     measured", never False) and the hub rows' description / sink are None.
     """
     layers = _check_args(results, granularity, k, threshold, threshold_on, values, kv_nodes)

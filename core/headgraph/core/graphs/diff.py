@@ -2,7 +2,7 @@
 checkpoints of one run): the difference grid, the top-k edges gained, lost and changed, and
 the hubs of each top-k graph and which moved.
 
-Pure tensor code on two PairScores of the same shape; hubs come from core.hubs on the
+Pure tensor code on two PairScores of the same shape; hubs come from core.graphs.hubs on the
 directed graph of each model's top-k edges (degree counted within that graph).
 """
 
@@ -15,8 +15,8 @@ import networkx as nx
 import torch
 
 from headgraph.core.graphs.hubs import HubTable, hub_table
-from headgraph.core.scores.ranking import top_pairs
 from headgraph.core.graphs.timeline import Edge, axis_names, check_same_layout
+from headgraph.core.scores.ranking import top_pairs
 from headgraph.core.types import PairScores
 
 
@@ -53,7 +53,7 @@ class ModelDiff:
 
     diff: [L, Hs, L, Ht] = B - A of the ranked metric (0 where not valid in both); valid: the
     same shape; gained / lost: [*] EdgeChange best first by B's / A's rank; changed: the kept
-    edges by |delta| descending; hubs_a / hubs_b: core.hubs tables of each top-k graph.
+    edges by |delta| descending; hubs_a / hubs_b: core.graphs.hubs tables of each top-k graph.
     """
 
     pairing: str

@@ -1,4 +1,4 @@
-"""A selected head graph (core.graph.build_graph's result) and its export formats.
+"""A selected head graph (core.graphs.build.build_graph's result) and its export formats.
 
 The graph is an ``nx.MultiDiGraph`` keyed by pairing; ``to_node_link`` / ``to_graphml`` /
 ``to_gexf`` export it and :func:`read_export` reads any of them back into the same graph.
@@ -29,9 +29,9 @@ class HeadGraph:
     pairing), cs (Composition Score of the same head pair, when given; for a KV-group target
     the mean over its query heads, named in cs_of: "mean over L2H2, L2H3"), z / q (when
     selected on them), source_class / target_class (with labels). With head flags
-    (core.flags): node sink, sink_heads, description, first_token; edge source_sink,
+    (core.activations.flags): node sink, sink_heads, description, first_token; edge source_sink,
     target_sink; ``flags`` summarizes them (``measured`` False: no node or edge has them;
-    ``core.flags.with_null_flags`` writes them as null, "not measured", for JSON APIs).
+    ``core.activations.flags.with_null_flags`` writes them as null, "not measured", for JSON APIs).
     """
 
     graph: nx.MultiDiGraph
@@ -44,7 +44,7 @@ class HeadGraph:
     labels: str | None = None
     edge_counts: dict[str, int] = field(default_factory=dict)
     capped: dict[str, int] = field(default_factory=dict)  # pairing -> edges that passed the rule
-    flags: dict[str, Any] | None = None  # sink rule, threshold, sinks, sink_edges (core.graph)
+    flags: dict[str, Any] | None = None  # sink rule, threshold, sinks, sink_edges (core.graphs.build)
 
     def to_node_link(self) -> dict[str, Any]:
         """Node-link JSON (``nx.node_link_data(graph, edges="edges")``); read back with

@@ -1,14 +1,14 @@
 """Hubs of a head graph: degree, weighted degree, PageRank and betweenness per node.
 
 The paper (Yamagiwa et al. 2026, Sec. "graph") reads the directed PK graph of GPT-2 small
-(OQ/OK/OV, top-20 edges each) and finds L4H7 as its hub; ``core.graph.check_paper_hub``
+(OQ/OK/OV, top-20 edges each) and finds L4H7 as its hub; ``core.graphs.build.check_paper_hub``
 rebuilds exactly that graph from any model's weights and returns its top-ranked node. This
 module reads graphs only (it imports nothing that builds them), so it has no import cycle.
 
 Ties are shown as ties: ``rank`` is the full order (degree, then weighted degree, then name),
 ``degree_rank`` the competition rank by degree alone (1, 1, 3, ...) and ``tie`` says whether
 another node has the same degree; ``top_tie`` names every node sharing the top degree. With
-head flags (core.flags, from attention-pattern scores) each row says what its head does
+head flags (core.activations.flags, from attention-pattern scores) each row says what its head does
 (``description``: identity, previous-token, sink, duplicate, induction or unclassified) and
 whether it is an attention sink; without them both are None ("not measured").
 """
@@ -46,8 +46,8 @@ class HubRow:
     is_hub: bool
     degree_rank: int = 0  # 1 + number of nodes with a strictly larger degree (shared by ties)
     tie: bool = False  # another node has the same degree
-    description: str | None = None  # what the head does (core.flags); None: not measured
-    sink: bool | None = None  # attention sink (core.flags); None: not measured
+    description: str | None = None  # what the head does (core.activations.flags); None: not measured
+    sink: bool | None = None  # attention sink (core.activations.flags); None: not measured
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ class HubTable:
     rule: str
     threshold: float  # mean + 2 std of total degree
     betweenness_exact: bool = True  # False: estimated from sampled source nodes (seed 0)
-    describe_rule: str | None = None  # core.flags.DESCRIBE_RULE when rows carry descriptions
+    describe_rule: str | None = None  # core.activations.flags.DESCRIBE_RULE when rows carry descriptions
 
     @property
     def hubs(self) -> list[str]:
@@ -107,7 +107,7 @@ def hub_table(graph: Any, *, top: int = 10, flags: HeadFlags | None = None) -> H
 
     Degrees and weights come from NetworkX itself (``graph.degree``, weight = edge "score").
     Betweenness is exact unless nodes * edges > BETWEENNESS_EXACT_WORK (then sampled pivots,
-    seed 0; ``betweenness_exact`` says which). Ties: module docstring. ``flags`` (core.flags
+    seed 0; ``betweenness_exact`` says which). Ties: module docstring. ``flags`` (core.activations.flags
     .head_flags) describes each node's head(s); node names are head names ("L4H7", "L6KV1",
     "L4H7 O"), a node's "heads" attribute naming the query heads it stands for.
     """

@@ -21,8 +21,8 @@ import networkx as nx
 import torch
 
 from headgraph.core.errors import InvalidInput
-from headgraph.core.types import ModelInfo
 from headgraph.core.names import HeadRef, head_label
+from headgraph.core.types import ModelInfo
 
 # Lenient spellings of a query head accepted in uploaded label files: "l9h6", "9.6", "L3.H0".
 _LENIENT_HEAD_RE = re.compile(r"^\s*L?\s*(\d+)\s*(?:\.|H|\.H)\s*(\d+)\s*$", re.IGNORECASE)

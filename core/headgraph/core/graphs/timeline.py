@@ -15,9 +15,9 @@ from typing import Any
 import torch
 
 from headgraph.core.errors import InvalidInput
+from headgraph.core.names import HeadRef, head_label
 from headgraph.core.scores.ranking import top_pairs
 from headgraph.core.types import PairScores
-from headgraph.core.names import HeadRef, head_label
 
 Edge = tuple[int, int, int, int]  # (source layer, source head, target layer, target head) positions
 

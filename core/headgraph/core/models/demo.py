@@ -100,7 +100,7 @@ class DemoModel(nn.Module):
         self.b_U = nn.Parameter(torch.zeros(V))
         self._index = {name: i for i, name in enumerate(cfg.token_names)}
 
-    # -- PatternSource extras (read by core.patterns) -------------------------------
+    # -- PatternSource extras (read by core.activations.patterns) -------------------------------
     @property
     def d_vocab(self) -> int:
         return self.cfg.d_vocab
@@ -128,7 +128,7 @@ class DemoModel(nn.Module):
         LayerNorm's sqrt(var + eps) of its input, [b, p, 1]; not fired without LayerNorm),
         ``"q"``, ``"k"``, ``"v"`` ([b, h, p, d_head], before the scores), ``"pattern"``
         ([b, h, q, k]) and ``"z"`` ([b, h, p, d_head]); a tensor it returns replaces the one
-        it saw (None keeps it), and it may raise to stop the forward early (core.ablation).
+        it saw (None keeps it), and it may raise to stop the forward early (core.activations.ablation).
         """
         tokens = tokens.to(self.W_E.device)
         T = tokens.shape[-1]

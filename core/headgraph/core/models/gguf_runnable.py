@@ -1,6 +1,6 @@
 """A runnable GGUF model, built lazily: the whole model dequantized by transformers on first use.
 
-``core.gguf_model`` reads only the attention tensors, streaming, which is all PK, CS and
+``core.models.gguf_file`` reads only the attention tensors, streaming, which is all PK, CS and
 tokens need. Attention patterns and ablations need the model to run: ``LazyGGUFSource`` is a
 PatternSource that, the first time anything asks it to run (or for its bridge), dequantizes
 the whole file with transformers (``AutoModelForCausalLM.from_pretrained(folder,
@@ -42,8 +42,8 @@ def boot_gguf_bridge(file: str | os.PathLike[str], *, device: str | torch.device
     wrapped in a TransformerBridge on ``device``. ``tokenizer``: one already built from the
     file (default: transformers builds it from the file). UnsupportedModel on failure,
     naming ``shown`` only (never the path)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformer_lens.model_bridge import TransformerBridge
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     shown = shown or Path(file).name
     real = os.path.realpath(file)
@@ -76,7 +76,7 @@ class LazyGGUFSource:
     ``layer_indices`` is known up front (from the streamed weights); everything else
     (``bridge``, ``tokenize``, ``attention_patterns``, ``token_pool``, ``d_vocab``, ``n_ctx``,
     ``bos_token_id``) loads the model once (thread-safe) and delegates to a
-    ``core.patterns.BridgePatternSource`` over it. ``loaded`` says whether that happened.
+    ``core.models.runnable.BridgePatternSource`` over it. ``loaded`` says whether that happened.
     """
 
     def __init__(self, file: str | os.PathLike[str], *, layer_indices: tuple[int, ...],

@@ -15,8 +15,8 @@ import socket
 from pathlib import Path
 from urllib.parse import urlparse
 
-from headgraph.core.models.tokenizer import has_tokenizer
 from headgraph.core.errors import InvalidInput, ModelUnavailable
+from headgraph.core.models.tokenizer import has_tokenizer
 
 # A cached snapshot counts as complete only with one of these (and a tokenizer).
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",

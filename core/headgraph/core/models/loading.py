@@ -3,10 +3,10 @@
 Spec forms:
 
 - ``"demo"``: the built-in trained demo model (core/data/demo), always offline, no TL needed;
-- ``"demo@step-<step>"``: a checkpoint of the bundled demo series (core.series);
+- ``"demo@step-<step>"``: a checkpoint of the bundled demo series (core.models.series);
 - a ``.gguf`` file, or a folder holding one and no config.json: llama.cpp weights, attention
-  tensors dequantized one at a time (``core.gguf_model``; processing "raw"); runnable through a
-  pattern source that dequantizes the whole model on first use (``core.gguf_runnable``);
+  tensors dequantized one at a time (``core.models.gguf_file``; processing "raw"); runnable through a
+  pattern source that dequantizes the whole model on first use (``core.models.gguf_runnable``);
 - a local folder: a Hugging Face checkpoint (booted with ``TransformerBridge.boot_transformers``)
   or a folder holding a demo-format config (our own loader);
 - a hub name (``gpt2``, ``Qwen/Qwen2-0.5B-Instruct``, ...): booted from the local HF cache
@@ -22,10 +22,10 @@ LayerNorm folded and writing weights centred (``bridge.enable_compatibility_mode
 Checkpoints too big for memory are read tensor by tensor from their safetensors instead
 (``load_heads_safetensors``; attention weights only, processing "raw", no pattern source).
 
-This module resolves specs and boots bridges; the pieces live next to it: ``core.hf_hub``
-(offline switches, HF cache lookup, ModelUnavailable messages), ``core.streaming`` (the
-safetensors reader), ``core.random_models`` (presets, seeded random models) and
-``core.byte_tokenizer`` (the offline byte-level tokenizer).
+This module resolves specs and boots bridges; the pieces live next to it: ``core.models.hub``
+(offline switches, HF cache lookup, ModelUnavailable messages), ``core.models.streamed`` (the
+safetensors reader), ``core.models.random_weights`` (presets, seeded random models) and
+``core.models.tokenizer`` (the offline byte-level tokenizer).
 """
 
 from __future__ import annotations
@@ -37,15 +37,14 @@ from typing import Any
 
 import torch
 
-from headgraph.core.models.tokenizer import byte_level_tokenizer, has_tokenizer
 from headgraph.core.errors import HeadgraphError, InvalidInput, PathNotAllowed, UnsupportedModel
 from headgraph.core.models.gguf_file import GGUF_SUFFIX, find_gguf, is_gguf_spec, load_heads_gguf
 from headgraph.core.models.gguf_runnable import LazyGGUFSource, transformers_supports
 from headgraph.core.models.hub import (
     cached_snapshot,
-    hub_cache_dir,
     check_hub_name,
     fetch_failed,
+    hub_cache_dir,
     hub_unavailable,
     is_network_error,
 )
@@ -67,6 +66,7 @@ from headgraph.core.models.streamed import (
     safetensors_files,
     too_big_for_memory,
 )
+from headgraph.core.models.tokenizer import byte_level_tokenizer, has_tokenizer
 from headgraph.core.types import PROCESSINGS, HeadWeights, ModelInfo, PatternSource
 
 __all__ = ["LoadedModel", "load_heads", "load_model"]
@@ -261,8 +261,8 @@ def _load_demo_folder(folder: Path, *, name: str, device: str, processing: str) 
 def _load_gguf(path: Path, *, name: str, device: str, processing: str, model_root: str | None,
                shown: str) -> LoadedModel:
     """A ``.gguf`` file or a folder holding one: attention tensors dequantized one at a time
-    (``core.gguf_model``), processing "raw", tokenizer from the file; the pattern source
-    (``core.gguf_runnable.LazyGGUFSource``, when transformers knows the architecture)
+    (``core.models.gguf_file``), processing "raw", tokenizer from the file; the pattern source
+    (``core.models.gguf_runnable.LazyGGUFSource``, when transformers knows the architecture)
     dequantizes the whole model only when it is first run.
     Under a model root the file (or every file of the folder) must resolve inside it."""
     if processing == "processed":

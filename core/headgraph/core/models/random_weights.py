@@ -3,7 +3,7 @@
 A random model is built from a transformers config with ``AutoModelForCausalLM.from_config``
 under a fixed seed (default 0), so the same spec always gives the same weights (and the same
 fingerprint); a config in our demo format builds a seeded ``DemoModel`` instead. Booting the
-result as a TransformerBridge is ``core.loading``'s job.
+result as a TransformerBridge is ``core.models.loading``'s job.
 """
 
 from __future__ import annotations

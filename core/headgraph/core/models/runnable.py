@@ -11,7 +11,6 @@ import torch
 from headgraph.core.errors import UnsupportedModel
 from headgraph.core.types import PatternSource
 
-
 # -- a PatternSource for TransformerLens bridges ------------------------------------------
 
 class BridgePatternSource:

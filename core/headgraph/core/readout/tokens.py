@@ -37,10 +37,10 @@ from typing import Any
 import torch
 
 from headgraph.core.errors import InvalidInput, UnsupportedModel
-from headgraph.core.stats.reference import haar_basis
-from headgraph.core.scores.subspaces import role_bases
-from headgraph.core.types import HeadWeights
 from headgraph.core.names import check_role, head_label
+from headgraph.core.scores.subspaces import role_bases
+from headgraph.core.stats.reference import haar_basis
+from headgraph.core.types import HeadWeights
 
 FORMULA = ("score(t) = ||U^T (u_t - mean_t u_t)|| / ||u_t - mean_t u_t||, "
            "U orthonormal basis of the head-role subspace")
@@ -92,7 +92,7 @@ class TokenTable:
 
     token_ids / scores: [n_layers, n_heads, k] (CPU), best first; layers: original block
     numbers of the rows; heads: head indices of the columns (KV heads for K/V under GQA);
-    names: node names ("L4H7" or "L5KV1"); text / display: decoded strings [n_layers][n_heads][k].
+    names: node names ("L4H7" or "L5KV1"); text / display: decoded strings ``[n_layers][n_heads][k]``.
     Baseline (module docstring): ranks [n_layers, n_heads] measured rank of each head's
     subspace; baselines: one TokenBaseline per distinct rank; mean_scores [n_layers, n_heads]
     mean of the k scores; above_baseline [n_layers, n_heads] and token_above [n_layers,

@@ -9,7 +9,7 @@ Never forms a d_model x d_model matrix per pair. With left = A B (A [d, dh], B [
 right = C D (C [d, dh], D [dh, d]), QR factorizations A = Q_A R_A and D^T = Q_D R_D give
 ||A B C D||_F = ||R_A B C R_D^T||_F = ||X^T Y||_F, X = B^T R_A^T, Y = C R_D^T ([d, dh] each),
 and ||left||_F = ||X||_F, ||right||_F = ||Y||_F. The pair norms are then the same batched,
-tiled computation as the Projection Kernel (core.overlaps.pairwise_sq_overlap) on X/||X|| and Y/||Y||.
+tiled computation as the Projection Kernel (core.scores.overlaps.pairwise_sq_overlap) on X/||X|| and Y/||Y||.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from __future__ import annotations
 import torch
 
 from headgraph.core.errors import UnsupportedModel
+from headgraph.core.names import check_mode
 from headgraph.core.scores.layer_order import check_order, layer_mask
 from headgraph.core.scores.overlaps import pairwise_sq_overlap
 from headgraph.core.scores.subspaces import compute_dtype
 from headgraph.core.types import HeadWeights, PairScores
-from headgraph.core.names import check_mode
 
 
 def expand_kv(w: torch.Tensor, n_heads: int) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""a @ b^T products for core.overlaps and core.subspaces, on plain torch.
+"""a @ b^T products for core.scores.overlaps and core.scores.subspaces, on plain torch.
 
 One product path on every device: ``torch.mm`` / ``torch.addmm`` / ``torch.bmm`` (MKL or
 OpenBLAS on the CPU, cuBLAS on CUDA), float32 multiply-adds with float32 accumulation (float64

@@ -1,7 +1,7 @@
 """Sums of squared overlaps ||X_s^T X_t||_F^2 between every pair of heads, batched.
 
 With orthonormal bases this is the Projection Kernel, PK(U_s, U_t) = <P_s, P_t>_F with
-P = U U^T; core.composition uses the same sums for Composition Scores. Two exact formulas,
+P = U U^T; core.scores.composition_score uses the same sums for Composition Scores. Two exact formulas,
 chosen by flop count:
 
 * projector Gram (~d^2/2 per pair plus ~d^2 r/2 per head): P is symmetric, so <P_s, P_t> is a
@@ -14,10 +14,10 @@ chosen by flop count:
   targets are built a few layers at a time (about _GROUP_ROWS heads) and multiplied right
   away, one product per source covering every target role and layer of the group (pairs the
   order drops are zeroed at the end). float32 partial sums are flushed to float64 every
-  _FLUSH_FEATURES features. All products are plain torch (core.gemm), on any device.
+  _FLUSH_FEATURES features. All products are plain torch (core.scores.gemm), on any device.
 * overlap (~r_s r_t d per pair): ||U_s^T U_t||_F^2 from the [r_s, r_t] overlap matrices.
 
-Only the head pairs ``order`` keeps are computed (see core.layer_order): no lower-triangle work
+Only the head pairs ``order`` keeps are computed (see core.scores.layer_order): no lower-triangle work
 for "forward".
 """
 
@@ -31,8 +31,15 @@ import torch
 
 from headgraph.core.errors import InvalidInput
 from headgraph.core.scores.gemm import addmm_nt_, bmm_nt
-from headgraph.core.scores.layer_order import (Rect, check_order, group_cover, group_rects, layer_blocks,
-                                        layer_mask, rect_area)
+from headgraph.core.scores.layer_order import (
+    Rect,
+    check_order,
+    group_cover,
+    group_rects,
+    layer_blocks,
+    layer_mask,
+    rect_area,
+)
 
 # Projector pieces: bands _BLOCK wide, cut at most _HEIGHT tall from the diagonal down (fewer,
 # larger products; measured on the GPT-2 shape, one thread).

@@ -1,8 +1,8 @@
 """Projection Kernel between every pair of heads' role subspaces, as typed results.
 
 PK(U_s, U_t) = ||U_s^T U_t||_F^2 = <P_s, P_t>_F with P = U U^T (the sum of squared cosines of the
-principal angles), for orthonormal bases from core.subspaces. The pair sums come from
-core.overlaps (projector Gram, only the pairs the layer order keeps); several pairings (e.g. OQ,
+principal angles), for orthonormal bases from core.scores.subspaces. The pair sums come from
+core.scores.overlaps (projector Gram, only the pairs the layer order keeps); several pairings (e.g. OQ,
 OK, OV through ``all_pairings``) share one pass that builds each role's pieces once. This
 module turns them into PairScores (bounds, ranks, normalization, validity) and gives one pair's
 principal angles.
@@ -17,11 +17,11 @@ from typing import Any
 import torch
 
 from headgraph.core.errors import InvalidInput
+from headgraph.core.names import PAIRINGS, check_pairing, head_label
 from headgraph.core.scores.layer_order import check_order, layer_mask
 from headgraph.core.scores.overlaps import sq_overlaps
 from headgraph.core.scores.subspaces import effective_ranks, role_bases, roles_bases
 from headgraph.core.types import HeadWeights, PairScores
-from headgraph.core.names import PAIRINGS, check_pairing, head_label
 
 
 def parse_pairing(pairing: str) -> tuple[str, str]:

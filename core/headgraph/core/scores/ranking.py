@@ -14,8 +14,8 @@ from typing import Any
 import torch
 
 from headgraph.core.errors import InvalidInput
-from headgraph.core.types import PairScores
 from headgraph.core.names import head_label
+from headgraph.core.types import PairScores
 
 
 @dataclass(frozen=True)

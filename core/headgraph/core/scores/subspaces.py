@@ -31,10 +31,9 @@ from numbers import Integral, Real
 import torch
 
 from headgraph.core.errors import InvalidInput, UnsupportedModel
+from headgraph.core.names import ROLES, check_role
 from headgraph.core.scores.gemm import bmm_nt
-from headgraph.core.names import ROLES
 from headgraph.core.types import HeadWeights, RoleBases
-from headgraph.core.names import check_role
 
 # Bytes of input matrix per factorization call; larger roles are split into chunks of heads.
 _FACTOR_CHUNK_BYTES = 512 * 1024 * 1024

@@ -37,8 +37,8 @@ import torch
 from headgraph.core.errors import InvalidInput
 from headgraph.core.scores.layer_order import check_order
 from headgraph.core.scores.pk import parse_pairing, projection_kernel
-from headgraph.core.stats.reference import haar_pk_samples
 from headgraph.core.scores.subspaces import compute_dtype, role_bases
+from headgraph.core.stats.reference import haar_pk_samples
 from headgraph.core.types import HeadWeights, ModelInfo, PairScores
 
 # Gaussian entries drawn per batch of null planes.

@@ -18,9 +18,9 @@ import numpy as np
 import torch
 
 from headgraph.core.errors import InvalidInput
+from headgraph.core.names import ROLES
 from headgraph.core.scores.pk import all_pairings
 from headgraph.core.scores.subspaces import role_bases
-from headgraph.core.names import ROLES
 from headgraph.core.types import HeadWeights, PairScores
 
 # Gaussian draws per Monte-Carlo batch are capped at this many entries.
@@ -176,7 +176,7 @@ class PairingHistogram:
 class KLGrid:
     """KL(random || model) per (source role, target role), 4 x 4 in ROLES order.
 
-    kl[i][j] is for pairing ROLES[i] + ROLES[j]; None where a pairing has < 2 valid pairs.
+    ``kl[i][j]`` is for pairing ``ROLES[i] + ROLES[j]``; None where a pairing has < 2 valid pairs.
     """
 
     roles: tuple[str, ...]

@@ -13,7 +13,6 @@ from typing import Any
 
 import httpx
 
-
 BUSY_POLL_S = 0.25  # how often a GET answered 429 (busy) is tried again
 ABLATION_TIMEOUT_S = 600.0  # measuring edges of a real model: loading it, then forward passes
 VALIDATION_TIMEOUT_S = 3600.0  # ~40-100 pairs measured on two prompt sets: minutes on a real model

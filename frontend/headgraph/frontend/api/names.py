@@ -13,7 +13,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-
 # The paper's O -> Q / K / V pairings (the API's ``graph_pairings``), for the pure functions that
 # hold no Vocabulary: the graph's verdicts, the pair panel's data-weighted PK, the report.
 O_PAIRINGS: tuple[str, ...] = ("OQ", "OK", "OV")

@@ -13,9 +13,23 @@ from __future__ import annotations
 
 from dash import Dash
 
-from headgraph.frontend.callbacks import (auth, compare, downloads, graph, heatmap, labels, model,  # noqa: F401
-                                          navigation, panels, reference, router, scatter, tokens, validation,
-                                          verify)
+from headgraph.frontend.callbacks import (  # noqa: F401
+    auth,
+    compare,
+    downloads,
+    graph,
+    heatmap,
+    labels,
+    model,
+    navigation,
+    panels,
+    reference,
+    router,
+    scatter,
+    tokens,
+    validation,
+    verify,
+)
 from headgraph.frontend.callbacks.define import register_all
 
 

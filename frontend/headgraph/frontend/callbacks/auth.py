@@ -13,10 +13,10 @@ from typing import Any
 import flask
 from dash import Dash, Input, Output, State
 
-from headgraph.frontend.api.client import ApiError
 from headgraph.frontend.api.auth import TOKEN_COOKIE
-from headgraph.frontend.callbacks.define import callback
+from headgraph.frontend.api.client import ApiError
 from headgraph.frontend.api.context import api
+from headgraph.frontend.callbacks.define import callback
 
 SIGN_IN_JS = """
 function(nIn, nSubmit, nOut, value) {

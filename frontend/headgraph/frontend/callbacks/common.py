@@ -12,8 +12,8 @@ from typing import Any, TypeVar
 from dash import html
 
 from headgraph.frontend.api.client import ApiClient, ApiError
-from headgraph.frontend.callbacks.router import mark_error
 from headgraph.frontend.api.context import api, vocab
+from headgraph.frontend.callbacks.router import mark_error
 from headgraph.frontend.layout.controls import UNAVAILABLE
 from headgraph.frontend.state.url import PATTERN_OVERLAY, ViewState, parse_query
 

@@ -19,10 +19,15 @@ from headgraph.frontend.callbacks.common import api, error_note, stat, state_of
 from headgraph.frontend.callbacks.define import callback
 from headgraph.frontend.callbacks.router import view_callback
 from headgraph.frontend.figures import empty_figure
-from headgraph.frontend.figures.compare import checkpoint_heatmap, compare_graph, compare_heatmaps, timeline_figure
+from headgraph.frontend.figures.compare import (
+    checkpoint_heatmap,
+    compare_graph,
+    compare_heatmaps,
+    timeline_figure,
+)
 from headgraph.frontend.layout.compare import step_slider
-from headgraph.frontend.state.url import TIMELINE_K_MAX
 from headgraph.frontend.state.readiness import view_params
+from headgraph.frontend.state.url import TIMELINE_K_MAX
 
 PICK_B = "pick model B (a model with the same layers and heads as A, e.g. a checkpoint: demo@step-417)"
 

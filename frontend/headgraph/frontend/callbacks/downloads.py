@@ -12,12 +12,12 @@ from typing import Any
 
 from dash import Input, Output, State, ctx, dcc, no_update
 
-from headgraph.frontend.figures import export as exports
 from headgraph.frontend.api.client import ApiClient, ApiError
 from headgraph.frontend.callbacks.common import api, state_of
+from headgraph.frontend.callbacks.define import callback
 from headgraph.frontend.callbacks.graph import load_graph
 from headgraph.frontend.callbacks.heatmap import metric_grid
-from headgraph.frontend.callbacks.define import callback
+from headgraph.frontend.figures import export as exports
 from headgraph.frontend.layout.page import DOWNLOADABLE
 from headgraph.frontend.state.readiness import view_params
 

@@ -12,17 +12,33 @@ from typing import Any
 
 from dash import Input, Output, html, no_update
 
-from headgraph.frontend.api.names import head_label
 from headgraph.frontend.api.client import ApiError
+from headgraph.frontend.api.names import head_label
 from headgraph.frontend.callbacks.common import WAITING, api, error_note, stat, state_of, with_overlay
 from headgraph.frontend.callbacks.router import view_callback
 from headgraph.frontend.figures import empty_figure, graph_figure
-from headgraph.frontend.figures.graph_filters import (NOT_MEASURED, VERDICTS, EdgeKey, edge_counts, filter_layers,
-                                              find_matches, in_layers, keep_verified, verdict_counts, verdict_map,
-                                              verify_k)
+from headgraph.frontend.figures.graph_filters import (
+    NOT_MEASURED,
+    VERDICTS,
+    EdgeKey,
+    edge_counts,
+    filter_layers,
+    find_matches,
+    in_layers,
+    keep_verified,
+    verdict_counts,
+    verdict_map,
+    verify_k,
+)
 from headgraph.frontend.figures.positions import grid_positions, positions
-from headgraph.frontend.state.url import FDR_DEFAULT_Q, format_layers, format_threshold, graph_on, quantize_threshold
 from headgraph.frontend.state.readiness import view_params
+from headgraph.frontend.state.url import (
+    FDR_DEFAULT_Q,
+    format_layers,
+    format_threshold,
+    graph_on,
+    quantize_threshold,
+)
 
 DEFAULT_FRACTION = 0.8  # threshold mode without a threshold: this far from the scale's min to its max
 API_METRIC = {"pk": "raw", "normalized": "normalized", "z": "z"}  # threshold_on -> GET /api/pk metric

@@ -7,7 +7,15 @@ from typing import Any
 from dash import Output
 
 from headgraph.frontend.api.client import ApiClient, ApiError
-from headgraph.frontend.callbacks.common import WAITING, api, error_note, overlay_classes, stat, state_of, vocab
+from headgraph.frontend.callbacks.common import (
+    WAITING,
+    api,
+    error_note,
+    overlay_classes,
+    stat,
+    state_of,
+    vocab,
+)
 from headgraph.frontend.callbacks.router import view_callback
 from headgraph.frontend.figures import empty_figure, head_grid_figure, score_heatmap
 from headgraph.frontend.figures.heatmaps import block_grid, grid_labels, layer_overview

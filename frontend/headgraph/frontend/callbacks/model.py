@@ -12,11 +12,11 @@ from urllib.parse import parse_qs, urlparse
 from dash import Input, Output, State, ctx, no_update
 
 from headgraph.frontend.api.client import ApiClient, ApiError
+from headgraph.frontend.api.names import Vocabulary
 from headgraph.frontend.callbacks.auth import auth_view
 from headgraph.frontend.callbacks.common import UNAVAILABLE, api, state_of
 from headgraph.frontend.callbacks.common import vocab as client_vocab
 from headgraph.frontend.callbacks.define import callback
-from headgraph.frontend.api.names import Vocabulary
 
 HIDDEN = {"display": "none"}
 

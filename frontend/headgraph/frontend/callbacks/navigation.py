@@ -17,12 +17,19 @@ from typing import Any
 
 from dash import Input, Output, State, ctx, no_update
 
+from headgraph.frontend.api.names import Vocabulary
 from headgraph.frontend.callbacks.common import state_of, vocab
 from headgraph.frontend.callbacks.define import callback
 from headgraph.frontend.layout.controls import VIEW_CONTROLS, control_groups, model_dropdown, tab_links
-from headgraph.frontend.state.url import VIEWS, ViewState, default_state, parse_query, quantize_threshold, to_query
 from headgraph.frontend.state.transitions import CLICK_SOURCES, CONTROL_FIELDS, UPLOAD_SOURCE, next_state
-from headgraph.frontend.api.names import Vocabulary
+from headgraph.frontend.state.url import (
+    VIEWS,
+    ViewState,
+    default_state,
+    parse_query,
+    quantize_threshold,
+    to_query,
+)
 
 # (component id, property) of every input of the URL writer, in order.
 WRITER_INPUTS: tuple[tuple[str, str], ...] = (

@@ -10,13 +10,13 @@ from typing import Any
 
 from dash import Dash, Input, Output, dcc, html
 
-from headgraph.frontend.api.names import O_PAIRINGS
 from headgraph.frontend.api.client import ApiError
+from headgraph.frontend.api.names import O_PAIRINGS
 from headgraph.frontend.callbacks.common import api, error_note, state_of, with_overlay
 from headgraph.frontend.callbacks.router import view_callback
 from headgraph.frontend.figures import PAIRING_COLORS, cosines_figure, empty_figure
-from headgraph.frontend.state.url import ViewState, to_query
 from headgraph.frontend.state.readiness import view_params
+from headgraph.frontend.state.url import ViewState, to_query
 
 WAITING_PANEL = "waiting for the model's results…"
 

@@ -10,8 +10,13 @@ from dash import Output
 from headgraph.frontend.api.client import ApiError
 from headgraph.frontend.callbacks.common import WAITING, api, error_note, stat, state_of
 from headgraph.frontend.callbacks.router import view_callback
-from headgraph.frontend.figures import (empty_figure, kl_grid_figure, null_figure, null_summary,
-                                        reference_figure)
+from headgraph.frontend.figures import (
+    empty_figure,
+    kl_grid_figure,
+    null_figure,
+    null_summary,
+    reference_figure,
+)
 from headgraph.frontend.state.readiness import view_params
 
 

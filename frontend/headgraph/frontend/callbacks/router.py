@@ -25,10 +25,10 @@ from typing import Any
 import flask
 from dash import Dash, Input, Output, State, no_update
 
-from headgraph.frontend.callbacks.define import callback
 from headgraph.frontend.api.context import rendered_views, vocab
-from headgraph.frontend.state.url import DEFAULT_MODEL, VIEWS, ViewState, parse_query
+from headgraph.frontend.callbacks.define import callback
 from headgraph.frontend.state.readiness import ROUTED_VIEWS, TAB_OF, VIEW_PARAMS, view_params
+from headgraph.frontend.state.url import DEFAULT_MODEL, VIEWS, ViewState, parse_query
 
 ROUTED = ROUTED_VIEWS  # graph, heatmap, head-grid, ..., head-panel, pair-panel
 # The URL fields each view renders from (the head grid also follows the selected head / pair).

@@ -23,8 +23,12 @@ from headgraph.frontend.callbacks.common import api, error_note, stat, state_of
 from headgraph.frontend.callbacks.define import callback
 from headgraph.frontend.callbacks.router import view_callback
 from headgraph.frontend.figures import empty_figure
-from headgraph.frontend.figures.validation import validation_figure, validation_scatter_figure, validation_words
 from headgraph.frontend.figures.graph_filters import ABLATION_PAIRINGS
+from headgraph.frontend.figures.validation import (
+    validation_figure,
+    validation_scatter_figure,
+    validation_words,
+)
 from headgraph.frontend.state.readiness import view_params
 
 SHOW = {"display": "flex"}

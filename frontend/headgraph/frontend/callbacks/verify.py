@@ -18,12 +18,12 @@ from dash import Input, Output, State, html, no_update
 
 from headgraph.frontend.api.client import ApiError
 from headgraph.frontend.callbacks.common import api, state_of
-from headgraph.frontend.callbacks.graph import load_graph
 from headgraph.frontend.callbacks.define import callback
+from headgraph.frontend.callbacks.graph import load_graph
 from headgraph.frontend.figures.common import fmt_value
 from headgraph.frontend.figures.graph_filters import ABLATION_PAIRINGS, NOT_MEASURED, verify_k
-from headgraph.frontend.state.url import ViewState
 from headgraph.frontend.state.readiness import view_params
+from headgraph.frontend.state.url import ViewState
 
 SHOW = {"display": "inline-block"}
 HIDE = {"display": "none"}

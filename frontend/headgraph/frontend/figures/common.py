@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
 from collections.abc import Sequence
+from typing import Any
 
 import plotly.graph_objects as go
 

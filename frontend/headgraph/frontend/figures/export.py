@@ -10,8 +10,8 @@ import csv
 import io
 import os
 import shutil
-from typing import Any
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import plotly.graph_objects as go
 import plotly.io as pio

@@ -6,16 +6,22 @@ Edges carry invisible click handles so Dash callbacks can open an edge's detail 
 from __future__ import annotations
 
 import math
-from typing import Any
 from collections.abc import Sequence
+from typing import Any
 
 import plotly.graph_objects as go
 
-from headgraph.frontend.figures.handles import place_handles
-from headgraph.frontend.figures.common import NO_CLASS_COLOR, base_layout, class_colors, fmt_value, pairing_color
-from headgraph.frontend.figures.verdicts import verdict_hover, verdict_legend, verdict_line
+from headgraph.frontend.figures.common import (
+    NO_CLASS_COLOR,
+    base_layout,
+    class_colors,
+    fmt_value,
+    pairing_color,
+)
 from headgraph.frontend.figures.graph_filters import EdgeKey, edge_key, verdict_counts, verdict_of
+from headgraph.frontend.figures.handles import place_handles
 from headgraph.frontend.figures.positions import KV_ROW_OFFSET, Positions, grid_row, is_kv_node
+from headgraph.frontend.figures.verdicts import verdict_hover, verdict_legend, verdict_line
 
 KV_NOTE = (f"<br>KV group: shared keys/values of %s<br>(drawn {KV_ROW_OFFSET:g} row under "
            "its layer, at the mean column of those query heads)")

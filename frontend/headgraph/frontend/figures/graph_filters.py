@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from typing import Any
+
 from headgraph.frontend.api.names import O_PAIRINGS
 
 ABLATION_PAIRINGS = O_PAIRINGS  # pairings whose edges path ablation measures

@@ -9,8 +9,8 @@ reads its group; a group's CS is the mean over its query heads).
 from __future__ import annotations
 
 import re
-from typing import Any
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go

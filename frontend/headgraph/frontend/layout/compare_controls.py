@@ -11,8 +11,8 @@ from typing import Any
 
 from dash import dcc, html
 
-from headgraph.frontend.state.url import TIMELINE_K_MAX, ViewState
 from headgraph.frontend.api.names import Vocabulary
+from headgraph.frontend.state.url import TIMELINE_K_MAX, ViewState
 
 
 def comparison_groups(state: ViewState | None, vocab: Vocabulary | None,

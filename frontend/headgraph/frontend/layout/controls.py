@@ -12,11 +12,21 @@ from typing import Any
 
 from dash import dcc, html
 
-from headgraph.frontend.figures import PAIRING_COLORS
-from headgraph.frontend.state.url import (DEFAULT_MODEL, FDR_Q_RANGE, RANK_ON, THRESHOLD_ON, VERIFICATION_MODES, VIEWS,
-                                      ViewState, format_layers, format_threshold, to_query)
-from headgraph.frontend.layout.compare_controls import comparison_groups
 from headgraph.frontend.api.names import Vocabulary
+from headgraph.frontend.figures import PAIRING_COLORS
+from headgraph.frontend.layout.compare_controls import comparison_groups
+from headgraph.frontend.state.url import (
+    DEFAULT_MODEL,
+    FDR_Q_RANGE,
+    RANK_ON,
+    THRESHOLD_ON,
+    VERIFICATION_MODES,
+    VIEWS,
+    ViewState,
+    format_layers,
+    format_threshold,
+    to_query,
+)
 
 VIEW_LABELS: dict[str, str] = {"graph": "Head graph", "heatmap": "Heatmaps", "scatter": "PK vs CS",
                                "reference": "Random reference", "tokens": "Tokens & patterns",

@@ -18,12 +18,12 @@ import plotly.graph_objects as go
 import plotly.io as pio
 
 from headgraph.frontend.callbacks.graph import all_head_nodes
-from headgraph.frontend.figures.export import browser_path
 from headgraph.frontend.figures.common import base_layout
+from headgraph.frontend.figures.export import browser_path
 from headgraph.frontend.figures.graph import graph_figure
-from headgraph.frontend.figures.reference import kl_grid_figure, null_summary, reference_figure
 from headgraph.frontend.figures.graph_filters import verdict_map
 from headgraph.frontend.figures.positions import grid_positions
+from headgraph.frontend.figures.reference import kl_grid_figure, null_summary, reference_figure
 from headgraph.frontend.report.numbers import GRAPH_PAIRINGS, available
 
 WIDTH_PX = 900

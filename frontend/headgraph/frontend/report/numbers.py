@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
 from headgraph.frontend.api.names import O_PAIRINGS
 
 ROLES = ("Q", "K", "V", "O")

@@ -260,8 +260,8 @@ def render(numbers: dict[str, Any], verdicts: Sequence[Verdict], charts: Sequenc
 
 def index_page(folder: Path) -> str:
     """The findings index: one link per page in ``folder`` with its verdict line."""
-    lines = [INDEX_TITLE, "", "Pages written by `headgraph report MODEL` (see the README's "
-             "\"Findings report\"). Each decides the paper's claims for one model from the API's numbers.", ""]
+    lines = [INDEX_TITLE, "", "Pages written by `headgraph report MODEL` (see `docs/cli.md`, "
+             "\"report\"). Each decides the paper's claims for one model from the API's numbers.", ""]
     for page in sorted(folder.glob("*.md")):
         if page.name == "README.md":
             continue

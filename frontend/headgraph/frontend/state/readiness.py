@@ -12,7 +12,6 @@ from typing import Any
 
 from headgraph.frontend.state.url import PATTERN_OVERLAY, ViewState
 
-
 VIEW_PARAMS: dict[str, tuple[str, ...]] = {
     "graph": ("model", "pairings", "k", "rule", "rank_on", "threshold_on", "threshold", "layout", "overlay",
               "head", "pair", "pairing", "verification", "layers", "find"),

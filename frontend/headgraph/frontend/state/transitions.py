@@ -10,11 +10,24 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from headgraph.frontend.state.url import (DEFAULT_SERIES, DIRECTIONS, GRAINS, LAYOUTS, RANK_ON, RULES,
-                                      THRESHOLD_ON, VERIFICATION_MODES, VIEWS, ViewState, clean_threshold,
-                                      default_overlay, parse_find, parse_layers)
-from headgraph.frontend.state.readiness import focus_head
 from headgraph.frontend.api.names import Vocabulary
+from headgraph.frontend.state.readiness import focus_head
+from headgraph.frontend.state.url import (
+    DEFAULT_SERIES,
+    DIRECTIONS,
+    GRAINS,
+    LAYOUTS,
+    RANK_ON,
+    RULES,
+    THRESHOLD_ON,
+    VERIFICATION_MODES,
+    VIEWS,
+    ViewState,
+    clean_threshold,
+    default_overlay,
+    parse_find,
+    parse_layers,
+)
 
 _LAYER_RE = re.compile(r"^L\d+$")
 

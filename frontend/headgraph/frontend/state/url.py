@@ -10,9 +10,9 @@ back to its default) so a hand-edited or stale link still opens a sensible view.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import asdict, dataclass, replace
 from typing import Any
-import re
 from urllib.parse import parse_qs, urlencode
 
 from headgraph.frontend.api.names import Vocabulary

@@ -1,15 +1,16 @@
-"""Cache-only mode: a request tries the event loop first and may only read the cache there.
+"""Cache-only mode: a request first tries to answer from the cache alone.
 
-``deps.cached_first`` sets CACHE_ONLY while it runs a service call on the event loop; every
-place that would load a model or compute raises ColdMiss instead, and the call is retried in
-a worker thread.
+``http.deps.cached_first`` sets CACHE_ONLY while it runs a service call in a worker thread
+of its own small budget; every place that would load a model or compute raises ColdMiss
+instead, and the call is retried, computing, under the client's cold-work limits. Anonymous
+requests in lab mode never get past that first, cache-only attempt.
 """
 
 from __future__ import annotations
 
 from contextvars import ContextVar
 
-# True while a call runs on the event loop: it may read the cache, never load or compute.
+# True while a call may read the cache but never load a model or compute.
 CACHE_ONLY: ContextVar[bool] = ContextVar("headgraph_cache_only", default=False)
 
 

@@ -30,8 +30,14 @@ from typing import Any, TypeVar
 
 import diskcache
 
-from headgraph.server.cache.write_errors import LOCKED, READ_ONLY, diagnose, is_corruption, write_failure_reason
 from headgraph.server.cache.diskcache_reader import DBNAME, ReadOnlyCache
+from headgraph.server.cache.write_errors import (
+    LOCKED,
+    READ_ONLY,
+    diagnose,
+    is_corruption,
+    write_failure_reason,
+)
 from headgraph.server.errors import CacheUnavailable, one_line
 
 log = logging.getLogger("headgraph.store")

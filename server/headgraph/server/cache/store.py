@@ -8,7 +8,7 @@ Two caches live under the cache folder:
 - ``meta/``: never evicted: per-key compute counters, single-flight locks, job states,
   model fingerprints and uploaded label sets.
 
-A cache that cannot lie: every result is stored as checksummed bytes (server/cache_values.py:
+A cache that cannot lie: every result is stored as checksummed bytes (server/cache/values.py:
 header + blake2b digest + pickle); a value that fails its check, cannot be read or is of an
 older format is a miss (logged, deleted, recomputed), never an answer. A damaged index
 database is moved aside and rebuilt when the store opens; a folder that cannot be written
@@ -42,8 +42,8 @@ from urllib.parse import urlencode
 import psutil
 
 from headgraph.core.types import COMPUTE_VERSION
-from headgraph.server.cache.values import BadValue, check_value, decode_value, encode_value
 from headgraph.server.cache.folders import SafeCache, open_cache
+from headgraph.server.cache.values import BadValue, check_value, decode_value, encode_value
 from headgraph.server.errors import CacheUnavailable, one_line
 
 log = logging.getLogger("headgraph.store")

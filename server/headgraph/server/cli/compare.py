@@ -1,4 +1,4 @@
-"""``headgraph timeline SERIES`` and ``headgraph compare A B`` (server.comparisons).
+"""``headgraph timeline SERIES`` and ``headgraph compare A B`` (server.services.comparisons).
 
 Both print tables to stdout; ``--csv FILE`` / ``--json FILE`` also write the trajectories or
 the comparison (``-`` for stdout instead of the table). The JSON is what GET /api/timeline and
@@ -103,8 +103,13 @@ def add_parser(sub: Any) -> None:
     from headgraph.server.services.comparisons import MAX_EDGES
 
     def cmd_timeline(args: argparse.Namespace) -> int:
-        from headgraph.server.services.comparisons import (parse_edges, resolve_series, timeline,
-                                                  timeline_csv, timeline_json)
+        from headgraph.server.services.comparisons import (
+            parse_edges,
+            resolve_series,
+            timeline,
+            timeline_csv,
+            timeline_json,
+        )
 
         if not 1 <= args.k <= MAX_EDGES:
             raise SystemExit(f"headgraph: error: --k must be in 1..{MAX_EDGES}, got {args.k}")

@@ -1,4 +1,4 @@
-"""``headgraph datapk``: the data-weighted PK table (server.data_pk_computations.data_pk_view).
+"""``headgraph datapk``: the data-weighted PK table (server.computations.data_pk.data_pk_view).
 
 """
 
@@ -9,10 +9,14 @@ import json
 import sys
 from typing import Any
 
-from headgraph.server.cli.common import cache_opt, fail, resolve_model, services_for
 from headgraph.core.names import K_MAX
-from headgraph.server.computations.data_pk import (DATA_PK_PAIRINGS, DATA_PK_PROMPTS,
-                                                   DATA_PK_RANK_ON, DEFAULT_DATA_PK_TOP)
+from headgraph.server.cli.common import cache_opt, fail, resolve_model, services_for
+from headgraph.server.computations.data_pk import (
+    DATA_PK_PAIRINGS,
+    DATA_PK_PROMPTS,
+    DATA_PK_RANK_ON,
+    DEFAULT_DATA_PK_TOP,
+)
 
 COLUMNS = (("rank", "rank", "{}"), ("source", "source", "{}"), ("target", "target", "{}"),
            ("pk", "pk", "{:.3f}"), ("cs", "cs", "{:.3f}"), ("out_share", "out_share", "{:.4f}"),

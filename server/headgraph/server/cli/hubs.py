@@ -1,4 +1,4 @@
-"""``headgraph hubs``: the ranked hub table of the paper's head graph (server.graphs.GraphService.hubs).
+"""``headgraph hubs``: the ranked hub table of the paper's head graph (server.services.graphs.GraphService.hubs).
 
 """
 
@@ -9,8 +9,8 @@ import json
 import sys
 from typing import Any
 
-from headgraph.server.cli.common import cache_opt, fail, resolve_model, services_for
 from headgraph.core.names import DEFAULT_K, GRAPH_PAIRINGS, K_MAX
+from headgraph.server.cli.common import cache_opt, fail, resolve_model, services_for
 
 HUB_COLUMNS = (("rank", "rank", "{}"), ("node", "name", "{}"), ("in", "in_degree", "{}"),
                ("out", "out_degree", "{}"), ("total", "degree", "{}"),
@@ -39,7 +39,7 @@ def hub_text(report: dict[str, Any], rows: list[dict[str, Any]]) -> str:
 
 
 def hub_notes(report: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
-    """Above the table: what each listed node's heads do (core.flags descriptions, "not
+    """Above the table: what each listed node's heads do (core.activations.flags descriptions, "not
     measured" without pattern scores; "sink" marked) and the degree ties, as ties."""
     if not rows:
         return []

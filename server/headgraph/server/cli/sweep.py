@@ -1,4 +1,4 @@
-"""``headgraph sweep SPEC...``: the chosen results of many models computed on Ray (server.sweep).
+"""``headgraph sweep SPEC...``: the chosen results of many models computed on Ray (server.sweep.run).
 
 The parser, the command and the summary table live here so cli.py only registers it.
 Progress (a bar over completed models) goes to stderr, the summary table (or ``--json``)

@@ -1,4 +1,4 @@
-"""``headgraph validate``: weight metrics against path-ablation effects (server.validation_computations).
+"""``headgraph validate``: weight metrics against path-ablation effects (server.computations.validation).
 
 """
 
@@ -9,8 +9,8 @@ import json
 import sys
 from typing import Any
 
-from headgraph.server.computations.ablation import ABLATION_PAIRINGS
 from headgraph.server.cli.common import cache_opt, resolve_model, services_for
+from headgraph.server.computations.ablation import ABLATION_PAIRINGS
 from headgraph.server.computations.validation import DEFAULT_SAMPLE, DEFAULT_TOP, SAMPLE_MAX, TOP_MAX
 
 

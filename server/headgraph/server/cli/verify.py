@@ -1,4 +1,4 @@
-"""``headgraph verify``: path-ablation effects of the top PK edges (server.ablation_computations).
+"""``headgraph verify``: path-ablation effects of the top PK edges (server.computations.ablation).
 
 """
 
@@ -10,8 +10,7 @@ import sys
 from typing import Any
 
 from headgraph.server.cli.common import cache_opt, fail, resolve_model, services_for
-from headgraph.server.computations.ablation import (ABLATION_PAIRINGS, ABLATION_TOP_MAX,
-                                                    DEFAULT_ABLATION_TOP)
+from headgraph.server.computations.ablation import ABLATION_PAIRINGS, ABLATION_TOP_MAX, DEFAULT_ABLATION_TOP
 
 VERIFY_COLUMNS = (("source", "source", "{}"), ("target", "target", "{}"), ("pk", "pk", "{:.3f}"),
                   ("cs", "cs", "{:.3f}"), ("effect text", "effect_text", "{:.4f}"),
@@ -23,7 +22,7 @@ def _fmt(value: Any, fmt: str) -> str:
 
 
 def verify_text(report: dict[str, Any]) -> str:
-    """The path-ablation table (server.ablation_computations.ablation_view) as aligned text."""
+    """The path-ablation table (server.computations.ablation.ablation_view) as aligned text."""
     cells = [[_fmt(r.get(key), fmt) for _, key, fmt in VERIFY_COLUMNS]
              for r in report["edges"]]
     heads = [title for title, _, _ in VERIFY_COLUMNS]

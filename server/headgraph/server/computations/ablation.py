@@ -1,11 +1,11 @@
 """The registered path-ablation computation and the view that joins it with PK and CS.
 
-``ablation`` (core.ablation.path_ablation) measures a set of O -> Q/K/V edges of one model on
+``ablation`` (core.activations.ablation.path_ablation) measures a set of O -> Q/K/V edges of one model on
 its runnable model (the pattern source: the demo, a TransformerBridge, a GGUF booted on first
 use); its key is the pairing and the exact edge set (layer positions), so the top-k of a
 pairing and an explicit edge are cached like every other result. ``ablation_view`` resolves a
 request (top-k by PK, or one named edge) into that edge set and adds each edge's PK and CS
-(a KV-group target: the CS mean over its query heads, core.ranking.kv_level_cs), and its
+(a KV-group target: the CS mean over its query heads, core.scores.ranking.kv_level_cs), and its
 ``verdict`` (``edge_verdict``: one rule for the API, the CLI and the dashboard). With
 ``cached=True`` it only reads: each edge's effects come from any cached ablation of its pairing
 that measured it (an edge's effects do not depend on the other edges measured with it), and an
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from headgraph.core.names import GRAPH_PAIRINGS
 from headgraph.core.errors import UnsupportedModel
+from headgraph.core.names import GRAPH_PAIRINGS
 from headgraph.server.errors import Invalid
 
 if TYPE_CHECKING:  # the CLI's parser reads the constants below without importing torch
@@ -85,7 +85,7 @@ def check_edges(value: Any) -> tuple[tuple[int, int, int, int], ...]:
 def ablation(src: Inputs, *, pairing: str, edges: tuple[tuple[int, int, int, int], ...]
              ) -> dict[str, Any]:
     """Path-ablation effects of ``edges`` on the text and random-token prompt sets, with
-    split-half reliability (core.ablation.path_ablation), JSON data."""
+    split-half reliability (core.activations.ablation.path_ablation), JSON data."""
     from headgraph.core.activations.ablation import Edge, path_ablation, path_of_pairing
     from headgraph.server.computations.convert import jsonable
 

@@ -13,10 +13,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from headgraph.core.types import ModelInfo, PairScores
 from headgraph.core.names import HeadRef, head_label
+from headgraph.core.types import ModelInfo, PairScores
 from headgraph.server.errors import NotFound
-
 
 
 def to_numpy(t: torch.Tensor) -> np.ndarray:

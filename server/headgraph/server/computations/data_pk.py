@@ -1,7 +1,7 @@
 """The registered data-weighted PK computation and the views that join it with PK and CS.
 
-``data_pk`` (core.data_pk) is keyed by model, pairing (OQ / OK / OV) and prompt set ("text":
-the bundled prompts, "random": repeated random tokens, as core.ablation's sets). One forward
+``data_pk`` (core.activations.data_pk) is keyed by model, pairing (OQ / OK / OV) and prompt set ("text":
+the bundled prompts, "random": repeated random tokens, as core.activations.ablation's sets). One forward
 pass serves all three pairings of a prompt set: the core results are kept in the heads' own
 cache (like PK's batch), so the second and third pairing cost no forward. The API / CLI
 answer (both grids, the baselines, the top edges with their PK and CS) is
@@ -13,14 +13,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from headgraph.core.names import GRAPH_PAIRINGS
 from headgraph.core.errors import UnsupportedModel
+from headgraph.core.names import GRAPH_PAIRINGS
 from headgraph.server.errors import Invalid
 
 if TYPE_CHECKING:  # the CLI's parser reads the constants below without importing torch
     from headgraph.server.compute.registry import Computation, Inputs
-    from headgraph.server.models.offered import ModelRef
     from headgraph.server.compute.results import ResultCache
+    from headgraph.server.models.offered import ModelRef
 
 DATA_PK_PAIRINGS = GRAPH_PAIRINGS
 DATA_PK_PROMPTS = ("text", "random")
@@ -44,7 +44,7 @@ def check_prompts(value: Any) -> str:
 
 
 def data_pk(src: Inputs, *, pairing: str, prompts: str) -> dict[str, Any]:
-    """Data-weighted PK of one pairing on one prompt set (core.data_pk.data_pk): numpy grids
+    """Data-weighted PK of one pairing on one prompt set (core.activations.data_pk.data_pk): numpy grids
     out_share / in_share [L, H, L, Ht] (NaN where not valid), valid, the variances and
     baselines, and the run's metadata."""
     from headgraph.core.activations.data_pk import data_pk as core_data_pk

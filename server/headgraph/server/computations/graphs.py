@@ -1,9 +1,9 @@
 """Registered computations of head graphs: the JSON graph and its GraphML / GEXF text.
 
-Both build core.graph.build_graph from the model's cached forward PK (plus CS, z or FDR
+Both build core.graphs.build.build_graph from the model's cached forward PK (plus CS, z or FDR
 values to threshold on) and a label set; the label set's exact classes are part of the key.
-An edge's CS to a KV group is core.ranking.kv_level_cs's mean over its query heads.
-Nodes, edges and hub rows carry the sink flags and descriptions of core.flags, from the
+An edge's CS to a KV group is core.scores.ranking.kv_level_cs's mean over its query heads.
+Nodes, edges and hub rows carry the sink flags and descriptions of core.activations.flags, from the
 model's cached pattern scores (null without a pattern source).
 """
 
@@ -14,12 +14,13 @@ from typing import Any
 
 import torch
 
-from headgraph.core.names import (CS_MODES, MAX_EDGES, check_pairing, cs_mode_of,
-                                       quantize_threshold)
-from headgraph.server.compute.registry import Computation, Inputs, any_value, optional, positive_int
+from headgraph.core.activations.flags import head_flags, pattern_scores_from_dict, with_null_flags
+from headgraph.core.graphs.build import build_graph
+from headgraph.core.names import CS_MODES, MAX_EDGES, check_pairing, cs_mode_of, quantize_threshold
 from headgraph.server.computations.convert import jsonable
-from headgraph.server.errors import Invalid
 from headgraph.server.computations.scores import NULL_SAMPLES
+from headgraph.server.compute.registry import Computation, Inputs, any_value, optional, positive_int
+from headgraph.server.errors import Invalid
 
 GRAPH_FORMATS = ("graphml", "gexf")
 
@@ -41,10 +42,8 @@ def cs_modes_for(pairings: list[str] | tuple[str, ...]) -> list[str]:
 
 def head_graph(src: Inputs, *, pairings: tuple[str, ...], granularity: str, k: int | None,
                threshold: float | None, threshold_on: str, label_set: Any, flags: bool) -> Any:
-    """The core HeadGraph object (core.graph.build_graph) of the model's forward scores; with
+    """The core HeadGraph object (core.graphs.build.build_graph) of the model's forward scores; with
     ``flags``, nodes and edges carry the sink flags and descriptions of its pattern scores."""
-    from headgraph.core.graphs.build import build_graph
-
     results = {p: src.result("pk", pairing=p, order="forward") for p in pairings}
     cs = {m: src.result("cs", mode=m, order="forward") for m in cs_modes_for(pairings)}
     values = None
@@ -62,10 +61,8 @@ def head_graph(src: Inputs, *, pairings: tuple[str, ...], granularity: str, k: i
 
 
 def head_flags_of(src: Inputs) -> Any:
-    """core.flags.HeadFlags from the model's cached pattern scores; None when the model has no
+    """core.activations.flags.HeadFlags from the model's cached pattern scores; None when the model has no
     pattern source (flags then read null, "not measured")."""
-    from headgraph.core.activations.flags import head_flags, pattern_scores_from_dict
-
     patterns = src.result("patterns")
     if not patterns.get("available"):
         return None
@@ -74,8 +71,6 @@ def head_flags_of(src: Inputs) -> Any:
 
 def graph(src: Inputs, **params: Any) -> dict[str, Any]:
     """Head graph as JSON: node-link, hubs, class counts, flags (null when not measured)."""
-    from headgraph.core.activations.flags import with_null_flags
-
     out = head_graph(src, **params).to_dict()
     out["graph"] = with_null_flags(out["graph"])
     return jsonable(out)
@@ -112,7 +107,7 @@ def _graph_key(p: dict[str, Any]) -> dict[str, Any]:
     # Edge CS to a KV group: mean over its valid query heads, named in cs_of (graphs cached
     # before had no cs_of; their keys are not read back).
     key["cs"] = "kv-mean"
-    # Sink flags and hub descriptions from pattern scores (core.flags; older graphs lack them).
+    # Sink flags and hub descriptions from pattern scores (core.activations.flags; older graphs lack them).
     # Without them (pattern scores not computed yet) the graph does not wait for the patterns.
     key["flags"] = "sink-0.9" if p["flags"] else "none"
     return key

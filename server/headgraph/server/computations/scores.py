@@ -2,7 +2,7 @@
 the PK-vs-CS scatter and one pair's detail.
 
 Each is ``fn(inputs, **params) -> payload`` calling core and returning device-free data;
-nothing here re-implements core math. See server/computation.py for the registry.
+nothing here re-implements core math. See server/compute/registry.py for the registry.
 """
 
 from __future__ import annotations
@@ -11,11 +11,35 @@ from typing import Any
 
 import torch
 
-from headgraph.core.names import (check_mode, check_order, check_pairing, check_role, cs_mode_of,
-                                       quantize_percent)
+from headgraph.core.activations.patterns import pattern_scores
+from headgraph.core.names import (
+    check_mode,
+    check_order,
+    check_pairing,
+    check_role,
+    cs_mode_of,
+    quantize_percent,
+)
+from headgraph.core.readout.tokens import top_tokens
+from headgraph.core.scores.composition_score import composition_score
+from headgraph.core.scores.pk import all_pairings, pair_detail, projection_kernel
+from headgraph.core.scores.ranking import compare_metrics
+from headgraph.core.stats.nulls import (
+    anisotropic_null,
+    benjamini_hochberg,
+    haar_null,
+    pair_pvalues,
+    random_init_null,
+)
+from headgraph.core.stats.reference import haar_moments, kl_grid, zscores
+from headgraph.server.computations.convert import (
+    axis_labels,
+    jsonable,
+    pair_scores_from_payload,
+    pair_scores_payload,
+    to_numpy,
+)
 from headgraph.server.compute.registry import Computation, Inputs, positive_int
-from headgraph.server.computations.convert import (axis_labels, jsonable, pair_scores_from_payload,
-                                      pair_scores_payload, to_numpy)
 from headgraph.server.errors import Invalid
 
 TOKENS_CACHED_K = 50  # token tables are computed once at this depth and sliced per request
@@ -25,17 +49,13 @@ FDR_ALPHA = 0.05
 
 
 def pk(src: Inputs, *, pairing: str, order: str) -> dict[str, Any]:
-    """Projection Kernel of one pairing (core.pk.projection_kernel)."""
-    from headgraph.core.scores.pk import projection_kernel
-
+    """Projection Kernel of one pairing (core.scores.pk.projection_kernel)."""
     return pair_scores_payload(projection_kernel(src.heads, pairing, order=order))
 
 
 def pk_batch(src: Inputs, params: list[dict[str, Any]]) -> None:
-    """PK of several pairings in one pass per order (core.pk.all_pairings builds each role's
+    """PK of several pairings in one pass per order (core.scores.pk.all_pairings builds each role's
     bases and projector pieces once); kept in the heads' own cache for ``pk`` to read."""
-    from headgraph.core.scores.pk import all_pairings
-
     orders: dict[str, list[str]] = {}
     for p in params:
         orders.setdefault(p["order"], []).append(p["pairing"])
@@ -44,16 +64,12 @@ def pk_batch(src: Inputs, params: list[dict[str, Any]]) -> None:
 
 
 def cs(src: Inputs, *, mode: str, order: str) -> dict[str, Any]:
-    """Composition Score of one mode (core.composition.composition_score)."""
-    from headgraph.core.scores.composition_score import composition_score
-
+    """Composition Score of one mode (core.scores.composition_score.composition_score)."""
     return pair_scores_payload(composition_score(src.heads, mode, order=order))
 
 
 def z(src: Inputs, *, pairing: str, order: str) -> Any:
     """z-scores of raw PK against its Haar (uniform random subspace) moments; NaN invalid."""
-    from headgraph.core.stats.reference import zscores
-
     ps = src.result("pk", pairing=pairing, order=order)
     scores = zscores(ps, src.info.d_model)
     return to_numpy(torch.where(ps.valid, scores.to(ps.valid.device), torch.nan))
@@ -65,13 +81,10 @@ def null(src: Inputs, *, pairing: str, samples: int) -> dict[str, Any]:
 
     Numpy grids "p" / "p_haar" (NaN where invalid), BH-significant masks at FDR_ALPHA
     ("significant" / "significant_haar"), JSON summaries of both nulls, and
-    "summary_random_init" (core.nulls.random_init_null: the same shapes at random init,
+    "summary_random_init" (core.stats.nulls.random_init_null: the same shapes at random init,
     pooled until 2000 pair samples or 4 models) with "above_random_init_q95", the valid
     forward pairs whose PK exceeds its 0.95-quantile, of "valid_pairs".
     """
-    from headgraph.core.stats.nulls import (anisotropic_null, benjamini_hochberg, haar_null,
-                                      pair_pvalues, random_init_null)
-
     ps = src.result("pk", pairing=pairing, order="forward")
     heads = src.heads
     aniso = anisotropic_null(heads, pairing, samples=samples, seed=0)
@@ -94,8 +107,6 @@ def null(src: Inputs, *, pairing: str, samples: int) -> dict[str, Any]:
 
 def reference(src: Inputs, *, samples: int) -> dict[str, Any]:
     """KL grid between role-pairing PK distributions and Haar moments (JSON data)."""
-    from headgraph.core.stats.reference import haar_moments, kl_grid
-
     heads = src.heads
     info = heads.info
     grid = kl_grid(heads, samples=samples, seed=0)
@@ -108,17 +119,13 @@ def reference(src: Inputs, *, samples: int) -> dict[str, Any]:
 
 def tokens(src: Inputs, *, role: str, k: int) -> dict[str, Any]:
     """Top-k token table of one role for every head, each list flagged against the
-    random-subspace baseline of its rank (core.tokens.top_tokens)."""
-    from headgraph.core.readout.tokens import top_tokens
-
+    random-subspace baseline of its rank (core.readout.tokens.top_tokens)."""
     return jsonable(top_tokens(src.heads, role, k=k).to_dict())
 
 
 def patterns(src: Inputs) -> dict[str, Any]:
-    """Attention-pattern scores per head (core.patterns.pattern_scores); ``available`` is
+    """Attention-pattern scores per head (core.activations.patterns.pattern_scores); ``available`` is
     False when the model cannot be run here (weights read without a runnable model)."""
-    from headgraph.core.activations.patterns import pattern_scores
-
     source = src.patterns
     if source is None:
         return {"available": False}
@@ -126,16 +133,14 @@ def patterns(src: Inputs) -> dict[str, Any]:
 
 
 def scatter(src: Inputs, *, pairing: str, top_percent: float) -> dict[str, Any]:
-    """PK vs CS of every valid pair with quadrants and Spearman (core.ranking.compare_metrics).
+    """PK vs CS of every valid pair with quadrants and Spearman (core.scores.ranking.compare_metrics).
 
     Points are on the PK grid: one per (source head, target head) PK score, so on a
     grouped-query model an OK / OV point is one (source head, target KV group) pair, its CS
-    the mean over the group's query heads (``cs_of``; core.ranking.kv_level_cs, inside
+    the mean over the group's query heads (``cs_of``; core.scores.ranking.kv_level_cs, inside
     compare_metrics), and rho and the quadrant counts count
     each KV score once. quadrant: 0 neither top x%, 1 PK only, 2 CS only, 3 both.
     """
-    from headgraph.core.scores.ranking import compare_metrics
-
     mode = cs_mode_of(pairing)
     if mode is None:
         raise Invalid(f"no Composition Score for pairing {pairing!r}; scatter needs OQ, OK or OV")
@@ -152,7 +157,7 @@ def scatter(src: Inputs, *, pairing: str, top_percent: float) -> dict[str, Any]:
               "pk": cmp.pk_values.reshape(n_src, n_tgt)[rows, cols].tolist(),
               "cs": cs_grid.reshape(n_src, n_tgt)[rows, cols].tolist(),
               "quadrant": cmp.quadrant.reshape(n_src, n_tgt)[rows, cols].tolist()}
-    kv = cmp.kv  # core.ranking.kv_level_cs: the KV-level CS the pair panel and top tables show
+    kv = cmp.kv  # core.scores.ranking.kv_level_cs: the KV-level CS the pair panel and top tables show
     cs_of = "the pair's own Composition Score" if kv is None else kv.describe()
     if kv is not None and kv.grouped:
         cs_of += " (one point per KV score)"
@@ -161,9 +166,7 @@ def scatter(src: Inputs, *, pairing: str, top_percent: float) -> dict[str, Any]:
 
 
 def pair(src: Inputs, *, pairing: str, sl: int, sh: int, tl: int, th: int) -> dict[str, Any]:
-    """PK, normalized PK and principal angles of one pair (core.pk.pair_detail)."""
-    from headgraph.core.scores.pk import pair_detail
-
+    """PK, normalized PK and principal angles of one pair (core.scores.pk.pair_detail)."""
     return jsonable(pair_detail(src.heads, pairing, sl, sh, tl, th).to_dict())
 
 
@@ -182,7 +185,7 @@ def score_computations() -> list[Computation]:
                     load=pair_scores_from_payload),
         Computation("z", z, pairing_order),
         # "init": the payload holds the random-initialization null too (older ones do not),
-        # from as few random-init layers as give 2000 pairs (core.nulls.random_init_layers).
+        # from as few random-init layers as give 2000 pairs (core.stats.nulls.random_init_layers).
         Computation("null", null, {"pairing": check_pairing, "samples": positive_int},
                     key=lambda p: {**p, "init": "random-init-2000-layers"}),
         Computation("reference", reference, {"samples": positive_int}),

@@ -1,13 +1,13 @@
 """The registered validation computation: weight metrics against path-ablation effects.
 
-``validation`` (core.validation) takes one O -> Q/K/V pairing of a runnable model, draws
+``validation`` (core.activations.validation) takes one O -> Q/K/V pairing of a runnable model, draws
 ``n`` forward pairs at random (seeded) and every metric's ``k`` best pairs, measures their
 path-ablation effects (the cached ``ablation`` computation, in edge sets of at most
 ABLATION_TOP_MAX) on both prompt sets, and summarises per metric: Spearman over the random
 sample, mean effect and Spearman over its top-k, each with bootstrap 95% intervals. Metrics
 are on the PK grid (a grouped-query K / V target is a KV group): PK, CS (a KV group: the mean
-over its query heads, core.ranking.kv_level_cs) and the data-weighted PK shares
-(core.data_pk, text prompts).
+over its query heads, core.scores.ranking.kv_level_cs) and the data-weighted PK shares
+(core.activations.data_pk, text prompts).
 """
 
 from __future__ import annotations
@@ -45,8 +45,8 @@ def metric_grids(src: Inputs, pairing: str) -> tuple[dict[str, Any], Any]:
     """{metric: float64 grid [L, H, L, Ht] (NaN where undefined)} and the PK validity mask."""
     import numpy as np
 
-    from headgraph.core.scores.ranking import kv_level_cs
     from headgraph.core.names import cs_mode_of
+    from headgraph.core.scores.ranking import kv_level_cs
 
     ps = src.result("pk", pairing=pairing, order="forward")
     valid = ps.valid.bool().numpy()

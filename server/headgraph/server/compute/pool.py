@@ -2,7 +2,7 @@
 
 The API process never runs model math itself. A cold cache key is computed by sending a
 task naming a registered computation (``Compute(name, ref, params)``, see
-server/computation.py) to a child process (spawned, niced, with its own model LRU); the
+server/compute/registry.py) to a child process (spawned, niced, with its own model LRU); the
 child looks the computation up by that name in its own registry, runs it inline and stores
 the result in the shared diskcache; the API thread that asked waits on the future (no GIL
 held) and then reads the store. So a computation, even one holding the GIL for long

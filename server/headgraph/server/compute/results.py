@@ -14,11 +14,11 @@ from typing import Any
 
 from headgraph.core.types import HeadWeights, ModelInfo
 from headgraph.server.cache.cold_miss import CACHE_ONLY, ColdMiss
-from headgraph.server.models.catalog import ModelCatalog
-from headgraph.server.compute.registry import Computation, Computations
-from headgraph.server.compute.pool import Compute, ComputeFailed, ComputeMany, ComputePool
-from headgraph.server.models.offered import ModelRef
 from headgraph.server.cache.store import KeyedLocks, Store, make_key
+from headgraph.server.compute.pool import Compute, ComputeFailed, ComputeMany, ComputePool
+from headgraph.server.compute.registry import Computation, Computations
+from headgraph.server.models.catalog import ModelCatalog
+from headgraph.server.models.offered import ModelRef
 
 _NO = object()  # "not in the store" sentinel (immutable)
 

@@ -1,6 +1,6 @@
 """Who may do what, and how much cold work one client may start at once.
 
-The auth model (README, "Access"): with no ``HEADGRAPH_API_TOKEN`` the server is a single
+The auth model (docs: operations, "Access"): with no ``HEADGRAPH_API_TOKEN`` the server is a single
 user's (open mode): every read may compute. With a token (lab mode) a request without
 ``Authorization: Bearer <token>`` reads only what is already cached; a cold result, a compute
 job, an upload or an overwrite needs the token (401 otherwise). Either way a client (one

@@ -20,17 +20,32 @@ from fastapi.responses import JSONResponse
 from starlette.routing import Match
 
 from headgraph.server import __version__
+from headgraph.server.compute.pool import watch_parent
+from headgraph.server.errors import error_body
 from headgraph.server.http.access import ColdLimiter
 from headgraph.server.http.bodylimit import BodyLimit
-from headgraph.server.services.wiring import build_services
-from headgraph.server.compute.pool import watch_parent
 from headgraph.server.http.deps import TOKEN_MARK
-from headgraph.server.errors import error_body
 from headgraph.server.http.handlers import install_handlers
+from headgraph.server.http.routers import (
+    ablation,
+    auth,
+    compare,
+    data_pk,
+    downloads,
+    graph,
+    health,
+    jobs,
+    labels,
+    models,
+    reference,
+    scores,
+    series,
+    tokens,
+    validation,
+    vocabulary,
+)
 from headgraph.server.logs import AccessLogMiddleware, configure_logging
-from headgraph.server.http.routers import (ablation, auth, compare, data_pk, downloads, graph, health, jobs,
-                                      labels, models, reference, scores, series, tokens, validation,
-                                      vocabulary)
+from headgraph.server.services.wiring import build_services
 from headgraph.server.settings import Settings
 
 log = logging.getLogger("headgraph.app")

@@ -5,7 +5,7 @@ The services are the ones the composition root built for this app (``app.state.s
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, TypeVar
 
 import anyio
@@ -13,23 +13,23 @@ import anyio.to_thread
 from fastapi import Depends, Header, Query, Request
 from fastapi.concurrency import run_in_threadpool
 
-from headgraph.server.http.access import bearer, cold_work, token_matches
 from headgraph.server.cache.cold_miss import CACHE_ONLY, ColdMiss
-from headgraph.server.models.catalog import ModelCatalog
-from headgraph.server.services.wiring import Services
-from headgraph.server.services.details import DetailService
+from headgraph.server.cache.store import Store
 from headgraph.server.errors import Unauthorized
+from headgraph.server.http.access import bearer, cold_work, token_matches
+from headgraph.server.models.catalog import ModelCatalog
+from headgraph.server.models.offered import ModelRef
+from headgraph.server.services.ablation import AblationService
+from headgraph.server.services.data_pk import DataPKService
+from headgraph.server.services.details import DetailService
 from headgraph.server.services.graphs import GraphService
 from headgraph.server.services.jobs import JobManager
 from headgraph.server.services.labels import LabelService
-from headgraph.server.models.offered import ModelRef
 from headgraph.server.services.scores import ScoresService
-from headgraph.server.settings import Settings
-from headgraph.server.cache.store import Store
-from headgraph.server.services.views import ViewService
-from headgraph.server.services.ablation import AblationService
-from headgraph.server.services.data_pk import DataPKService
 from headgraph.server.services.validation import ValidationService
+from headgraph.server.services.views import ViewService
+from headgraph.server.services.wiring import Services
+from headgraph.server.settings import Settings
 
 T = TypeVar("T")
 
@@ -52,52 +52,18 @@ async def get_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
-def _services(request: Request) -> Services:
-    return request.app.state.services
+def _service(name: str) -> Callable[[Request], Awaitable[Any]]:
+    """The dependency answering this app's service ``name`` (an attribute of ``Services``)."""
+
+    async def get(request: Request) -> Any:
+        services: Services = request.app.state.services
+        return getattr(services, name)
+
+    get.__name__ = f"get_{name}"
+    return get
 
 
-async def get_store(request: Request) -> Store:
-    return _services(request).store
-
-
-async def get_catalog(request: Request) -> ModelCatalog:
-    return _services(request).catalog
-
-
-async def get_scores(request: Request) -> ScoresService:
-    return _services(request).scores
-
-
-async def get_labels(request: Request) -> LabelService:
-    return _services(request).labels
-
-
-async def get_views(request: Request) -> ViewService:
-    return _services(request).views
-
-
-async def get_graphs(request: Request) -> GraphService:
-    return _services(request).graphs
-
-
-async def get_details(request: Request) -> DetailService:
-    return _services(request).details
-
-
-async def get_jobs(request: Request) -> JobManager:
-    return _services(request).jobs
-
-
-async def get_ablation(request: Request) -> AblationService:
-    return _services(request).ablation
-
-
-async def get_data_pk(request: Request) -> DataPKService:
-    return _services(request).data_pk
-
-
-async def get_validation(request: Request) -> ValidationService:
-    return _services(request).validation
+get_catalog = _service("catalog")
 
 
 async def model_ref(model: str = MODEL_QUERY, catalog: ModelCatalog = Depends(get_catalog)) -> ModelRef:
@@ -107,17 +73,17 @@ async def model_ref(model: str = MODEL_QUERY, catalog: ModelCatalog = Depends(ge
 
 # What a router declares as a parameter: ``scores: ScoresDep`` gets this app's ScoresService.
 SettingsDep = Annotated[Settings, Depends(get_settings)]
-StoreDep = Annotated[Store, Depends(get_store)]
+StoreDep = Annotated[Store, Depends(_service("store"))]
 CatalogDep = Annotated[ModelCatalog, Depends(get_catalog)]
-ScoresDep = Annotated[ScoresService, Depends(get_scores)]
-LabelsDep = Annotated[LabelService, Depends(get_labels)]
-ViewsDep = Annotated[ViewService, Depends(get_views)]
-GraphsDep = Annotated[GraphService, Depends(get_graphs)]
-DetailsDep = Annotated[DetailService, Depends(get_details)]
-JobsDep = Annotated[JobManager, Depends(get_jobs)]
-AblationDep = Annotated[AblationService, Depends(get_ablation)]
-DataPKDep = Annotated[DataPKService, Depends(get_data_pk)]
-ValidationDep = Annotated[ValidationService, Depends(get_validation)]
+ScoresDep = Annotated[ScoresService, Depends(_service("scores"))]
+LabelsDep = Annotated[LabelService, Depends(_service("labels"))]
+ViewsDep = Annotated[ViewService, Depends(_service("views"))]
+GraphsDep = Annotated[GraphService, Depends(_service("graphs"))]
+DetailsDep = Annotated[DetailService, Depends(_service("details"))]
+JobsDep = Annotated[JobManager, Depends(_service("jobs"))]
+AblationDep = Annotated[AblationService, Depends(_service("ablation"))]
+DataPKDep = Annotated[DataPKService, Depends(_service("data_pk"))]
+ValidationDep = Annotated[ValidationService, Depends(_service("validation"))]
 ModelDep = Annotated[ModelRef, Depends(model_ref)]
 
 

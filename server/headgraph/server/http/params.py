@@ -11,15 +11,25 @@ from typing import Any
 
 from fastapi import Query
 
-from headgraph.core.names import (DEFAULT_K, GRAPH_PAIRINGS, HEAD_INPUT_PATTERN, K_MAX, CSMode, GridMetric,
-                                       LayerOrder, Pairing, RankMetric, Role)
+from headgraph.core.names import (
+    DEFAULT_K,
+    GRAPH_PAIRINGS,
+    HEAD_INPUT_PATTERN,
+    K_MAX,
+    CSMode,
+    GridMetric,
+    LayerOrder,
+    Pairing,
+    RankMetric,
+    Role,
+)
 from headgraph.server.http.schemas.common import ErrorBody
 
 __all__ = ["DEFAULT_K", "ERRORS", "K_MAX", "PAIRINGS_PATTERN", "CSMode", "GridMetric",
            "LayerOrder", "Pairing", "RankMetric", "Role", "head_query", "labels_query",
            "optional_k_query", "pairings_query"]
 
-# Comma-separated pairings (case-insensitive): core.vocabulary.parse_pairings checks each.
+# Comma-separated pairings (case-insensitive): core.names.parse_pairings checks each.
 PAIRINGS_PATTERN = r"^[QKVOqkvo]{2}(,[QKVOqkvo]{2})*$"
 ERRORS: dict[int | str, dict[str, Any]] = {404: {"model": ErrorBody}, 403: {"model": ErrorBody},
                                            422: {"model": ErrorBody}}

@@ -31,8 +31,8 @@ from headgraph.core.errors import HeadgraphError
 from headgraph.core.models.random_weights import RANDOM_PREFIX, RANDOM_PRESETS, parse_random_spec
 from headgraph.core.types import COMPUTE_VERSION
 from headgraph.server.http.deps import cached_first
-from headgraph.server.services.labels import PATTERN_LABELS
 from headgraph.server.models.offered import ModelRef
+from headgraph.server.services.labels import PATTERN_LABELS
 
 MiB = 1 << 20
 DEFAULT_CACHE_MB = 256

@@ -17,9 +17,9 @@ from typing import Any, Protocol
 
 from headgraph.core.types import HeadWeights, ModelInfo
 from headgraph.server.cache.cold_miss import CACHE_ONLY, ColdMiss
+from headgraph.server.cache.store import KeyedLocks, ModelLRU, Store
 from headgraph.server.models.offered import ModelRef, Registry
 from headgraph.server.settings import Settings
-from headgraph.server.cache.store import KeyedLocks, ModelLRU, Store
 
 PROCESSING = "bridge"
 
@@ -85,7 +85,7 @@ class ModelCatalog:
 
     # -- loading --------------------------------------------------------------------------
     def loaded(self, ref: ModelRef) -> Any:
-        """core.loading.LoadedModel of ``ref``, loaded at most once per process (LRU)."""
+        """core.models.loading.LoadedModel of ``ref``, loaded at most once per process (LRU)."""
         from headgraph.core.models.loading import load_model
 
         if CACHE_ONLY.get():

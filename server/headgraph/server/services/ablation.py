@@ -19,7 +19,6 @@ from urllib.parse import parse_qsl
 from headgraph.core.names import head_label
 from headgraph.core.scores.ranking import kv_level_cs
 from headgraph.server.cache.cold_miss import CACHE_ONLY, ColdMiss
-from headgraph.server.compute.results import ResultCache
 from headgraph.server.computations.ablation import (
     ABLATION_PROMPTS,
     ABLATION_TOP_MAX,
@@ -31,6 +30,7 @@ from headgraph.server.computations.ablation import (
     edge_verdict,
 )
 from headgraph.server.computations.convert import parse_node, role_is_grouped
+from headgraph.server.compute.results import ResultCache
 from headgraph.server.errors import Invalid, NotFound
 from headgraph.server.models.catalog import ModelCatalog
 from headgraph.server.models.offered import ModelRef

@@ -1,10 +1,10 @@
 """Series, timelines and model comparisons served from the per-model PK cache.
 
-A **series** is a named run of checkpoints (``demo-series``: core.series) or a comma list of
+A **series** is a named run of checkpoints (``demo-series``: core.models.series) or a comma list of
 model ids (each an id GET /api/models or GET /api/series gives; steps are then their
 positions 0, 1, ...). A timeline reads each checkpoint's cached PK (``ScoresService.pk``,
-computed on first use like any PK) and hands them to core.timeline; a comparison reads two
-models' PK and hands them to core.model_diff. Different head layouts are a 422 with both
+computed on first use like any PK) and hands them to core.graphs.timeline; a comparison reads two
+models' PK and hands them to core.graphs.diff. Different head layouts are a 422 with both
 layouts named (core's InvalidInput), unknown series a 404.
 """
 
@@ -18,22 +18,22 @@ from typing import Any
 import numpy as np
 
 from headgraph.core.graphs.diff import EdgeChange, ModelDiff, compare_scores
-from headgraph.core.models.series import DEMO_SERIES, demo_series
 from headgraph.core.graphs.timeline import Edge, Timeline, edge_of, edge_trajectories
+from headgraph.core.models.series import DEMO_SERIES, demo_series
 from headgraph.core.names import check_pairing
-from headgraph.server.models.catalog import ModelCatalog
 from headgraph.server.computations.convert import grid_axis_labels, jsonable, role_is_grouped
 from headgraph.server.errors import Invalid, NotFound
+from headgraph.server.models.catalog import ModelCatalog
 from headgraph.server.models.offered import ModelRef, shown
 from headgraph.server.services.scores import ScoresService
 
 MAX_SERIES = 64  # checkpoints one timeline may read
 MAX_EDGES = 50  # edges one timeline may follow
-SERIES_METHOD = ("PK of each edge at every checkpoint (core.timeline.edge_trajectories); "
+SERIES_METHOD = ("PK of each edge at every checkpoint (core.graphs.timeline.edge_trajectories); "
                  "edges: the given ones, else the last checkpoint's top-k by the metric")
 COMPARE_METHOD = ("B - A of the metric on pairs valid in both; gained / lost: edges of B's / "
                   "A's top-k not in the other's; changed: edges in both, by |B - A|; hubs: "
-                  "core.hubs on each top-k graph (core.model_diff.compare_scores)")
+                  "core.graphs.hubs on each top-k graph (core.graphs.diff.compare_scores)")
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ def parse_edges(texts: list[str] | None) -> list[tuple[str, str]] | None:
 
 def timeline(scores: ScoresService, catalog: ModelCatalog, series: Series, pairing: str, *,
              k: int, metric: str, edges: list[tuple[str, str]] | None) -> Timeline:
-    """core.timeline of the series' cached PK of ``pairing``."""
+    """core.graphs.timeline of the series' cached PK of ``pairing``."""
     check_pairing(pairing)
     results = [scores.pk(ref, pairing) for ref in series.refs]
     picked: list[Edge] | None = None if edges is None else \
@@ -118,7 +118,7 @@ def timeline_csv(tl: Timeline) -> str:
 
 def compare(scores: ScoresService, catalog: ModelCatalog, a: ModelRef, b: ModelRef, pairing: str,
             *, k: int, metric: str) -> ModelDiff:
-    """core.model_diff of two models' cached PK of ``pairing``."""
+    """core.graphs.diff of two models' cached PK of ``pairing``."""
     check_pairing(pairing)
     pa, pb = scores.pk(a, pairing), scores.pk(b, pairing)
     info = catalog.model_info(b)

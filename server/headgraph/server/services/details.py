@@ -1,7 +1,7 @@
 """Detail of one head pair or one head: scores, p-values, classes, tokens and partners.
 
 Assembled from the cached results (PK, CS, z, nulls, tokens, patterns) and a label set; only
-the per-pair principal angles (core.pk.pair_detail) are cached here.
+the per-pair principal angles (core.scores.pk.pair_detail) are cached here.
 """
 
 from __future__ import annotations
@@ -11,23 +11,22 @@ from typing import Any
 
 import torch
 
-from headgraph.core.names import head_label
+from headgraph.core.activations.flags import SINK_RULE, SINK_THRESHOLD, head_flags, pattern_scores_from_dict
 from headgraph.core.graphs.labels import LabelSet
+from headgraph.core.names import GRAPH_PAIRINGS, ROLES, HeadRef, check_pairing, head_label
 from headgraph.core.scores.ranking import kv_level_cs
 from headgraph.core.types import ModelInfo
-from headgraph.core.names import GRAPH_PAIRINGS, ROLES, HeadRef, check_pairing
-from headgraph.server.models.catalog import ModelCatalog
 from headgraph.server.computations.convert import axis_labels, jsonable, parse_node, role_is_grouped
 from headgraph.server.computations.data_pk import pair_data_pk
-from headgraph.server.services.labels import LabelService
-from headgraph.server.models.offered import ModelRef
 from headgraph.server.compute.results import ResultCache
+from headgraph.server.models.catalog import ModelCatalog
+from headgraph.server.models.offered import ModelRef
+from headgraph.server.services.labels import LabelService
 from headgraph.server.services.scores import ScoresService
 
 
 class DetailService:
     """What the pair and head detail panels show."""
-
     def __init__(self, catalog: ModelCatalog, scores: ScoresService, labels: LabelService,
                  cache: ResultCache) -> None:
         self.catalog = catalog
@@ -37,7 +36,7 @@ class DetailService:
 
     def pair_detail(self, ref: ModelRef, pairing: str, sl: int, sh: int, tl: int, th: int
                     ) -> dict[str, Any]:
-        """PK, normalized PK and principal angles of one pair (core.pk.pair_detail), cached."""
+        """PK, normalized PK and principal angles of one pair (core.scores.pk.pair_detail), cached."""
         return self.cache.get(ref, "pair", pairing=pairing, sl=sl, sh=sh, tl=tl, th=th)
 
     def pair(self, ref: ModelRef, pairing: str, source: str, target: str,
@@ -45,7 +44,7 @@ class DetailService:
              ) -> dict[str, Any]:
         """Everything about one head pair: PK with principal angles, CS, z, p-values, classes,
         tokens, and the data-weighted PK of the prompt sets ``data_pk_sets`` (cached ones:
-        server.data_pk_computations.cached_data_pk_sets)."""
+        server.computations.data_pk.cached_data_pk_sets)."""
         check_pairing(pairing)
         info = self.catalog.model_info(ref)
         s_role, t_role = pairing[0], pairing[1]
@@ -61,7 +60,7 @@ class DetailService:
         detail["cs"] = None
         if cs is not None:
             # CS grids index query heads; a KV-group target (however the target was named)
-            # gets the mean over its valid query heads, named in "cs_of" (core.ranking.
+            # gets the mean over its valid query heads, named in "cs_of" (core.scores.ranking.
             # kv_level_cs, as the scatter, top tables and graph edges show it); only the
             # source head's row of the grid is reduced.
             row = replace(cs, scores=cs.scores[sl: sl + 1, sh: sh + 1],
@@ -186,11 +185,9 @@ class DetailService:
 
 def _flags(patterns: dict[str, Any] | None, name: str, members: list[str] | None
            ) -> dict[str, Any]:
-    """A head's (or KV group's) behaviour flags from pattern scores (core.flags): sink (a KV
+    """A head's (or KV group's) behaviour flags from pattern scores (core.activations.flags): sink (a KV
     group: every query head it serves), sink_heads, first_token (a group: the mean), description;
     all null when the model has no pattern scores ("not measured")."""
-    from headgraph.core.activations.flags import SINK_RULE, SINK_THRESHOLD, head_flags, pattern_scores_from_dict
-
     out: dict[str, Any] = {"threshold": SINK_THRESHOLD, "rule": SINK_RULE.format(SINK_THRESHOLD),
                            "sink": None, "sink_heads": None, "first_token": None,
                            "description": None}

@@ -1,7 +1,7 @@
 """The graphs service: the head graph as JSON, its hub table and GraphML / GEXF exports.
 
 Graphs are the registered computations "graph" and "graph_export"
-(server/graph_computations.py), cached per parameters and label set (its exact classes).
+(server/computations/graphs.py), cached per parameters and label set (its exact classes).
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from headgraph.core.names import GRAPH_PAIRINGS, K_MAX, check_pairing
-from headgraph.server.errors import Invalid
-from headgraph.server.services.labels import LabelService
-from headgraph.server.models.offered import ModelRef
 from headgraph.server.compute.results import ResultCache
+from headgraph.server.errors import Invalid
+from headgraph.server.models.offered import ModelRef
+from headgraph.server.services.labels import LabelService
 
 
 class GraphService:
@@ -45,7 +45,7 @@ class GraphService:
     def graph(self, ref: ModelRef, *, pairings: list[str], granularity: str, k: int | None,
               threshold: float | None, threshold_on: str, labels: str | None,
               flags: bool | None = None) -> dict[str, Any]:
-        """Head graph (core.graph.build_graph) as JSON: node-link, hubs, class counts, and the
+        """Head graph (core.graphs.build.build_graph) as JSON: node-link, hubs, class counts, and the
         sink flags when ``flags`` (default: the pattern scores are cached; else null); cached."""
         pairings = [check_pairing(p) for p in pairings]
         return self.cache.get(ref, "graph", pairings=tuple(pairings), granularity=granularity,
@@ -60,7 +60,7 @@ class GraphService:
 
         Read from the cached JSON graph (``graph``), so it is the very table GET /api/graph
         returns for the same parameters: model, pairings, k, graph_rule (edge selection),
-        edge_counts, and core.hubs.HubTable.to_dict() (rule, threshold, hubs, rows, top),
+        edge_counts, and core.graphs.hubs.HubTable.to_dict() (rule, threshold, hubs, rows, top),
         plus top_hub.
         """
         names = [check_pairing(p) for p in dict.fromkeys(pairings)]

@@ -4,7 +4,7 @@ A job precomputes everything the dashboard reads for one model (PK per pairing, 
 z-scores, references, anisotropic nulls, token tables, pattern scores) through the same
 single-flight cache keys the GET endpoints use, so a finished job means warm reads. A job is
 driven by a thread of this process, each step computed in a compute process
-(server.compute), so the event loop keeps answering.
+(server.compute.pool), so the event loop keeps answering.
 
 Job records live in the store's never-evicted ``meta`` cache under ``job:{id}``, each naming
 its owner (host, pid and start time of the process running it). A queued or running job
@@ -28,13 +28,13 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from headgraph.core.errors import HeadgraphError
-from headgraph.server.models.catalog import ModelCatalog
-from headgraph.server.compute.pool import process_alive, process_started
+from headgraph.server.cache.store import DiskLock, Store
 from headgraph.server.computations.data_pk import DATA_PK_PROMPTS
+from headgraph.server.compute.pool import process_alive, process_started
 from headgraph.server.errors import ApiError, one_line
+from headgraph.server.models.catalog import ModelCatalog
 from headgraph.server.models.offered import ModelRef
 from headgraph.server.services.scores import ScoresService
-from headgraph.server.cache.store import DiskLock, Store
 
 log = logging.getLogger("headgraph.jobs")
 

@@ -2,7 +2,7 @@
 "patterns" set.
 
 The "patterns" set holds head classes discovered from the model's own attention-pattern
-scores (core.patterns.pattern_scores, mean attention probabilities in [0, 1]). A head gets
+scores (core.activations.patterns.pattern_scores, mean attention probabilities in [0, 1]). A head gets
 the class of its highest score above the threshold among these kinds; heads with none stay
 unlabelled. first_token (the usual attention sink) and identity (what heads with nothing to
 do fall back to) are left out: they are defaults, not functions.
@@ -16,10 +16,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from headgraph.core.graphs.labels import LabelSet, label_set_from_scores
+from headgraph.server.cache.store import Store
 from headgraph.server.errors import Conflict, Invalid, NotFound
 from headgraph.server.models.offered import ModelRef
 from headgraph.server.services.scores import ScoresService
-from headgraph.server.cache.store import Store
 
 PATTERN_LABELS = "patterns"
 MAX_LABEL_SETS = 100  # uploaded sets kept (each at most routers.labels.MAX_UPLOAD bytes)
@@ -34,7 +35,6 @@ PATTERN_LABEL_DESCRIPTION = (
 
 class LabelService:
     """Finding, listing and saving label sets; the per-model set is built from patterns."""
-
     def __init__(self, store: Store, scores: ScoresService) -> None:
         self.store = store
         self.scores = scores
@@ -62,7 +62,6 @@ class LabelService:
         return out
 
     def _uploaded(self, name: str) -> Any:
-        from headgraph.core.graphs.labels import LabelSet
 
         raw = self.store.meta.get("labels:" + name, retry=True)
         if not isinstance(raw, dict):
@@ -89,14 +88,12 @@ class LabelService:
         return found
 
     def pattern_label_set(self, ref: ModelRef) -> Any:
-        """core.labels.LabelSet of ``ref``'s heads classed by attention-pattern scores.
+        """core.graphs.labels.LabelSet of ``ref``'s heads classed by attention-pattern scores.
 
         Built from the cached (single-flight) pattern scores with PATTERN_LABEL_THRESHOLDS;
         heads named L{layer}H{head} (original block numbers). NotFound when the model cannot
         be run here (no attention patterns).
         """
-        from headgraph.core.graphs.labels import label_set_from_scores
-
         patterns = self.scores.patterns(ref)
         grids = {kind: torch.tensor(np.asarray(patterns["scores"][kind], dtype=np.float64))
                  for kind in PATTERN_LABEL_THRESHOLDS}  # JSON null (NaN) -> nan

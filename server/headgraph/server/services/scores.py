@@ -1,8 +1,8 @@
 """The scores service: PK, CS, z-scores, nulls, reference, tokens and patterns of a model.
 
 Each method names a registered computation and its parameters and reads it through the
-result cache (server/resultcache.py); the computations themselves are in
-server/score_computations.py. Only request-level shaping (token-table slices, "no patterns
+result cache (server/compute/results.py); the computations themselves are in
+server/computations/scores.py. Only request-level shaping (token-table slices, "no patterns
 here" as a 404) lives here.
 """
 
@@ -13,15 +13,15 @@ from typing import Any
 import numpy as np
 
 from headgraph.core.errors import UnsupportedModel
-from headgraph.core.types import PairScores
 from headgraph.core.names import check_pairing, check_role, cs_mode_of
-from headgraph.server.models.catalog import ModelCatalog
+from headgraph.core.types import PairScores
 from headgraph.server.computations.data_pk import DATA_PK_PAIRINGS
-from headgraph.server.errors import NotFound
 from headgraph.server.computations.graphs import cs_modes_for
-from headgraph.server.models.offered import ModelRef
-from headgraph.server.compute.results import ResultCache
 from headgraph.server.computations.scores import KL_SAMPLES, NULL_SAMPLES, TOKENS_CACHED_K
+from headgraph.server.compute.results import ResultCache
+from headgraph.server.errors import NotFound
+from headgraph.server.models.catalog import ModelCatalog
+from headgraph.server.models.offered import ModelRef
 
 
 class ScoresService:
@@ -33,7 +33,7 @@ class ScoresService:
 
     # -- scores -------------------------------------------------------------------------
     def pk(self, ref: ModelRef, pairing: str, order: str = "forward") -> PairScores:
-        """Projection Kernel of one pairing (core.pk.projection_kernel), cached."""
+        """Projection Kernel of one pairing (core.scores.pk.projection_kernel), cached."""
         return self.cache.get(ref, "pk", pairing=pairing, order=order)
 
     def pk_together(self, ref: ModelRef, pairings: list[str], order: str = "forward") -> None:
@@ -41,7 +41,7 @@ class ScoresService:
         self.cache.warm(ref, "pk", [{"pairing": p, "order": order} for p in pairings])
 
     def cs(self, ref: ModelRef, mode: str, order: str = "forward") -> PairScores:
-        """Composition Score of one mode (core.composition.composition_score), cached."""
+        """Composition Score of one mode (core.scores.composition_score.composition_score), cached."""
         return self.cache.get(ref, "cs", mode=mode, order=order)
 
     def cs_for(self, ref: ModelRef, pairing: str, order: str = "forward") -> PairScores | None:
@@ -66,7 +66,7 @@ class ScoresService:
 
     # -- tokens and patterns ------------------------------------------------------------
     def tokens(self, ref: ModelRef, role: str) -> dict[str, Any]:
-        """Top-50 token table of one role for every head (core.tokens.top_tokens)."""
+        """Top-50 token table of one role for every head (core.readout.tokens.top_tokens)."""
         return self.cache.get(ref, "tokens", role=role, k=TOKENS_CACHED_K)
 
     def tokens_view(self, ref: ModelRef, role: str, k: int, layer: int | None = None,
@@ -92,7 +92,7 @@ class ScoresService:
                 "n_above_baseline": cut.get("n_above_baseline"), "heads": cut["heads"]}
 
     def patterns(self, ref: ModelRef) -> dict[str, Any]:
-        """Attention-pattern scores per head (core.patterns.pattern_scores), JSON data."""
+        """Attention-pattern scores per head (core.activations.patterns.pattern_scores), JSON data."""
         out = self.cache.get(ref, "patterns")
         if not out.get("available"):
             raise NotFound(f"{ref.id} cannot be run here (weights read without a runnable "

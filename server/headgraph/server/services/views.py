@@ -11,13 +11,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from headgraph.core.types import PairScores
 from headgraph.core.names import GRID_METRICS, RANK_METRICS, check_pairing
-from headgraph.server.models.catalog import ModelCatalog
+from headgraph.core.scores.ranking import kv_level_cs, top_pairs
+from headgraph.core.types import PairScores
 from headgraph.server.computations.convert import axis_labels, jsonable
-from headgraph.server.errors import Invalid, NotFound
-from headgraph.server.models.offered import ModelRef
 from headgraph.server.compute.results import ResultCache
+from headgraph.server.errors import Invalid, NotFound
+from headgraph.server.models.catalog import ModelCatalog
+from headgraph.server.models.offered import ModelRef
 from headgraph.server.services.scores import ScoresService
 
 # A 404 (no such result), not a 422: pairing and metric are each valid, only not together, which
@@ -27,7 +28,6 @@ NO_CS = "no Composition Score for pairing {!r}: CS exists for OQ, OK and OV only
 
 class ViewService:
     """Per-pairing grids, rankings and PK/CS comparisons for the API, downloads and CLI."""
-
     def __init__(self, catalog: ModelCatalog, scores: ScoresService, cache: ResultCache) -> None:
         self.catalog = catalog
         self.scores = scores
@@ -52,17 +52,16 @@ class ViewService:
 
     def top(self, ref: ModelRef, pairing: str, k: int, metric: str, order: str = "forward"
             ) -> list[dict[str, Any]]:
-        """The k best valid pairs by pk | normalized | z | cs (core.ranking.top_pairs).
+        """The k best valid pairs by pk | normalized | z | cs (core.scores.ranking.top_pairs).
 
         Records: rank, source, target (L{block}H{head}; L{block}KV{g} for grouped K/V),
         pk, normalized (of PK), z and cs (when the pairing has a CS mode). Rows are the
         pairing's own pairs whatever the metric; for a grouped-query K/V target the CS is
-        the mean over the KV group's query heads (core.ranking.kv_level_cs, as the pair panel
+        the mean over the KV group's query heads (core.scores.ranking.kv_level_cs, as the pair panel
         and the scatter show it) and ``cs_of`` names them.
         """
         from dataclasses import replace
 
-        from headgraph.core.scores.ranking import kv_level_cs, top_pairs
 
         if metric not in RANK_METRICS:
             raise Invalid(f"unknown metric {metric!r}; allowed: {list(RANK_METRICS)}",

@@ -1,8 +1,8 @@
 """The composition root: the one place that builds the server's services and wires them.
 
-``build_services(settings)`` is what the app (server/app.py), the CLI (server/cli.py) and
+``build_services(settings)`` is what the app (server/http/app.py), the CLI (server/cli/main.py) and
 every compute process (through ``compute_worker``, the factory handed to the ComputePool)
-use. Nothing else constructs a service; routers get theirs through server/deps.py.
+use. Nothing else constructs a service; routers get theirs through server/http/deps.py.
 
     Store ─┬─ ModelCatalog (registry, model LRU, identities) ─┐
            └─ ResultCache (Computations registry, single flight, ComputePool) ─┬─ ScoresService
@@ -16,27 +16,27 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from headgraph.server.cache.store import Store
 from headgraph.server.computations.ablation import ablation_computations
-from headgraph.server.models.catalog import ModelCatalog
-from headgraph.server.compute.registry import Computations
-from headgraph.server.compute.pool import ComputePool
 from headgraph.server.computations.data_pk import data_pk_computations
-from headgraph.server.services.details import DetailService
 from headgraph.server.computations.graphs import graph_computations
+from headgraph.server.computations.scores import score_computations
+from headgraph.server.computations.validation import validation_computations
+from headgraph.server.compute.pool import ComputePool
+from headgraph.server.compute.registry import Computations
+from headgraph.server.compute.results import ResultCache
+from headgraph.server.models.catalog import ModelCatalog
+from headgraph.server.models.offered import ModelRef
+from headgraph.server.services.ablation import AblationService
+from headgraph.server.services.data_pk import DataPKService
+from headgraph.server.services.details import DetailService
 from headgraph.server.services.graphs import GraphService
 from headgraph.server.services.jobs import JobManager
 from headgraph.server.services.labels import LabelService
-from headgraph.server.models.offered import ModelRef
-from headgraph.server.compute.results import ResultCache
-from headgraph.server.computations.scores import score_computations
 from headgraph.server.services.scores import ScoresService
-from headgraph.server.settings import Settings
-from headgraph.server.cache.store import Store
-from headgraph.server.computations.validation import validation_computations
-from headgraph.server.services.views import ViewService
-from headgraph.server.services.ablation import AblationService
-from headgraph.server.services.data_pk import DataPKService
 from headgraph.server.services.validation import ValidationService
+from headgraph.server.services.views import ViewService
+from headgraph.server.settings import Settings
 
 
 def build_computations() -> Computations:
@@ -71,7 +71,7 @@ class Services:
             self.pool.shutdown()
         self.store.close()
 
-    # -- compute-process side (server.compute.ComputeWorker) ------------------------------
+    # -- compute-process side (server.compute.pool.ComputeWorker) ------------------------------
     def identify(self, ref: ModelRef) -> Any:
         return self.catalog.identity(ref)
 

@@ -1,6 +1,6 @@
 """Sweeps: the chosen results of many models computed on Ray into one result cache.
 
-``run_sweep`` submits one task per model spec (server.sweep_task.sweep_task) to a Ray
+``run_sweep`` submits one task per model spec (server.sweep.task.sweep_task) to a Ray
 runtime: a local one started here (``workers`` CPUs, no dashboard, no usage stats) or an
 existing cluster (``address``; its workers must see the same cache folder, e.g. a shared
 file system). Failed attempts are retried by Ray itself (``max_retries`` with

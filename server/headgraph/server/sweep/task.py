@@ -1,8 +1,8 @@
-"""One model of a sweep: the task a Ray worker runs (server.sweep submits it).
+"""One model of a sweep: the task a Ray worker runs (server.sweep.run submits it).
 
 The task builds the CLI's inline services on the sweep's cache, resolves the spec as
 ``headgraph compute`` does and computes the chosen results through the same stages as the
-dashboard's background job (server.jobs.compute_plan), so every value lands under the keys
+dashboard's background job (server.services.jobs.compute_plan), so every value lands under the keys
 the server reads. Bad input (HeadgraphError, ApiError: an unknown model, not a model folder,
 a hub model not available offline) is *returned* as a failure, never retried; anything else
 raised (an I/O error, a worker that died) is left to Ray's ``max_retries`` /
@@ -111,7 +111,7 @@ def resolve_spec(services: Any, spec: str) -> Any:
 
 def result_steps(services: Any, ref: Any, results: Sequence[str]
                  ) -> list[tuple[str, Callable[[], Any]]]:
-    """(stage, thunk) of the chosen results: the job's own stages (server.jobs.compute_plan)
+    """(stage, thunk) of the chosen results: the job's own stages (server.services.jobs.compute_plan)
     whose first word is chosen, then the default head graphs when "graph" is."""
     from headgraph.server.services.jobs import compute_plan
     from headgraph.server.services.labels import PATTERN_LABELS

@@ -1,4 +1,4 @@
-"""Activation-level verification of edges: GET /api/ablation (path ablation, core.ablation).
+"""Activation-level verification of edges: GET /api/ablation (path ablation, core.activations.ablation).
 
 The top-k edges of an O -> Q/K/V pairing by PK (or one named edge, ``edge=L0H0,L1H3``), each source head's output
 mean-ablated on its target's Q, K or V input only, on the bundled text prompts and on
@@ -14,14 +14,13 @@ from typing import Any
 
 from fastapi import APIRouter, Query, Request
 
-from headgraph.server.http.schemas.ablation import AblationOut
 from headgraph.core.names import GraphPairing
-from headgraph.server.computations.ablation import (ABLATION_TOP_MAX, DEFAULT_ABLATION_TOP)
-
-from headgraph.server.services.ablation import EDGE_PATTERN, parse_edge
+from headgraph.server.computations.ablation import ABLATION_TOP_MAX, DEFAULT_ABLATION_TOP
 from headgraph.server.http.deps import AblationDep, ModelDep
 from headgraph.server.http.params import ERRORS
 from headgraph.server.http.responses import render_json, warm_json
+from headgraph.server.http.schemas.ablation import AblationOut
+from headgraph.server.services.ablation import EDGE_PATTERN, parse_edge
 
 router = APIRouter(prefix="/api", tags=["ablation"])
 

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-
 from fastapi import APIRouter, Request
 
-from headgraph.server.http.schemas.auth import AuthOut
 from headgraph.server.http.access import caller_of
+from headgraph.server.http.schemas.auth import AuthOut
 
 router = APIRouter(prefix="/api", tags=["health"])
 

@@ -1,7 +1,7 @@
 """Two models (or checkpoints) of one head layout compared: GET /api/compare.
 
 B - A of one pairing's PK, the top-k edges gained, lost and changed, and the hubs of each
-top-k graph with which moved (server.comparisons, core.model_diff). Different head layouts
+top-k graph with which moved (server.services.comparisons, core.graphs.diff). Different head layouts
 are a 422 naming both.
 """
 
@@ -11,11 +11,11 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, Query, Request
 
-from headgraph.server.http.schemas.compare import CompareOut
-from headgraph.server.services.comparisons import compare, compare_json
-from headgraph.server.http.deps import CatalogDep, ScoresDep, MODEL_PATTERN, cached_first
+from headgraph.server.http.deps import MODEL_PATTERN, CatalogDep, ScoresDep, cached_first
 from headgraph.server.http.params import ERRORS, K_MAX, Pairing
 from headgraph.server.http.responses import json_response, render
+from headgraph.server.http.schemas.compare import CompareOut
+from headgraph.server.services.comparisons import compare, compare_json
 
 router = APIRouter(prefix="/api", tags=["compare"])
 

@@ -1,4 +1,4 @@
-"""Data-weighted PK: GET /api/datapk (core.data_pk), beside PK and CS.
+"""Data-weighted PK: GET /api/datapk (core.activations.data_pk), beside PK and CS.
 
 The share of each source head's actual output variance that falls in a later head's read
 subspace (out_share), and the share of the variance that head reads which the source
@@ -13,12 +13,12 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, Query, Request
 
-from headgraph.server.http.schemas.data_pk import DataPKOut
 from headgraph.core.names import GraphPairing
 from headgraph.server.computations.data_pk import DEFAULT_DATA_PK_TOP
 from headgraph.server.http.deps import DataPKDep, ModelDep
 from headgraph.server.http.params import ERRORS, K_MAX
 from headgraph.server.http.responses import warm_json
+from headgraph.server.http.schemas.data_pk import DataPKOut
 
 router = APIRouter(prefix="/api", tags=["data-weighted PK"])
 

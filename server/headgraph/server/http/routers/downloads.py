@@ -13,16 +13,26 @@ import numpy as np
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
-from headgraph.server.models.catalog import ModelCatalog
 from headgraph.server.computations.convert import cs_grid_of, grid_axis_labels, jsonable
 from headgraph.server.http.access import caller_of
 from headgraph.server.http.deps import CatalogDep, GraphsDep, ModelDep, ScoresDep, ViewsDep, cached_first
-from headgraph.server.http.params import (DEFAULT_K, K_MAX, CSMode, GridMetric, LayerOrder, Pairing,
-                                     RankMetric, labels_query, optional_k_query, pairings_query)
-from headgraph.server.models.offered import ModelRef
+from headgraph.server.http.params import (
+    DEFAULT_K,
+    K_MAX,
+    CSMode,
+    GridMetric,
+    LayerOrder,
+    Pairing,
+    RankMetric,
+    labels_query,
+    optional_k_query,
+    pairings_query,
+)
 from headgraph.server.http.routers.graph import Granularity, ThresholdOn, graph_params, threshold_query
 from headgraph.server.http.routers.scores import grid_response
 from headgraph.server.http.schemas.common import ErrorBody
+from headgraph.server.models.catalog import ModelCatalog
+from headgraph.server.models.offered import ModelRef
 
 router = APIRouter(prefix="/api", tags=["downloads"])
 MEDIA = {"csv": "text/csv", "json": "application/json", "npy": "application/octet-stream",

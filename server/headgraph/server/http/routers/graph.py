@@ -8,9 +8,9 @@ from typing import Any, Literal
 from fastapi import APIRouter, Query, Request
 
 from headgraph.core.names import DEFAULT_K, parse_pairings
+from headgraph.server.errors import Invalid
 from headgraph.server.http.access import caller_of
 from headgraph.server.http.deps import GraphsDep, ModelDep
-from headgraph.server.errors import Invalid
 from headgraph.server.http.params import ERRORS, labels_query, optional_k_query, pairings_query
 from headgraph.server.http.responses import warm_json
 from headgraph.server.http.schemas.graph import GraphOut

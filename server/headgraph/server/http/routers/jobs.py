@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Path
 
-from headgraph.server.http.deps import JobsDep
 from headgraph.server.errors import NotFound
+from headgraph.server.http.deps import JobsDep
 from headgraph.server.http.schemas.common import ErrorBody
 from headgraph.server.http.schemas.jobs import Job
 

@@ -11,19 +11,23 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, Field, StringConstraints, ValidationError
 
-from headgraph.server.http.deps import (CatalogDep, LabelsDep, MODEL_PATTERN, TOKEN_PROTECTED, require_token)
 from headgraph.server.errors import Invalid, NotFound, one_line
-from headgraph.server.services.labels import (PATTERN_LABEL_CLASSES, PATTERN_LABEL_DESCRIPTION,
-                                        PATTERN_LABEL_THRESHOLDS, PATTERN_LABELS)
+from headgraph.server.http.deps import MODEL_PATTERN, TOKEN_PROTECTED, CatalogDep, LabelsDep, require_token
 from headgraph.server.http.responses import warm_json
 from headgraph.server.http.schemas.common import ErrorBody
 from headgraph.server.http.schemas.labels import LabelSetList, LabelSetOut
+from headgraph.server.services.labels import (
+    PATTERN_LABEL_CLASSES,
+    PATTERN_LABEL_DESCRIPTION,
+    PATTERN_LABEL_THRESHOLDS,
+    PATTERN_LABELS,
+)
 
 router = APIRouter(prefix="/api/labels", tags=["labels"])
 MAX_UPLOAD = 1 << 20
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"
 HEAD_KEY_PATTERN = r"^L(0|[1-9][0-9]{0,3})H(0|[1-9][0-9]{0,3})$"
-CLASS_PATTERN = r"^[^\s\x00-\x1f\x7f](?:[^\x00-\x1f\x7f]{0,62}[^\s\x00-\x1f\x7f])?$"  # as core.labels: no C0 control or DEL
+CLASS_PATTERN = r"^[^\s\x00-\x1f\x7f](?:[^\x00-\x1f\x7f]{0,62}[^\s\x00-\x1f\x7f])?$"  # as core.graphs.labels: no C0 control or DEL
 HeadKey = Annotated[str, StringConstraints(pattern=HEAD_KEY_PATTERN)]
 ClassName = Annotated[str, StringConstraints(pattern=CLASS_PATTERN)]
 

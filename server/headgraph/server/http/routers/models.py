@@ -6,7 +6,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
 from headgraph.core.names import parse_pairings
-from headgraph.server.http.deps import (CatalogDep, JobsDep, ModelDep, StoreDep, TOKEN_PROTECTED, require_token)
+from headgraph.server.http.deps import TOKEN_PROTECTED, CatalogDep, JobsDep, ModelDep, StoreDep, require_token
 from headgraph.server.http.params import ERRORS, pairings_query
 from headgraph.server.http.responses import render_json
 from headgraph.server.http.schemas.common import ErrorBody

@@ -13,17 +13,27 @@ from typing import Any
 import numpy as np
 from fastapi import APIRouter, Query, Request
 
+from headgraph.core.names import GraphPairing
 from headgraph.core.types import PairScores
-from headgraph.server.models.catalog import ModelCatalog
 from headgraph.server.computations.convert import cs_grid_of, grid_axis_labels, jsonable
 from headgraph.server.computations.data_pk import cached_data_pk_sets
 from headgraph.server.http.deps import CatalogDep, DetailsDep, ModelDep, ScoresDep, ViewsDep
-from headgraph.core.names import GraphPairing
-from headgraph.server.http.params import (DEFAULT_K, ERRORS, K_MAX, CSMode, GridMetric, LayerOrder,
-                                     Pairing, RankMetric, head_query, labels_query)
-from headgraph.server.models.offered import ModelRef
+from headgraph.server.http.params import (
+    DEFAULT_K,
+    ERRORS,
+    K_MAX,
+    CSMode,
+    GridMetric,
+    LayerOrder,
+    Pairing,
+    RankMetric,
+    head_query,
+    labels_query,
+)
 from headgraph.server.http.responses import warm_json
 from headgraph.server.http.schemas.scores import HeadOut, PairOut, ScatterOut, ScoreGrid, TopPairs
+from headgraph.server.models.catalog import ModelCatalog
+from headgraph.server.models.offered import ModelRef
 
 router = APIRouter(prefix="/api", tags=["scores"])
 

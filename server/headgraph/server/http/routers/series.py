@@ -1,7 +1,7 @@
 """Checkpoint series and per-edge trajectories: GET /api/series, GET /api/timeline.
 
-A timeline follows edges of one pairing across a series' checkpoints (server.comparisons,
-core.timeline): the given ``edge=source,target`` (repeatable) or the last checkpoint's top-k.
+A timeline follows edges of one pairing across a series' checkpoints (server.services.comparisons,
+core.graphs.timeline): the given ``edge=source,target`` (repeatable) or the last checkpoint's top-k.
 ``format=csv`` exports the trajectories one row per (edge, checkpoint).
 """
 
@@ -12,12 +12,19 @@ from typing import Any, Literal
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
-from headgraph.server.http.schemas.series import SeriesOut, TimelineOut
-from headgraph.server.services.comparisons import (MAX_EDGES, named_series, parse_edges, resolve_series,
-                                          timeline, timeline_csv, timeline_json)
 from headgraph.server.http.deps import CatalogDep, ScoresDep, cached_first
 from headgraph.server.http.params import ERRORS, Pairing
 from headgraph.server.http.responses import json_response, render
+from headgraph.server.http.schemas.series import SeriesOut, TimelineOut
+from headgraph.server.services.comparisons import (
+    MAX_EDGES,
+    named_series,
+    parse_edges,
+    resolve_series,
+    timeline,
+    timeline_csv,
+    timeline_json,
+)
 
 router = APIRouter(prefix="/api", tags=["series"])
 

@@ -6,11 +6,11 @@ from typing import Any
 
 from fastapi import APIRouter, Query, Request
 
+from headgraph.server.computations.scores import TOKENS_CACHED_K
 from headgraph.server.http.deps import ModelDep, ScoresDep
 from headgraph.server.http.params import ERRORS, Role
 from headgraph.server.http.responses import warm_json
 from headgraph.server.http.schemas.tokens import PatternsOut, TokensOut
-from headgraph.server.computations.scores import TOKENS_CACHED_K
 
 router = APIRouter(prefix="/api", tags=["tokens"])
 

@@ -1,4 +1,4 @@
-"""Do the weight metrics predict activation-level effects? GET /api/validation (core.validation).
+"""Do the weight metrics predict activation-level effects? GET /api/validation (core.activations.validation).
 
 For one O -> Q/K/V pairing of a runnable model: a seeded random sample of forward pairs plus
 each metric's top-k (PK, CS, data-weighted PK), their path-ablation effects on both prompt
@@ -14,12 +14,12 @@ from typing import Any
 
 from fastapi import APIRouter, Query, Request
 
-from headgraph.server.http.schemas.validation import ValidationOut
 from headgraph.core.names import GraphPairing
-from headgraph.server.http.deps import ValidationDep, ModelDep
+from headgraph.server.computations.validation import DEFAULT_SAMPLE, DEFAULT_TOP, SAMPLE_MAX, TOP_MAX
+from headgraph.server.http.deps import ModelDep, ValidationDep
 from headgraph.server.http.params import ERRORS
 from headgraph.server.http.responses import render_json, warm_json
-from headgraph.server.computations.validation import (DEFAULT_SAMPLE, DEFAULT_TOP, SAMPLE_MAX, TOP_MAX)
+from headgraph.server.http.schemas.validation import ValidationOut
 
 router = APIRouter(prefix="/api", tags=["validation"])
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-
 Grid4 = list[list[list[list[float | None]]]]
 Mask4 = list[list[list[list[bool]]]]
 

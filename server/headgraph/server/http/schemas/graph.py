@@ -25,7 +25,7 @@ class GraphOut(BaseModel):
     recovery: dict[str, float] | None = None
     labels: str | None = None
     flags: dict[str, Any] | None = Field(None, description=(
-        "attention-sink flags (core.flags): measured, threshold, rule, describe_rule, sinks "
+        "attention-sink flags (core.activations.flags): measured, threshold, rule, describe_rule, sinks "
         "(sink head names), sink_edges (per pairing, edges touching a sink); null values when "
         "the model has no pattern scores"))
     graph: dict[str, Any] = Field(description=(
