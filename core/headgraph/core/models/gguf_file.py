@@ -15,19 +15,22 @@ tensors' quantization type (e.g. "Q4_1"); no runnable pattern source.
 from __future__ import annotations
 
 import os
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from headgraph.core.errors import UnsupportedModel
+from headgraph.core.errors import InvalidInput, UnsupportedModel
 from headgraph.core.models.fingerprint import weights_fingerprint
+from headgraph.core.models.shapes import bounded_int, check_tensor_size
 from headgraph.core.types import HeadWeights, ModelInfo
 
 GGUF_SUFFIX = ".gguf"
 # Architectures whose Q/K rows llama.cpp's converter permutes (transformers undoes it for these).
 PERMUTED_ARCHS = frozenset({"llama", "mistral"})
+_ATTN_Q = re.compile(r"^blk\.(\d{1,5})\.attn_q\.weight$")
 _ROLES = ("attn_q", "attn_k", "attn_v", "attn_output")
 
 
@@ -96,13 +99,18 @@ def _field(reader: Any, key: str) -> Any:
         return None
 
 
-def _field_int(reader: Any, arch: str, *names: str) -> int | None:
+def _field_int(reader: Any, arch: str, *names: str) -> Any:
+    """The first of ``names`` present, as an int where it is a whole number (else as stored,
+    for ``shapes.bounded_int`` to refuse by name); None when none is present."""
     for n in names:
         value = _field(reader, f"{arch}.{n}")
         if isinstance(value, list):  # per-layer head counts: take the first layer's
             value = value[0] if value else None
         if value is not None:
-            return int(value)
+            try:
+                return int(value) if float(value).is_integer() else value
+            except (TypeError, ValueError, OverflowError):
+                return value
     return None
 
 
@@ -159,15 +167,26 @@ def load_heads_gguf(path: str | os.PathLike[str], *, device: str | torch.device 
     if not arch or H is None or d_model is None:
         raise UnsupportedModel(f"{shown}: GGUF metadata lacks the architecture, head count or "
                                "embedding length")
-    H_kv = _field_int(reader, arch, "attention.head_count_kv") or H
-    d_head = _field_int(reader, arch, "attention.key_length") or d_model // H
+    H = bounded_int(H, field=f"{arch}.attention.head_count", hi=1024, shown=shown)
+    d_model = bounded_int(d_model, field=f"{arch}.embedding_length", hi=65536, shown=shown)
+    H_kv = bounded_int(_field_int(reader, arch, "attention.head_count_kv") or H,
+                       field=f"{arch}.attention.head_count_kv", hi=H, shown=shown)
+    if H % H_kv:
+        raise InvalidInput(f"{shown}: {H} attention heads are not a multiple of {H_kv} key/value heads")
+    d_head = bounded_int(_field_int(reader, arch, "attention.key_length") or d_model // H or 0,
+                         field=f"{arch}.attention.key_length", hi=8192, shown=shown)
     tensors = {t.name: t for t in reader.tensors}
-    layers = sorted({int(n.split(".")[1]) for n in tensors
-                     if n.startswith("blk.") and n.endswith(".attn_q.weight")})
+    layers = sorted({int(m.group(1)) for n in tensors if (m := _ATTN_Q.match(n))})
     if not layers:
         fused = any(n.endswith(".attn_qkv.weight") for n in tensors)
         raise UnsupportedModel(f"{shown}: no separate attn_q/attn_k/attn_v tensors in this GGUF"
                                + (" (fused attn_qkv is not supported)" if fused else ""))
+    declared = f"shapes (head_count {H}, head_count_kv {H_kv}, key_length {d_head}, embedding_length {d_model})"
+    for role, heads in (("attn_q", H), ("attn_k", H_kv), ("attn_v", H_kv), ("attn_output", H)):
+        key = f"blk.{layers[0]}.{role}.weight"
+        if key in tensors:  # checked before anything of the declared size is allocated
+            check_tensor_size(key, int(tensors[key].n_elements), heads * d_head * d_model,
+                              shown=shown, declared=declared)
     L = len(layers)
     W_Q = torch.empty(L, H, d_model, d_head, dtype=dtype)
     W_K = torch.empty(L, H_kv, d_model, d_head, dtype=dtype)

@@ -30,6 +30,7 @@ safetensors reader), ``core.models.random_weights`` (presets, seeded random mode
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,6 +61,7 @@ from headgraph.core.models.random_weights import (
     random_demo_model,
     read_config_json,
 )
+from headgraph.core.models.shapes import check_config_shapes
 from headgraph.core.models.series import demo_checkpoint, is_demo_checkpoint_spec
 from headgraph.core.models.streamed import (
     load_heads_safetensors,
@@ -344,6 +346,7 @@ def _load_folder_in(folder: Path, *, name: str, source: str, device: str, proces
 
     if is_demo_folder(folder):
         return _load_demo_folder(folder, name=name, device=device, processing=processing)
+    check_config_shapes(_config_json(folder, name), shown=f"{name}/config.json")
     if streaming is None:
         streaming = too_big_for_memory(folder, dtype)
     if streaming:
@@ -365,6 +368,14 @@ def _load_folder_in(folder: Path, *, name: str, source: str, device: str, proces
     return _from_bridge(bridge, name=name, source=source, processing=processing, device=device)
 
 
+def _config_json(folder: Path, name: str) -> Any:
+    """The folder's config.json as JSON; InvalidInput naming it when it is not JSON."""
+    try:
+        return json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise InvalidInput(f"{name}/config.json is not readable JSON ({type(err).__name__})") from err
+
+
 # -- random models --------------------------------------------------------------------------
 
 def _load_random(spec: str, *, device: str, processing: str, dtype: torch.dtype,
@@ -382,6 +393,7 @@ def _load_random(spec: str, *, device: str, processing: str, dtype: torch.dtype,
             model = random_demo_model(raw, seed=seed, device=device)
             heads = model.head_weights(name=spec, device=device)
             return LoadedModel(heads=heads, patterns=model, tokenizer=model, info=heads.info)
+        check_config_shapes(raw, shown=f"{body} (config)")
         config = hf_config(cfg_file)
     hf_model = random_causal_lm(config, seed=seed, name=spec, device=device, dtype=dtype)
     tokenizer = byte_level_tokenizer() if config.vocab_size >= 257 else None

@@ -1,0 +1,97 @@
+"""Malformed model files under the model root are refused with a 4xx naming the file and the
+field, never a 500 or an allocation the size the file claims (a real server, real files).
+
+Each folder is what a lab member might drop into ``HEADGRAPH_MODEL_ROOT`` by mistake: a
+config.json with zero heads or a list for a width, GGUF files with zero heads, a tensor name
+that is not ``blk.<n>.…``, or metadata declaring 1000 heads of width 100000 over tiny tensors.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import gguf
+import httpx
+import numpy as np
+import pytest
+
+GPT2 = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_layer": 2, "n_head": 4,
+        "n_embd": 64, "n_positions": 64, "vocab_size": 300}
+
+
+def _config(root: Path, name: str, **fields: object) -> None:
+    folder = root / name
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({**GPT2, **fields}))
+
+
+def _gguf(root: Path, name: str, *, heads: int, width: int, tensors: dict[str, tuple[int, int]]) -> None:
+    folder = root / name
+    folder.mkdir()
+    w = gguf.GGUFWriter(str(folder / "model.gguf"), "llama")
+    w.add_block_count(1)
+    w.add_head_count(heads)
+    w.add_head_count_kv(heads)
+    w.add_embedding_length(width)
+    w.add_context_length(64)
+    for tensor, shape in tensors.items():
+        w.add_tensor(tensor, np.zeros(shape, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+ATTN = {f"blk.0.{r}.weight": (16, 16) for r in ("attn_q", "attn_k", "attn_v", "attn_output")}
+CASES = {  # model id -> what the message must name
+    "local:cfg_heads_zero": "n_head",
+    "local:cfg_width_list": "n_embd",
+    "local:cfg_heads_split": "split into",
+    "local:gg_heads_zero": "head_count",
+    "local:gg_bad_name": "attn_q",
+    "local:gg_huge": "embedding_length",
+    "local:gg_wide": "declared shapes",
+}
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("malformed")
+    _config(root, "cfg_heads_zero", n_head=0)
+    _config(root, "cfg_width_list", n_embd=[64])
+    _config(root, "cfg_heads_split", n_head=5)
+    _gguf(root, "gg_heads_zero", heads=0, width=16, tensors=ATTN)
+    _gguf(root, "gg_bad_name", heads=2, width=16,
+          tensors={k.replace("blk.0.", "blk.x0."): v for k, v in ATTN.items()})
+    _gguf(root, "gg_huge", heads=1000, width=100000, tensors=ATTN)
+    _gguf(root, "gg_wide", heads=8, width=4096, tensors=ATTN)  # tensors far smaller than declared
+    return root
+
+
+@pytest.fixture(scope="module")
+def url(launch_server, tmp_path_factory, root):
+    with launch_server(tmp_path_factory.mktemp("cache"), check_errors=True,
+                       env={"HEADGRAPH_MODEL_ROOT": str(root)}) as srv:
+        yield srv.url
+
+
+@pytest.mark.parametrize("model", sorted(CASES))
+def test_a_malformed_model_is_a_4xx_naming_the_field(url, root, model):
+    with httpx.Client(base_url=url, timeout=120) as http:
+        listed = {m["id"] for m in http.get("/api/models").json()["models"]}
+        assert model in listed  # offered like any folder: it fails when it is read
+        for path, params in (("/api/models/info", {"model": model}),
+                             ("/api/pk", {"model": model, "pairing": "OK"})):
+            r = http.get(path, params=params)
+            assert r.status_code == 422, (path, r.status_code, r.text)
+            message = r.json()["error"]["message"]
+            assert model.split(":", 1)[1] in message and CASES[model] in message, message
+            assert str(root) not in message  # the server path stays private
+
+
+def test_a_label_upload_for_a_malformed_model_is_a_4xx(url):
+    r = httpx.post(url + "/api/labels", params={"model": "local:gg_huge", "name": "mine"},
+                   json={"classes": {"L0H0": "a"}}, timeout=120)
+    assert r.status_code == 422, r.text
+    assert "embedding_length" in r.json()["error"]["message"]
