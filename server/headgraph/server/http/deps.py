@@ -18,7 +18,7 @@ from headgraph.server.cache.store import Store
 from headgraph.server.errors import Unauthorized
 from headgraph.server.http.access import bearer, cold_work, token_matches
 from headgraph.server.models.catalog import ModelCatalog
-from headgraph.server.models.offered import ModelRef
+from headgraph.server.models.offered import BUILTIN_MODELS, ModelRef
 from headgraph.server.services.ablation import AblationService
 from headgraph.server.services.data_pk import DataPKService
 from headgraph.server.services.details import DetailService
@@ -67,8 +67,13 @@ get_catalog = _service("catalog")
 
 
 async def model_ref(model: str = MODEL_QUERY, catalog: ModelCatalog = Depends(get_catalog)) -> ModelRef:
-    """Resolve ``?model=``: 404 listing the allowed ids, 403 for a path outside the root."""
-    return catalog.resolve(model)
+    """Resolve ``?model=``: 404 listing the allowed ids, 403 for a path outside the root.
+
+    A built-in id resolves here; any other may look at the model root or list every model
+    (an unknown id's 404), so it resolves in a worker thread, never on the event loop."""
+    if model in BUILTIN_MODELS:
+        return catalog.resolve(model)
+    return await run_in_threadpool(catalog.resolve, model)
 
 
 # What a router declares as a parameter: ``scores: ScoresDep`` gets this app's ScoresService.

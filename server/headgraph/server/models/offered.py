@@ -26,6 +26,7 @@ import hashlib
 import logging
 import os
 from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
 
 from headgraph.core.errors import HeadgraphError, PathNotAllowed
@@ -340,12 +341,28 @@ class Registry:
         return ModelRef(mid, str(folder), "local", folder)
 
     # -- identity -----------------------------------------------------------------------
+    def _random_stamp(self, ref: ModelRef) -> str | None:
+        """Random weights are a function of the spec, core's code and the libraries drawing
+        them; a spec naming a config file (``random:path/config.json@seed``) adds its stamp."""
+        body = ref.spec[len(RANDOM_PREFIX):].rsplit("@", 1)[0]
+        extra = ""
+        if "/" in body or body.endswith(".json"):
+            path = Path(body).expanduser()
+            path = path / "config.json" if path.is_dir() else path
+            if not _is_file(path):
+                return None
+            extra = "|" + _file_stamp(path)
+        builtin = self.stamp(ModelRef("demo", "demo", "builtin"))
+        libs = "|".join(f"{lib} {version(lib)}" for lib in ("torch", "transformers"))
+        return f"random:{ref.spec}|{builtin}|{libs}{extra}"
+
     def stamp(self, ref: ModelRef) -> str | None:
         """Cheap identity of the weights ``ref`` loads (None: unknown until loaded).
 
         Built-in: the core package files (demo weights and code); hub: the cached snapshot
-        commit; local: names, sizes and mtimes of the folder's files; random: None (its
-        weights are fingerprinted once built).
+        commit; local: names, sizes and mtimes of the folder's files; random: the spec with
+        the builtin stamp and the torch / transformers versions that draw its weights (a
+        config file named in the spec: its stamp too).
         """
         if ref.kind == "builtin" and ref.path is not None:  # a packaged GGUF file
             return "gguf:" + _file_stamp(ref.path) if _is_file(ref.path) else None
@@ -353,6 +370,8 @@ class Registry:
             if self._builtin_stamp is None:
                 self._builtin_stamp = "builtin:" + _tree_stamp(_core_dir(), recursive=True)
             return self._builtin_stamp
+        if ref.kind == "random":
+            return self._random_stamp(ref)
         if ref.kind == "hub":
             snap = hub_snapshot(ref.spec)
             return None if snap is None else "hub:" + snap

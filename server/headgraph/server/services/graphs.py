@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from headgraph.core.names import GRAPH_PAIRINGS, K_MAX, check_pairing
+from headgraph.server.cache.cold_miss import CACHE_ONLY, ColdMiss
 from headgraph.server.compute.results import ResultCache
 from headgraph.server.errors import Invalid
 from headgraph.server.models.offered import ModelRef
@@ -34,13 +35,21 @@ class GraphService:
                       threshold_on: str, labels: str | None) -> bool:
         """The ``flags`` a read of this graph gets by default: True once the pattern scores are
         cached, unless the caller may not compute (no token in lab mode) and only the graph
-        without flags is cached; that one is then served rather than a 401."""
-        if not self.cache.has(ref, "patterns"):
+        without flags is cached; that one is then served rather than a 401. Only reads
+        (cache-only): a model whose identity is not known yet has no cached patterns, so False,
+        never a load."""
+        token = CACHE_ONLY.set(True)
+        try:
+            if not self.cache.has(ref, "patterns"):
+                return False
+            return may_compute or self.cache.has(
+                ref, "graph", pairings=tuple(check_pairing(p) for p in pairings),
+                granularity=granularity, k=k, threshold=threshold, threshold_on=threshold_on,
+                label_set=self.labels.label_set(labels, ref), flags=True)
+        except ColdMiss:
             return False
-        return may_compute or self.cache.has(
-            ref, "graph", pairings=tuple(check_pairing(p) for p in pairings),
-            granularity=granularity, k=k, threshold=threshold, threshold_on=threshold_on,
-            label_set=self.labels.label_set(labels, ref), flags=True)
+        finally:
+            CACHE_ONLY.reset(token)
 
     def graph(self, ref: ModelRef, *, pairings: list[str], granularity: str, k: int | None,
               threshold: float | None, threshold_on: str, labels: str | None,

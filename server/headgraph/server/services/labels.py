@@ -83,7 +83,8 @@ class LabelService:
             return self.pattern_label_set(ref)
         found = self.builtin_label_sets().get(name) or self._uploaded(name)
         if found is None:
-            sets = sorted([*self.label_sets(), PATTERN_LABELS])
+            # names only: reading every uploaded set to list them would cost a request per set
+            sets = sorted({*self.builtin_label_sets(), *self.uploaded_names(), PATTERN_LABELS})
             raise NotFound(f"unknown label set {name!r}; available: {sets}", allowed=sets)
         return found
 

@@ -6,6 +6,7 @@ import math
 from typing import Any, Literal
 
 from fastapi import APIRouter, Query, Request
+from fastapi.concurrency import run_in_threadpool
 
 from headgraph.core.names import DEFAULT_K, parse_pairings
 from headgraph.server.errors import Invalid
@@ -56,6 +57,8 @@ async def graph(request: Request, *, ref: ModelDep, pairings: str = pairings_que
     names, k_, thr = graph_params(pairings, k, threshold, threshold_on)
     params: dict[str, Any] = dict(pairings=names, granularity=granularity, k=k_, threshold=thr,
                   threshold_on=threshold_on, labels=labels)
-    flags = graphs.default_flags(ref, may_compute=caller_of(request).authorized, **params)
+    may_compute = caller_of(request).authorized
+    flags = await run_in_threadpool(  # reads the cache (label sets, identities): off the event loop
+        lambda: graphs.default_flags(ref, may_compute=may_compute, **params))
     return await warm_json(request, GraphOut, ref, lambda: {"model": ref.id, **graphs.graph(
         ref, flags=flags, **params)}, labels=labels, variant=("flags", flags))

@@ -86,8 +86,8 @@ async def get_label_set(request: Request, *, name: str = Path(..., min_length=1,
                                                   f"({PATTERN_LABELS!r}); ignored for the others"),
                         labels: LabelsDep,
                         catalog: CatalogDep) -> Any:
-    if name != PATTERN_LABELS:
-        ls = labels.label_set(name)
+    if name != PATTERN_LABELS:  # a store read: off the event loop
+        ls = await run_in_threadpool(labels.label_set, name)
         return {**ls.to_dict(), "builtin": name in labels.builtin_label_sets()}
     if model is None:
         raise Invalid(f"label set {PATTERN_LABELS!r} is computed per model: give model=")

@@ -17,9 +17,9 @@ router = APIRouter(prefix="/api/models", tags=["models"])
 
 
 @router.get("", response_model=ModelList, summary="Models offered, their status and cached results")
-async def list_models(*, catalog: CatalogDep,
-                      store: StoreDep) -> ModelList:
-    # On the event loop: only file-existence checks and one pass over the cache's keys.
+def list_models(*, catalog: CatalogDep, store: StoreDep) -> ModelList:
+    # A worker thread (a sync endpoint): file-existence checks and a pass over the cache's keys
+    # grow with the model root and the cache, so never on the event loop.
     cached = store.cached_names()
     out = []
     for entry in catalog.registry.entries():

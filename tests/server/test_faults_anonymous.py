@@ -1,0 +1,60 @@
+"""Lab mode: anonymous requests stay cheap. They never load a model (not even to learn its
+identity), and unknown names are answered from names alone (a real server on loopback).
+"""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+
+TOKEN = "anonymous-test-token-0123456789"
+RANDOM = "random:gpt2-tiny"
+
+
+@pytest.fixture(scope="module")
+def url(launch_server, tmp_path_factory):
+    env = {"HEADGRAPH_API_TOKEN": TOKEN, "HEADGRAPH_MODELS": f"demo,{RANDOM}"}
+    with launch_server(tmp_path_factory.mktemp("cache"), env=env, check_errors=True) as srv:
+        yield srv.url
+
+
+def _info(http: httpx.Client, model: str) -> object:
+    return next(m for m in http.get("/api/models").json()["models"] if m["id"] == model)["info"]
+
+
+def test_an_anonymous_cold_graph_loads_nothing(url):
+    with httpx.Client(base_url=url, timeout=60) as http:
+        assert _info(http, RANDOM) is None
+        for _ in range(2):
+            r = http.get("/api/graph", params={"model": RANDOM})
+            assert r.status_code == 401, r.text
+        # the model's identity is learnt only by loading it: still unknown
+        assert _info(http, RANDOM) is None
+        signed = {"Authorization": f"Bearer {TOKEN}"}
+        assert http.get("/api/models/info", params={"model": RANDOM}, headers=signed).status_code == 200
+        assert _info(http, RANDOM) is not None  # a token holder's read did load it
+
+
+def test_a_random_model_keeps_its_identity(url):
+    """A random model's identity is remembered like a file's (its spec, core and the library
+    versions), so a reader after it never loads it again."""
+    with httpx.Client(base_url=url, timeout=60) as http:
+        signed = {"Authorization": f"Bearer {TOKEN}"}
+        first = http.get("/api/models/info", params={"model": RANDOM}, headers=signed).json()
+        t0 = time.perf_counter()
+        again = http.get("/api/models/info", params={"model": RANDOM}).json()  # anonymous
+        assert again["fingerprint"] == first["fingerprint"], again
+        assert time.perf_counter() - t0 < 5
+
+
+def test_unknown_names_are_answered_from_names(url):
+    with httpx.Client(base_url=url, timeout=60) as http:
+        r = http.get("/api/labels/nope")
+        assert r.status_code == 404
+        assert "patterns" in r.json()["error"]["allowed"]
+        r = http.get("/api/graph", params={"model": "demo", "labels": "nope"})
+        assert r.status_code in (401, 404), r.text
+        r = http.get("/api/pk", params={"model": "no-such-model", "pairing": "OK"})
+        assert r.status_code == 404 and "demo" in r.json()["error"]["allowed"]
