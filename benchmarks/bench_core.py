@@ -180,8 +180,14 @@ def _tokenizer() -> Any:
 def save_model(shape: Shape, folder: Path) -> Path:
     """A random model with ``shape``'s attention (small MLP/vocab) + tokenizer, saved to folder."""
     import torch
-    from transformers import (BloomConfig, BloomForCausalLM, GPT2Config, GPT2LMHeadModel,
-                              Qwen2Config, Qwen2ForCausalLM)
+    from transformers import (
+        BloomConfig,
+        BloomForCausalLM,
+        GPT2Config,
+        GPT2LMHeadModel,
+        Qwen2Config,
+        Qwen2ForCausalLM,
+    )
 
     tok = _tokenizer()
     common = dict(vocab_size=len(tok), bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)

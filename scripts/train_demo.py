@@ -26,8 +26,8 @@ from pathlib import Path
 
 import torch
 
-from headgraph.core.models.demo import DEMO_DIR, DemoConfig, DemoModel, save_demo_model
 from headgraph.core.activations.patterns import pattern_scores
+from headgraph.core.models.demo import DEMO_DIR, DemoConfig, DemoModel, save_demo_model
 
 
 def copy_batch(batch: int, seq_len: int, vocab: int, min_block: int, max_block: int,
