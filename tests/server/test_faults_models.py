@@ -9,6 +9,7 @@ that is not ``blk.<n>.…``, or metadata declaring 1000 heads of width 100000 ov
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import gguf
@@ -66,6 +67,7 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
           tensors={k.replace("blk.0.", "blk.x0."): v for k, v in ATTN.items()})
     _gguf(root, "gg_huge", heads=1000, width=100000, tensors=ATTN)
     _gguf(root, "gg_wide", heads=8, width=4096, tensors=ATTN)  # tensors far smaller than declared
+    _gguf(root, "gg_tiny", heads=2, width=16, tensors=ATTN)  # well formed, but nothing can run it
     return root
 
 
@@ -95,3 +97,37 @@ def test_a_label_upload_for_a_malformed_model_is_a_4xx(url):
                    json={"classes": {"L0H0": "a"}}, timeout=120)
     assert r.status_code == 422, r.text
     assert "embedding_length" in r.json()["error"]["message"]
+
+
+def _job(http: httpx.Client, model: str) -> dict:
+    job = http.post("/api/models/compute", params={"model": model}).json()["job"]
+    deadline = time.monotonic() + 300
+    while (rec := http.get(f"/api/jobs/{job['id']}").json())["state"] in ("queued", "running"):
+        assert time.monotonic() < deadline, rec
+        time.sleep(0.2)
+    return rec
+
+
+def test_a_stage_the_model_cannot_give_leaves_the_others_and_is_remembered(url):
+    """A GGUF transformers cannot run: the job computes PK and CS, records the attention
+    patterns as unavailable with the reason and ends done; reading them again answers that
+    reason at once (nothing recomputed) until the user asks for a new job; the newest job is
+    readable without starting one."""
+    model = "local:gg_tiny"
+    with httpx.Client(base_url=url, timeout=120) as http:
+        assert http.get("/api/jobs", params={"model": model}).status_code == 404  # none yet
+        rec = _job(http, model)
+        assert rec["state"] == "done", rec
+        assert "patterns" in rec["unavailable"] and "cannot be run here" in rec["unavailable"]["patterns"]
+        assert "pk" in rec["computed"] and "cs K" in rec["computed"]
+        assert rec["message"].startswith(f"done with {len(rec['unavailable'])} stages unavailable")
+        assert http.get("/api/pk", params={"model": model, "pairing": "OK"}).status_code == 200
+        t0 = time.perf_counter()
+        r = http.get("/api/patterns", params={"model": model})
+        assert r.status_code == 422 and "cannot be run here" in r.json()["error"]["message"]
+        assert time.perf_counter() - t0 < 2.0  # remembered, not booted again
+        latest = http.get("/api/jobs", params={"model": model}).json()
+        assert latest["id"] == rec["id"] and latest["state"] == "done"
+        again = _job(http, model)  # the user asks again: tried again, same answer
+        assert again["id"] != rec["id"] and again["attempt"] == rec["attempt"] + 1
+        assert again["unavailable"].keys() == rec["unavailable"].keys()

@@ -63,9 +63,12 @@ def boot_gguf_bridge(file: str | os.PathLike[str], *, device: str | torch.device
             Path(file).stem, hf_model=model, tokenizer=tokenizer,
             device=device, dtype=torch.float32, trust_remote_code=False)
     except (OSError, ValueError, KeyError, RuntimeError, NotImplementedError, TypeError) as err:
-        message = str(err).replace(real, shown).replace(str(file), shown)
-        raise UnsupportedModel(f"{shown}: transformers / TransformerLens could not run this "
-                               f"GGUF ({type(err).__name__}: {message[:300]})") from None
+        message = str(err).replace(real, shown).replace(str(file), shown).strip()
+        first = (message.splitlines() or [""])[0][:120]
+        raise UnsupportedModel(
+            f"{shown}: this GGUF cannot be run here (transformers: {type(err).__name__}: {first}); "
+            "PK, CS and tokens come from its weights, while attention patterns, path ablation and "
+            "data-weighted PK need a runnable copy (its Hugging Face folder)") from None
     bridge.eval()
     return bridge
 

@@ -53,7 +53,8 @@ _MISSING = object()  # sentinel for "no entry" (immutable; never mutated)
 TOTAL_COUNTER = "count:__total__"
 # meta entries that are memos (the catalog's model identities, relearnt by loading the
 # model): not storing one on a read-only or full cache is no error, it stays in memory
-OPTIONAL_META = ("model:",)
+OPTIONAL_META = ("model:", "failed:")
+FAILED = "failed:"  # meta prefix: a computation the model cannot do, remembered until a retry
 
 
 def make_key(fingerprint: str, name: str, params: Mapping[str, Any] | None = None) -> str:
@@ -395,6 +396,28 @@ class Store:
             "size_limit": self.results.size_limit,
             "computations": self.compute_count(),
         }
+
+    # -- computations a model cannot do ------------------------------------------------------
+    def failure(self, key: str) -> dict[str, str] | None:
+        """{"cls": the core error's class name, "message"} of a remembered failure of ``key``
+        (None: none)."""
+        raw = self.meta.get(FAILED + key, retry=True)
+        return raw if isinstance(raw, dict) else None
+
+    def remember_failure(self, key: str, cls: str, message: str) -> None:
+        """Remember that computing ``key`` failed for a reason of the model's (not of this
+        server's): the same error is answered at once until ``forget_failures``."""
+        self.meta.set(FAILED + key, {"cls": cls, "message": message}, retry=True)
+
+    def forget_failures(self, fingerprint: str) -> int:
+        """Forget the remembered failures of one model (a user asked to compute it again)."""
+        removed = 0
+        for key in list(self.meta.iterkeys()):
+            if isinstance(key, str) and key.startswith(FAILED):
+                parsed = parse_key(key[len(FAILED):])
+                if parsed is not None and parsed[0] == fingerprint:
+                    removed += int(self.meta.delete(key, retry=True))
+        return removed
 
     def clear(self, keep_prefixes: tuple[str, ...] = ("labels:",)) -> int:
         """Drop every result, counter, job and fingerprint (uploaded label sets, under

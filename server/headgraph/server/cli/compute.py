@@ -29,12 +29,15 @@ def run(args: argparse.Namespace) -> int:
         bar.refresh()
 
     try:
-        done = run_compute(services.scores, services.catalog, ref, list(pairings), progress)
+        done, unavailable = run_compute(services.scores, services.catalog, ref, list(pairings), progress)
     finally:
         bar.close()
     stats = services.store.stats()
-    print(json.dumps({"model": ref.id, "fingerprint": services.catalog.identity(ref).fingerprint,
-                      "computed": done, "cache": stats["directory"]}))
+    out = {"model": ref.id, "fingerprint": services.catalog.identity(ref).fingerprint,
+           "computed": done, "cache": stats["directory"]}
+    if unavailable:  # stages this model cannot give, with the reason
+        out["unavailable"] = unavailable
+    print(json.dumps(out))
     return 0
 
 

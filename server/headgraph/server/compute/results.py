@@ -10,17 +10,23 @@ naming it to a compute process, then reads what that process stored.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
+from headgraph.core.errors import InvalidInput, UnsupportedModel
 from headgraph.core.types import HeadWeights, ModelInfo
 from headgraph.server.cache.cold_miss import CACHE_ONLY, ColdMiss
 from headgraph.server.cache.store import KeyedLocks, Store, make_key
-from headgraph.server.compute.pool import Compute, ComputeFailed, ComputeMany, ComputePool
+from headgraph.server.compute.pool import Compute, ComputeFailed, ComputeMany, ComputePool, rebuild_error
 from headgraph.server.compute.registry import Computation, Computations
 from headgraph.server.models.catalog import ModelCatalog
+from headgraph.server.errors import one_line
 from headgraph.server.models.offered import ModelRef
 
 _NO = object()  # "not in the store" sentinel (immutable)
+# Failures that are the model's (it cannot run, its files are malformed): remembered per key.
+REMEMBERED = (UnsupportedModel, InvalidInput)
 
 
 class ModelInputs:
@@ -71,27 +77,47 @@ class ResultCache:
         return self.store.has(self.key(ref, name, **params))
 
     def get(self, ref: ModelRef, name: str, **params: Any) -> Any:
-        """The value of computation ``name`` of ``ref``; a cold one is computed exactly once."""
+        """The value of computation ``name`` of ``ref``; a cold one is computed exactly once.
+        A computation the model cannot do (UnsupportedModel, InvalidInput of its files) fails
+        once: its error is remembered and answered at once until ``forget_failures``."""
         comp = self.computations.get(name)
         checked = comp.prepare(params)
         key = self._key(ref, comp, checked)
         value = self.store.get(key, _NO)
         if value is not _NO:
             return comp.load(value)
+        failed = self.store.failure(key)
+        if failed is not None:
+            raise rebuild_error({"kind": "core", **failed})
         if CACHE_ONLY.get():
             raise ColdMiss(key)
-        if self.pool is None:
-            inputs = ModelInputs(ref, self.catalog, self)
-            return comp.load(self.store.get_or_compute(key, lambda: comp.run(inputs, checked)))
-        with self._local.hold(key):
-            value = self.store.get(key, _NO)
-            if value is _NO:
-                self.pool.run(Compute(name, ref, checked))
+        with self._remembering(key):
+            if self.pool is None:
+                inputs = ModelInputs(ref, self.catalog, self)
+                return comp.load(self.store.get_or_compute(key, lambda: comp.run(inputs, checked)))
+            with self._local.hold(key):
                 value = self.store.get(key, _NO)
+                if value is _NO:
+                    self.pool.run(Compute(name, ref, checked))
+                    value = self.store.get(key, _NO)
         if value is _NO:
             raise ComputeFailed(f"{name} of {ref.id} was computed but not kept: the cache is "
                                 "too small for it (raise HEADGRAPH_CACHE_SIZE_GB)")
         return comp.load(value)
+
+    @contextmanager
+    def _remembering(self, key: str) -> Iterator[None]:
+        """Remember a failure of ``key`` that is the model's (see ``get``)."""
+        try:
+            yield
+        except REMEMBERED as err:
+            self.store.remember_failure(key, type(err).__name__, one_line(err, 1000))
+            raise
+
+    def forget_failures(self, ref: ModelRef) -> int:
+        """Forget ``ref``'s remembered failures (a user asked to compute it again)."""
+        ident = self.catalog.known_identity(ref)
+        return 0 if ident is None else self.store.forget_failures(ident.fingerprint)
 
     def warm(self, ref: ModelRef, name: str, params: list[dict[str, Any]]) -> None:
         """Make sure ``name`` is cached for every parameter set, the cold ones computed

@@ -91,6 +91,7 @@ class JobState:
     error: str | None = None
     computed: list[str] = field(default_factory=list)
     plan: list[str] = field(default_factory=list)
+    unavailable: dict[str, str] = field(default_factory=dict)  # stage -> why it cannot run
     owner: dict[str, Any] | None = None  # this_process() of the process running it (not in the API)
 
     def to_dict(self) -> dict[str, Any]:
@@ -140,28 +141,48 @@ def compute_plan(scores: ScoresService, catalog: ModelCatalog, ref: ModelRef, pa
 
 
 def run_compute(scores: ScoresService, catalog: ModelCatalog, ref: ModelRef, pairings: list[str],
-                progress: Progress, finished: Callable[[list[str], list[str]], None] | None = None
-                ) -> list[str]:
+                progress: Progress,
+                finished: Callable[[list[str], list[str], dict[str, str]], None] | None = None
+                ) -> tuple[list[str], dict[str, str]]:
     """Load the model and compute the plan, reporting (stage, fraction, message) after each step
-    and ``finished(done stages, planned stages)`` after each stage, so clients can show each
-    result as soon as it exists."""
+    and ``finished(done stages, planned stages, unavailable stages)`` after each stage, so
+    clients can show each result as soon as it exists. A stage that fails is recorded as
+    unavailable (with the reason) and the rest still run: one result the model cannot give
+    (a GGUF that cannot run has no attention patterns) never blanks the others. Only a model
+    that cannot be loaded at all fails the whole job. Returns (done, unavailable)."""
     progress("load", 0.0, f"loading {ref.id}")
     catalog.identity(ref)  # loads the model (in a compute process for the API) when unknown
     plan = compute_plan(scores, catalog, ref, pairings)
     total = len(plan) + 1
     progress("load", 1 / total, f"loaded {ref.id}")
     done: list[str] = []
+    unavailable: dict[str, str] = {}
     planned = [stage for stage, _ in plan]
     if finished is not None:
-        finished([], planned)
+        finished([], planned, {})
     for i, (stage, thunk) in enumerate(plan, start=1):
         progress(stage, i / total, f"computing {stage}")
-        thunk()
-        done.append(stage)
+        try:
+            thunk()
+        except Exception as err:
+            expected = isinstance(err, (HeadgraphError, ApiError))
+            log.log(logging.WARNING if expected else logging.ERROR, "%s: stage %s unavailable: %s: %s",
+                    ref.id, stage, type(err).__name__, one_line(err), exc_info=None if expected else err)
+            unavailable[stage] = one_line(err, 300) or type(err).__name__
+        else:
+            done.append(stage)
         if finished is not None:
-            finished(list(done), planned)
-    progress("done", 1.0, f"{len(done)} computations cached")
-    return done
+            finished(list(done), planned, dict(unavailable))
+    progress("done", 1.0, done_message(done, unavailable))
+    return done, unavailable
+
+
+def done_message(done: list[str], unavailable: dict[str, str]) -> str:
+    """What a finished job says: how many results it cached and how many stages could not run."""
+    cached = f"{len(done)} computations cached"
+    if not unavailable:
+        return f"done: {cached}"
+    return f"done with {len(unavailable)} stages unavailable ({', '.join(unavailable)}): {cached}"
 
 
 class JobManager:
@@ -210,8 +231,14 @@ class JobManager:
             self._save(job)
 
     # -- submitting ---------------------------------------------------------------------
+    def latest(self, ref: ModelRef, pairings: list[str]) -> JobState | None:
+        """The newest job of (model, pairings), running or finished; None when there is none."""
+        job_id = self.meta.get(job_index_key(ref.id, list(pairings)), retry=True)
+        return self.get(job_id) if isinstance(job_id, str) else None
+
     def submit(self, ref: ModelRef, pairings: list[str]) -> tuple[JobState, bool]:
-        """Start a job for (model, pairings), or return the one already running; (job, created)."""
+        """Start a job for (model, pairings), or return the one already running; (job, created).
+        A new job is the user asking again: the model's remembered failures are forgotten."""
         params = {"pairings": list(pairings)}
         index = job_index_key(ref.id, list(pairings))
         with DiskLock(self.meta, "lock:" + index, 10.0):
@@ -220,6 +247,7 @@ class JobManager:
             if previous is not None and previous.state in ACTIVE:
                 return previous, False
             attempt = previous.attempt + 1 if previous is not None else 1
+            self.scores.cache.forget_failures(ref)
             job = JobState(id=uuid.uuid4().hex[:16], model=ref.id, params=params, attempt=attempt,
                            message="waiting for a compute thread", owner=dict(self._owner))
             self._save(job)
@@ -290,11 +318,11 @@ class JobManager:
             self._update(job_id, state="running", stage=stage,
                          fraction=round(min(max(fraction, 0.0), 1.0), 4), message=message)
 
-        def finished(done: list[str], planned: list[str]) -> None:
-            self._update(job_id, computed=done, plan=planned)
+        def finished(done: list[str], planned: list[str], unavailable: dict[str, str]) -> None:
+            self._update(job_id, computed=done, plan=planned, unavailable=unavailable)
 
         try:
-            done = run_compute(self.scores, self.catalog, ref, pairings, progress, finished)
+            done, unavailable = run_compute(self.scores, self.catalog, ref, pairings, progress, finished)
         except Exception as err:
             msg = one_line(err) or type(err).__name__
             expected = isinstance(err, (HeadgraphError, ApiError))
@@ -304,7 +332,7 @@ class JobManager:
         else:
             log.info("job %s (%s) done in %.1f s", job_id, ref.id, time.perf_counter() - started)
             self._update(job_id, state="done", stage="done", fraction=1.0, computed=done,
-                         message=f"done: {len(done)} computations cached")
+                         unavailable=unavailable, message=done_message(done, unavailable))
         finally:
             with self._guard:
                 self._active.discard(job_id)

@@ -5,11 +5,22 @@ from __future__ import annotations
 from fastapi import APIRouter, Path
 
 from headgraph.server.errors import NotFound
-from headgraph.server.http.deps import JobsDep
+from headgraph.core.names import parse_pairings
+from headgraph.server.http.deps import JobsDep, ModelDep
+from headgraph.server.http.params import ERRORS, pairings_query
 from headgraph.server.http.schemas.common import ErrorBody
 from headgraph.server.http.schemas.jobs import Job
 
 router = APIRouter(prefix="/api", tags=["jobs"])
+
+
+@router.get("/jobs", response_model=Job, responses=ERRORS,
+            summary="The newest compute job of a model (running or finished), without starting one")
+def latest_job(*, ref: ModelDep, pairings: str = pairings_query(), jobs: JobsDep) -> Job:
+    job = jobs.latest(ref, list(parse_pairings(pairings)))
+    if job is None:
+        raise NotFound(f"no compute job of {ref.id} yet (POST /api/models/compute starts one)")
+    return Job(**job.to_dict())
 
 
 @router.get("/jobs/{job_id}", response_model=Job, responses={404: {"model": ErrorBody}},

@@ -24,6 +24,9 @@ class Job(BaseModel):
     error: str | None = None
     computed: list[str] = Field(default_factory=list, description="stages cached so far, in order")
     plan: list[str] = Field(default_factory=list, description="every stage this job computes")
+    unavailable: dict[str, str] = Field(
+        default_factory=dict, description="stages this model cannot give -> why (the job still "
+                                          "computes the others and ends done)")
 
 
 class JobSubmitted(BaseModel):
