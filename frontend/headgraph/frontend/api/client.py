@@ -133,6 +133,15 @@ class ApiClient:
     def job(self, job_id: str) -> dict[str, Any]:
         return self.get(f"/api/jobs/{job_id}")
 
+    def latest_job(self, model: str, pairings: list[str]) -> dict[str, Any] | None:
+        """The newest compute job of the model (running or finished); None when it has none."""
+        try:
+            return self.get("/api/jobs", model=model, pairings=",".join(pairings))
+        except ApiError as err:
+            if err.status == 404:
+                return None
+            raise
+
     def pk(self, model: str, pairing: str, metric: str = "raw", order: str = "forward") -> dict[str, Any]:
         return self.get("/api/pk", model=model, pairing=pairing, metric=metric, order=order)
 

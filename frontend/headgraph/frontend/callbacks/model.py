@@ -96,6 +96,9 @@ def progress_view(job: dict[str, Any]) -> tuple[dict[str, str], dict[str, str], 
     label = f"{job.get('stage', '')} · {frac * 100:.0f}% · {job.get('message', '')}"
     if state == "failed":
         label = f"failed: {job.get('error') or job.get('message', '')} (press Compute to retry)"
+    elif state == "done" and job.get("unavailable"):
+        label = (f"{job.get('message', '')}; the views of those results say why (press Compute "
+                 "to try them again)")
     return ({"display": "flex"}, {"width": f"{frac * 100:.1f}%"}, label, state)
 
 
@@ -156,7 +159,7 @@ def model_status_step(client: ApiClient, vocab: Vocabulary, model: str, trigger:
             return tuple(_set(out, ready={"model": model, "token": entry.get("fingerprint") or model},
                               info=describe(entry.get("info")) + " · cached ✓", progress=HIDDEN,
                               poll=True))
-        return tuple(_start(client, pairings, model, out, ready=None))
+        return tuple(_resume(client, pairings, model, out))
     except ApiError as err:
         return tuple(_set(keep, message=f"{model}: {err.message}", poll=True))
 
@@ -184,6 +187,23 @@ def _poll(client: ApiClient, job: dict | None, keep: list[Any],
     elif state == "failed":
         out = _set(out, poll=True, message=label)
     return out
+
+
+def _resume(client: ApiClient, pairings: tuple[str, ...], model: str, out: list[Any]) -> list[Any]:
+    """A model whose results are not all cached: follow its running job, show the finished one
+    that could not give every result (its views say why), or the failed one (with its reason,
+    not started again on every visit: Compute retries); start a job only when it has none."""
+    rec = client.latest_job(model, list(pairings))
+    if rec is None or (rec.get("state") == "done" and not rec.get("unavailable")):
+        return _start(client, pairings, model, out, ready=None)  # none yet, or since evicted
+    style, bar, label, state = progress_view(rec)
+    out = _set(out, job={"id": rec["id"], "model": model, "state": state}, progress=style, bar=bar,
+               label=label, pstate=state, pfrac=f"{float(rec.get('fraction') or 0):.4f}")
+    if state in ("queued", "running"):
+        return _set(out, poll=False, ready=None)
+    if state == "failed":
+        return _set(out, poll=True, ready=None, message=label)
+    return _set(out, poll=True, ready={"model": model, "token": rec["id"]})
 
 
 def _start(client: ApiClient, pairings: tuple[str, ...], model: str, out: list[Any],

@@ -136,30 +136,35 @@ def queue_progress(queue: dict[str, Any], failed: bool = False) -> tuple:
     return ({"display": "flex"}, {"width": f"{frac * 100:.1f}%"}, label, state, f"{frac:.3f}", not finished)
 
 
-@callback(*queue_outputs(), Output("verify-top-msg", "children"), Input("verify-top-btn", "n_clicks"),
-          State("url", "search"), prevent_initial_call=True)
-def verify_top(n_clicks: int | None, search: str | None) -> tuple:
+@callback(*queue_outputs(), Output("verify-top-msg", "children"),
+          Output("verify-top-tick", "max_intervals"), Input("verify-top-btn", "n_clicks"),
+          State("url", "search"), State("verify-top-tick", "n_intervals"), prevent_initial_call=True)
+def verify_top(n_clicks: int | None, search: str | None, ticks: int | None) -> tuple:
     """Queue the top edges by PK of every shown pairing (as many as the graph shows, at most
-    50 each: the edges the graph's verdicts read); ``verify_top_step`` measures them one
-    pairing per round trip, so the progress bar moves between pairings."""
+    50 each: the edges the graph's verdicts read) and arm the tick; ``verify_top_step``
+    measures them one pairing per tick, so the progress bar moves between pairings."""
     if not n_clicks:
-        return (no_update,) * 8
+        return (no_update,) * 9
     state = state_of(search)
     per = verify_k(state.pairings, state.rule, state.k, graph_edge_counts(state))
     if not per:
-        return (no_update,) * 7 + ("no edges to verify",)
+        return (no_update,) * 7 + ("no edges to verify", no_update)
     queue = {"model": state.model, "per": [[p, k] for p, k in per.items()], "done": 0, "verdicts": []}
-    return queue, *queue_progress(queue), ""
+    return queue, *queue_progress(queue), "", int(ticks or 0) + 1
 
 
 @callback(Output("ablation-token", "data", allow_duplicate=True), *queue_outputs(again=True),
-          Output("verify-top-msg", "children", allow_duplicate=True), Input("verify-top-queue", "data"),
+          Output("verify-top-msg", "children", allow_duplicate=True),
+          Output("verify-top-tick", "max_intervals", allow_duplicate=True),
+          Input("verify-top-tick", "n_intervals"), State("verify-top-queue", "data"),
           prevent_initial_call=True)
-def verify_top_step(queue: dict[str, Any] | None) -> tuple:
+def verify_top_step(ticks: int | None, queue: dict[str, Any] | None) -> tuple:
     """Measure the queue's next pairing (the user's own credential; a refusal shows the API's
-    message and stops the queue); the last step redraws the verdicts and says what was found."""
+    message and stops the queue) and re-arm the tick for the one after (a store written by
+    the callback it triggers would not trigger it again); the last step redraws the verdicts
+    and says what was found."""
     if not queue or int(queue["done"]) >= len(queue["per"]):
-        return (no_update,) * 9
+        return (no_update,) * 10
     model, (pairing, k) = queue["model"], queue["per"][int(queue["done"])]
     measured = {"model": model, "at": time.time()}
     try:
@@ -168,12 +173,12 @@ def verify_top_step(queue: dict[str, Any] | None) -> tuple:
         verdicts = queue["verdicts"]
         done = f" ({len(verdicts)} edges measured first)" if verdicts else ""
         return (measured if verdicts else no_update, no_update, *queue_progress(queue, failed=True),
-                html.Span(err.message + done, className="error-note", id="verify-top-error"))
+                html.Span(err.message + done, className="error-note", id="verify-top-error"), no_update)
     queue = {**queue, "done": int(queue["done"]) + 1,
              "verdicts": queue["verdicts"] + [e["verdict"] for e in answer.get("edges", [])]}
     if queue["done"] < len(queue["per"]):
-        return no_update, queue, *queue_progress(queue), no_update
+        return no_update, queue, *queue_progress(queue), no_update, int(ticks or 0) + 1
     verdicts = queue["verdicts"]
     text = (f"measured the top {', '.join(f'{k} {p}' for p, k in queue['per'])} edges by PK: "
             f"{verdicts.count('verified')} verified, {verdicts.count('no effect')} no effect")
-    return measured, queue, *queue_progress(queue), html.Span(text, id="verify-top-done")
+    return measured, queue, *queue_progress(queue), html.Span(text, id="verify-top-done"), no_update

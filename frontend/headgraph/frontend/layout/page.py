@@ -156,7 +156,9 @@ def verify_top_box() -> html.Div:
                                html.Span(id="verify-top-label", className="progress-label")],
                               id="verify-top-progress", className="progress", style={"display": "none"}),
                      html.Span(id="verify-top-msg", className="verify-msg"),
-                     dcc.Store(id="verify-top-queue")],
+                     dcc.Store(id="verify-top-queue"),
+                     # fires once per measured pairing: each step re-arms it (max_intervals)
+                     dcc.Interval(id="verify-top-tick", interval=50, max_intervals=0)],
                     id="verify-top-box", className="verify-box", style={"display": "none"})
 
 

@@ -88,8 +88,9 @@ def set_field(state: ViewState, field: str, value: Any, vocab: Vocabulary) -> Vi
         return state.with_(layers=layers) if layers or not text else state
     if field in ("a", "b", "series"):  # model ids / a series: as typed (blank: the default)
         text = str(value or "").strip()
-        if field == "series":
-            return state.with_(series=text or DEFAULT_SERIES, checkpoint="")
+        if field == "series":  # another series starts at its last checkpoint; the same keeps its own
+            series = text or DEFAULT_SERIES
+            return state if series == state.series else state.with_(series=series, checkpoint="")
         return state.with_(**{field: text})
     if field == "checkpoint":  # the timeline's shown checkpoint (its position in the series)
         ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 10**6
