@@ -15,10 +15,10 @@ from dash import Input, Output, State, ctx, dcc, no_update
 from headgraph.frontend.api.client import ApiClient, ApiError
 from headgraph.frontend.callbacks.common import api, state_of
 from headgraph.frontend.callbacks.define import callback
-from headgraph.frontend.callbacks.graph import load_graph
+from headgraph.frontend.callbacks.graph import load_graph, shown_graph
 from headgraph.frontend.callbacks.heatmap import metric_grid
 from headgraph.frontend.figures import export as exports
-from headgraph.frontend.layout.page import DOWNLOADABLE
+from headgraph.frontend.layout.page import DOWNLOADABLE, FILTERED
 from headgraph.frontend.state.readiness import view_params
 
 CsvMaker = Callable[[ApiClient, dict[str, Any]], tuple[str, str]]
@@ -43,7 +43,7 @@ def _heatmap_csv(client: ApiClient, p: dict[str, Any]) -> tuple[str, str]:
 
 
 CSV_MAKERS: dict[str, CsvMaker] = {
-    "graph": lambda c, p: (exports.graph_csv(load_graph(c, p)[0]), _stem(p["model"], "graph", *p["pairings"])),
+    "graph": lambda c, p: (exports.graph_csv(shown_graph(c, p)), _stem(p["model"], "graph", *p["pairings"])),
     "heatmap": _heatmap_csv,
     "head-grid": lambda c, p: (exports.head_grid_csv(metric_grid(c, p["model"], p["pairing"], p["metric"]),
                                                      p["head"], p["direction"]),
@@ -66,19 +66,24 @@ CSV_MAKERS: dict[str, CsvMaker] = {
                                         _stem(p["model"], "validation-pairs", p["pairing"])),
 }
 
+# "CSV (all)": the whole API answer behind a filtered view (layout.page.FILTERED).
+FULL_CSV_MAKERS: dict[str, CsvMaker] = {
+    "graph": lambda c, p: (exports.graph_csv(load_graph(c, p)[0]), _stem(p["model"], "graph", *p["pairings"], "all")),
+}
+
 
 def download(fig_id: str, fmt: str, figure: dict | None, search: str | None, ready: dict | None,
              label_sets: list | None) -> tuple:
     """(dcc.Download data, message) for the ``fmt`` button under figure ``fig_id``."""
-    if fmt not in ("png", "svg", "csv"):
+    if fmt not in ("png", "svg", "csv", "csvall") or (fmt == "csvall" and fig_id not in FULL_CSV_MAKERS):
         return no_update, no_update
     state = state_of(search, label_sets)
     try:
-        if fmt == "csv":
+        if fmt in ("csv", "csvall"):
             params = view_params(state, PARAMS_OF[fig_id], ready)
             if not params:
                 return no_update, "no data yet"
-            text, stem = CSV_MAKERS[fig_id](api(), params)
+            text, stem = (CSV_MAKERS if fmt == "csv" else FULL_CSV_MAKERS)[fig_id](api(), params)
             return dcc.send_string(text, f"{stem or fig_id}.csv"), ""
         if not figure:
             return no_update, "no figure yet"
@@ -94,14 +99,15 @@ def download(fig_id: str, fmt: str, figure: dict | None, search: str | None, rea
 
 
 def _define(fig_id: str) -> Callable[..., tuple]:
+    formats = ("png", "svg", "csv", *(("csvall",) if fig_id in FILTERED else ()))
+
     @callback(Output(f"dl-{fig_id}", "data"), Output(f"dl-{fig_id}-msg", "children"),
-              Input(f"dl-{fig_id}-png", "n_clicks"), Input(f"dl-{fig_id}-svg", "n_clicks"),
-              Input(f"dl-{fig_id}-csv", "n_clicks"),
+              *(Input(f"dl-{fig_id}-{fmt}", "n_clicks") for fmt in formats),
               State(fig_id, "figure"), State("url", "search"), State("ready-store", "data"),
               State("labels-store", "data"),
               prevent_initial_call=True)
-    def download_button(_png: int, _svg: int, _csv: int, figure: dict | None, search: str | None,
-                        ready: dict | None, label_sets: list | None) -> tuple:
+    def download_button(*args: Any) -> tuple:
+        figure, search, ready, label_sets = args[len(formats):]
         fmt = str(ctx.triggered_id or "").rsplit("-", 1)[-1]
         return download(fig_id, fmt, figure, search, ready, label_sets)
 

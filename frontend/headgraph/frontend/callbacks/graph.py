@@ -243,6 +243,25 @@ def filter_chips(params: dict[str, Any], shown: int, total: int, found: list[str
     return out
 
 
+def shown_edges_of(client: Any, params: dict[str, Any], data: dict[str, Any]
+                   ) -> tuple[dict[str, Any], dict[str, Any], dict[EdgeKey, dict[str, Any]] | None, str | None]:
+    """What the graph view shows of an API graph ``data``: (node-link in the layer range, the
+    node-link drawn: in range and, with verification=verified, verified only; the verdicts
+    read, or None when verification is off; their rule). The figure and its CSV both use it."""
+    mode = params.get("verification", "off")
+    counts = data.get("edge_counts", {})
+    verdicts, rule = load_verdicts(client, params, counts) if mode != "off" else (None, None)
+    in_range = filter_layers(data["graph"], params.get("layers"))
+    node_link = keep_verified(in_range, verdicts) if verdicts is not None and mode == "verified" else in_range
+    return in_range, node_link, verdicts, rule
+
+
+def shown_graph(client: Any, params: dict[str, Any]) -> dict[str, Any]:
+    """The API graph of ``params`` with only the edges (and nodes) the view draws."""
+    data = load_graph(client, params)[0]
+    return {**data, "graph": shown_edges_of(client, params, data)[1]}
+
+
 @view_callback("graph", Output("graph", "figure"), Output("graph-summary", "children"),
                Output("slider-range", "data"), Output("graph-summary", "data-edges"),
                Output("graph-summary", "data-hubs"),
@@ -265,11 +284,8 @@ def graph_view(params: dict[str, Any] | None) -> tuple:
     except ApiError as err:
         return (empty_figure(err.message), [error_note(err.message)], no_update, None, None)
     counts = data.get("edge_counts", {})
-    mode = params.get("verification", "off")
-    verdicts, rule = load_verdicts(client, params, counts) if mode != "off" else (None, None)
+    in_range, node_link, verdicts, rule = shown_edges_of(client, params, data)
     layers = params.get("layers")
-    in_range = filter_layers(data["graph"], layers)
-    node_link = keep_verified(in_range, verdicts) if verdicts is not None and mode == "verified" else in_range
     layer_indices = [layer for layer in info["layer_indices"] if in_layers(layer, layers)]
     backdrop = {"nodes": [n for n in all_head_nodes(info) if in_layers(n["layer"], layers)]}
     if params["layout"] == "grid":

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import re
+import textwrap
 from collections.abc import Sequence
 from typing import Any
 
@@ -104,10 +105,15 @@ def fitted_margins(fig: go.Figure, base: dict[str, int]) -> dict[str, int]:
     return out
 
 
+MESSAGE_WIDTH = 110  # characters per line of an empty figure's message
+
+
 def empty_figure(message: str, height: int = 420) -> go.Figure:
-    """A blank figure carrying a centred message (no data yet, or an API error)."""
+    """A blank figure carrying a centred message (no data yet, or an API error), wrapped to
+    lines of at most MESSAGE_WIDTH characters so a long reason stays inside the figure."""
     fig = go.Figure()
-    fig.add_annotation(text=message, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False,
+    text = "<br>".join(textwrap.wrap(message, MESSAGE_WIDTH)) or message
+    fig.add_annotation(text=text, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False,
                        font=dict(size=14, color="#666"))
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)

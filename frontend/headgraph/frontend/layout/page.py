@@ -24,13 +24,22 @@ GRAPH_CONFIG = {"displaylogo": False, "toImageButtonOptions": {"format": "png", 
 DOWNLOADABLE: tuple[str, ...] = ("graph", "heatmap", "head-grid", "scatter", "kl-grid", "ref-hist",
                                  "null-fig", "token-grid", "patterns", "cosines", "validation", "validation-scatter")
 
+# Figures whose view filters its data: CSV is what the view shows, "CSV (all)" the whole answer.
+FILTERED: tuple[str, ...] = ("graph",)
+
 
 def download_bar(fig_id: str) -> html.Div:
-    """PNG / SVG / CSV buttons under a figure and their dcc.Download."""
+    """PNG / SVG / CSV buttons under a figure (and "CSV (all)" under a filtered one) and their
+    dcc.Download."""
+    full = [html.Button("CSV (all)", id=f"dl-{fig_id}-csvall", className="dl-btn", n_clicks=0,
+                        title="every edge of the API's answer, before the view's filters")
+            ] if fig_id in FILTERED else []
     return html.Div([
         html.Button("PNG", id=f"dl-{fig_id}-png", className="dl-btn", n_clicks=0),
         html.Button("SVG", id=f"dl-{fig_id}-svg", className="dl-btn", n_clicks=0),
-        html.Button("CSV", id=f"dl-{fig_id}-csv", className="dl-btn", n_clicks=0),
+        html.Button("CSV", id=f"dl-{fig_id}-csv", className="dl-btn", n_clicks=0,
+                    title="the data the view shows"),
+        *full,
         dcc.Download(id=f"dl-{fig_id}"),
         html.Span(id=f"dl-{fig_id}-msg", className="dl-msg"),
     ], className="download-bar")
