@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from headgraph.frontend.report.numbers import GRAPH_PAIRINGS, ROLES, TOKENS_K, available
+from headgraph.frontend.report.numbers import GRAPH_PAIRINGS, ROLES, TOKENS_K, available, why_missing
 
 HOLDS, PARTLY, FAILS, NA = "holds", "partly holds", "does not hold", "not applicable here"
 KL_MIN = 0.1  # nats: KL(random || model) at least this ...
@@ -170,7 +170,7 @@ def claim_pk_beats_cs(numbers: dict[str, Any]) -> Verdict:
             "for the mean effect of the top-k; does not hold otherwise (equal or overlapping); "
             "not applicable for a model that cannot run")
     if not available(v) or not v or not any(_summary(v, p, "PK") and _summary(v, p, "CS") for p in v["summary"]):
-        return Verdict("pk_vs_cs", claim, rule, NA, {}, "no path ablation for this model")
+        return Verdict("pk_vs_cs", claim, rule, NA, {}, why_missing(v, "no path ablation for this model"))
     rows = {p: {"PK": _summary(v, p, "PK"), "CS": _summary(v, p, "CS")} for p in v["summary"]}
     wins, losses = interval_wins(v, "PK", "CS"), interval_wins(v, "CS", "PK")
     because = f"PK above CS on: {', '.join(wins)}" if wins else "PK's intervals never lie above CS's"
@@ -188,7 +188,7 @@ def induction_check(numbers: dict[str, Any]) -> Verdict:
             "description includes previous-token, its target's includes induction and the "
             "path-ablation verdict is verified; does not hold otherwise")
     if not available(a) or not a or not a["edges"]:
-        return Verdict("induction", claim, rule, NA, {}, "no path ablation for this model")
+        return Verdict("induction", claim, rule, NA, {}, why_missing(a, "no path ablation for this model"))
     edge = a["edges"][0]
     nodes = {n["id"]: n for n in numbers["graph"]["graph"]["nodes"]}
     src = nodes.get(edge["source"], {}).get("description")

@@ -95,8 +95,9 @@ def get(client: httpx.Client, path: str, **params: Any) -> dict[str, Any]:
         raise ApiFailure(f"GET {path}: {err}") from err
     if r.status_code != 200:
         try:
-            detail = r.json().get("detail") or r.json().get("message") or r.text
-        except ValueError:
+            body = r.json()
+            detail = (body.get("error") or {}).get("message") or body.get("detail") or body.get("message") or r.text
+        except (ValueError, AttributeError):
             detail = r.text
         raise ApiFailure(f"GET {path} -> {r.status_code}: {str(detail)[:300]}")
     return r.json()
@@ -108,7 +109,7 @@ def optional(client: httpx.Client, path: str, **params: Any) -> dict[str, Any] |
         return get(client, path, **params)
     except ApiFailure as err:
         if " -> 4" in str(err):
-            return {"unavailable": str(err)}
+            return {"unavailable": str(err).split(": ", 1)[-1]}  # the API's message
         raise
 
 
@@ -138,3 +139,11 @@ def collect(client: httpx.Client, model: str, *, ablation_top: int = 10,
 def available(answer: dict[str, Any] | None) -> bool:
     """True for a real API answer (not None, not an ``unavailable`` 4xx marker)."""
     return isinstance(answer, dict) and "unavailable" not in answer
+
+
+def why_missing(answer: dict[str, Any] | None, otherwise: str) -> str:
+    """Why an answer is missing: the API's refusal ("this model could not be run: ...") or
+    ``otherwise``."""
+    if isinstance(answer, dict) and answer.get("unavailable"):
+        return f"this model could not be run: {answer['unavailable']}"
+    return otherwise

@@ -114,7 +114,7 @@ def _format_of(fmt: str | None, filename: str | None, content_type: str) -> str:
 
 @router.post("", status_code=201, response_model=LabelSetOut,
              openapi_extra={**UPLOAD_BODY, **TOKEN_PROTECTED},
-             responses={401: {"model": ErrorBody}, 404: {"model": ErrorBody},
+             responses={401: {"model": ErrorBody}, 403: {"model": ErrorBody}, 404: {"model": ErrorBody},
                         409: {"model": ErrorBody}, 413: {"model": ErrorBody},
                         422: {"model": ErrorBody}},
              dependencies=[Depends(require_token)],

@@ -1,0 +1,275 @@
+"""`headgraph report MODEL`: the findings page end to end on the demo, its claim rules at their
+boundaries on real demo API answers, and the CLI's plugin loader.
+
+One report run (it starts its own server on loopback, on a fresh cache), then the API
+in-process on that warm cache for independent reads.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import socket
+import struct
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from headgraph.frontend.report import claims
+from headgraph.frontend.report.claims import FAILS, HOLDS, NA, PARTLY, all_verdicts
+from headgraph.frontend.report.numbers import GRAPH_PAIRINGS, ApiFailure, collect
+from headgraph.frontend.report.page import MARK, fmt
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """`headgraph report demo` as a user runs it (it starts its own server), into a tmp folder."""
+    tmp = tmp_path_factory.mktemp("report")
+    cmd = [sys.executable, "-m", "headgraph.server.cli.main", "report", "demo", "--out", str(tmp / "docs"),
+           "--cache-dir", str(tmp / "cache")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return {"tmp": tmp, "stdout": proc.stdout, "stderr": proc.stderr,
+            "page": tmp / "docs" / "findings" / "demo.md"}
+
+
+@pytest.fixture(scope="module")
+def api(run: dict[str, Any]) -> Iterator[httpx.Client]:
+    """The API in-process on the report's (now warm) cache: reads independent of the report."""
+    from fastapi.testclient import TestClient
+
+    from headgraph.server.http.app import create_app
+    from headgraph.server.settings import Settings
+
+    with TestClient(create_app(Settings(cache_dir=run["tmp"] / "cache", compute_processes=0))) as http:
+        yield http
+
+
+@pytest.fixture(scope="module")
+def numbers(api: httpx.Client) -> dict[str, Any]:
+    return collect(api, "demo")
+
+
+def row_of(page: str, first_cell: str) -> list[str]:
+    """The cells of the markdown table row whose first cell is ``first_cell``."""
+    for line in page.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("|") and cells[0] == first_cell:
+            return cells
+    raise AssertionError(f"no table row {first_cell!r}")
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == PNG_MAGIC and data[12:16] == b"IHDR", f"{path} is not a PNG"
+    return struct.unpack(">II", data[16:24])
+
+
+# -- the command, end to end -------------------------------------------------------------------
+
+def test_page_names_every_claim_with_the_verdict_the_rules_give(run: dict[str, Any],
+                                                                 numbers: dict[str, Any]) -> None:
+    page = run["page"].read_text(encoding="utf-8")
+    verdicts = all_verdicts(numbers)
+    assert {v.key for v in verdicts} == {"kl", "hub", "tokens", "pk_vs_cs", "induction"}
+    for v in verdicts:
+        assert v.claim in page and v.rule[1:] in page
+        cells = row_of(page, v.claim)
+        assert cells[1] == MARK[v.verdict] and cells[2] == v.because
+        assert f"{v.key}: {v.verdict} ({v.because})" in run["stdout"]
+    # The demo's known picture, measured: the induction edge verified, far from random.
+    by = {v.key: v.verdict for v in verdicts}
+    assert by["induction"] == HOLDS and by["kl"] == HOLDS
+    index = (run["page"].parent / "README.md").read_text(encoding="utf-8")
+    assert "[demo](demo.md)" in index
+
+
+def test_printed_numbers_are_the_apis(run: dict[str, Any], api: httpx.Client) -> None:
+    page = run["page"].read_text(encoding="utf-8")
+    ref = api.get("/api/reference", params={"model": "demo"}).json()
+    roles = ref["kl"]["roles"]
+    for p in GRAPH_PAIRINGS:
+        cells = row_of(page, p)
+        kl = ref["kl"]["kl"][roles.index(p[0])][roles.index(p[1])]
+        assert cells[1] == fmt(kl)
+        assert cells[2] == fmt(ref["kl"]["histograms"][p]["model_mean"])
+        assert cells[6] == f"{ref['nulls'][p]['significant_haar']} / {ref['nulls'][p]['valid_pairs']}"
+    ab = api.get("/api/ablation", params={"model": "demo", "pairing": "OK", "top": 10}).json()
+    for i, e in enumerate(ab["edges"]):
+        cells = row_of(page, str(i + 1))
+        assert cells[1:4] == [e["source"], e["target"], fmt(e["pk"])]
+        assert cells[5:8] == [fmt(e["effect_text"]), fmt(e["effect_random"]), e["verdict"]]
+
+
+def test_figures_are_linked_pngs(run: dict[str, Any]) -> None:
+    page = run["page"].read_text(encoding="utf-8")
+    links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", page)
+    names = {Path(link).name for link in links}
+    assert {"graph.png", "kl.png", "reference-OK.png", "ablation.png", "validation.png"} <= names
+    total = 0
+    for link in links:
+        path = run["page"].parent / link
+        width, height = png_size(path)
+        assert width >= 400 and height >= 250
+        total += path.stat().st_size
+    assert total < 1_000_000  # small enough to commit
+    assert sorted(p.name for p in (run["page"].parent / "demo").iterdir()) == sorted(names)
+
+
+def test_bad_model_or_server_is_one_line_and_exit_2(api: httpx.Client, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(ApiFailure, match="no-such-model"):
+        collect(api, "no-such-model")  # the API's own 404 message, named
+    from headgraph.server.cli import main as cli
+
+    with socket.socket() as s:  # a loopback port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}"
+    assert cli.main(["report", "no-such-model", "--url", url, "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("headgraph: error: GET /api/health")
+    assert not (tmp_path / "findings").exists()
+
+
+# -- the rules at their boundaries, on the demo's real answers ---------------------------------
+
+def _kl_set(n: dict[str, Any], pairing: str, kl: float | None = None, shift: float | None = None) -> None:
+    ref = n["reference"]
+    roles = ref["kl"]["roles"]
+    if kl is not None:
+        ref["kl"]["kl"][roles.index(pairing[0])][roles.index(pairing[1])] = kl
+    if shift is not None:
+        haar = ref["nulls"][pairing]["summary_haar"]
+        ref["kl"]["histograms"][pairing]["model_mean"] = haar["mean"] + shift * haar["std"]
+
+
+def test_kl_rule_boundaries(numbers: dict[str, Any]) -> None:
+    assert claims.claim_far_from_random(numbers).verdict == HOLDS
+    n = copy.deepcopy(numbers)
+    _kl_set(n, "OK", kl=claims.KL_MIN)  # >= KL_MIN is far
+    assert claims.claim_far_from_random(n).verdict == HOLDS
+    _kl_set(n, "OK", kl=claims.KL_MIN * (1 - 1e-9))
+    assert claims.claim_far_from_random(n).verdict == PARTLY
+    n = copy.deepcopy(numbers)
+    _kl_set(n, "OV", shift=-claims.SHIFT_MIN_STD * (1 + 1e-9))  # below the Haar mean counts too
+    assert claims.claim_far_from_random(n).verdict == HOLDS
+    _kl_set(n, "OV", shift=-claims.SHIFT_MIN_STD * (1 - 1e-9))
+    v = claims.claim_far_from_random(n)
+    assert v.verdict == PARTLY and "OV" not in v.because
+    for p in GRAPH_PAIRINGS:
+        _kl_set(n, p, shift=0.0)
+    assert claims.claim_far_from_random(n).verdict == FAILS
+
+
+def test_hub_rule_boundaries(numbers: dict[str, Any]) -> None:
+    v = claims.claim_identity_hub(numbers)
+    top = numbers["graph"]["hubs"]["rows"][0]
+    assert v.verdict == FAILS and top["name"] in v.because and top["description"] != "identity"
+    for description, verdict in (("identity", HOLDS), ("identity/induction", PARTLY), (None, NA)):
+        n = copy.deepcopy(numbers)
+        n["graph"]["hubs"]["rows"][0]["description"] = description
+        assert claims.claim_identity_hub(n).verdict == verdict, description
+    n = copy.deepcopy(numbers)
+    for row in n["graph"]["hubs"]["rows"]:
+        row["is_hub"] = False
+    assert claims.claim_identity_hub(n).verdict == NA
+
+
+def test_tokens_rule_boundaries(numbers: dict[str, Any]) -> None:
+    v = claims.claim_tokens(numbers)
+    answers = [numbers["tokens"][r] for r in claims.ROLES]
+    assert v.evidence["above"] == sum(sum(h["above_baseline"] for h in t["heads"]) for t in answers)
+    assert v.verdict == (HOLDS if v.evidence["share"] >= claims.TOKENS_SHARE_MIN else FAILS)
+    n = copy.deepcopy(numbers)
+    total = sum(len(t["heads"]) for t in answers)
+    need = int(total * claims.TOKENS_SHARE_MIN)  # exactly the minimum share (64 lists: 32)
+    for role in claims.ROLES:
+        n["tokens"][role]["n_above_baseline"] = 0
+    n["tokens"]["O"]["n_above_baseline"] = need
+    assert claims.claim_tokens(n).verdict == HOLDS
+    n["tokens"]["O"]["n_above_baseline"] = need - 1
+    assert claims.claim_tokens(n).verdict == FAILS
+    for role in claims.ROLES:
+        n["tokens"][role] = {"unavailable": "GET /api/tokens -> 422: no unembedding"}
+    assert claims.claim_tokens(n).verdict == NA
+
+
+def _stat(n: dict[str, Any], prompts: str, metric: str) -> dict[str, Any]:
+    return next(r for r in n["validation"]["summary"][prompts] if r["metric"] == metric)["random_rho"]
+
+
+def test_pk_vs_cs_rule_boundaries(numbers: dict[str, Any]) -> None:
+    v = claims.claim_pk_beats_cs(numbers)
+    assert v.verdict == FAILS  # the demo's PK and CS intervals overlap
+    n = copy.deepcopy(numbers)
+    pk, cs = _stat(n, "text", "PK"), _stat(n, "text", "CS")
+    pk["low"] = cs["high"]  # touching is not above
+    assert claims.claim_pk_beats_cs(n).verdict == FAILS
+    pk["low"] = cs["high"] + 1e-6
+    v = claims.claim_pk_beats_cs(n)
+    assert v.verdict == HOLDS and v.evidence["pk_above_cs"] == ["text random_rho"]
+    n = copy.deepcopy(numbers)
+    _stat(n, "random", "CS")["low"] = _stat(n, "random", "PK")["high"] + 1e-6
+    v = claims.claim_pk_beats_cs(n)
+    assert v.verdict == FAILS and v.evidence["cs_above_pk"] == ["random random_rho"]
+    n["validation"] = {"unavailable": "x: this GGUF cannot be run here"}
+    v = claims.claim_pk_beats_cs(n)
+    assert v.verdict == NA and v.because == "this model could not be run: x: this GGUF cannot be run here"
+
+
+def test_induction_rule_boundaries(numbers: dict[str, Any]) -> None:
+    assert claims.induction_check(numbers).verdict == HOLDS
+    edge = numbers["ablation"]["edges"][0]
+    n = copy.deepcopy(numbers)
+    n["ablation"]["edges"][0]["verdict"] = "no effect"
+    assert claims.induction_check(n).verdict == FAILS
+    n = copy.deepcopy(numbers)
+    for node in n["graph"]["graph"]["nodes"]:
+        if node["id"] == edge["source"]:
+            node["description"] = "unclassified"
+    assert claims.induction_check(n).verdict == FAILS
+    n = copy.deepcopy(numbers)
+    n["ablation"] = {"unavailable": "x: this GGUF cannot be run here"}
+    v = claims.induction_check(n)
+    assert v.verdict == NA and v.because.startswith("this model could not be run: x: this GGUF")
+
+
+# -- the plugin loader --------------------------------------------------------------------------
+
+def test_plugins_broken_and_shadowing_are_skipped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """A real distribution on sys.path: a working plugin, a broken one, one named 'models'."""
+    (tmp_path / "hgplug_demo.py").write_text(textwrap.dedent("""
+        def add_parser(sub, cache_opt):
+            p = sub.add_parser("zzhello", help="test plugin")
+            cache_opt(p)
+            p.set_defaults(func=lambda args: print("hello from a plugin") or 0)
+
+        def shadow(sub, cache_opt):
+            raise AssertionError("a plugin named like a built-in must not be loaded")
+    """))
+    info = tmp_path / "hgplug_demo-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: hgplug-demo\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[headgraph.commands]\nzzhello = hgplug_demo:add_parser\n"
+                                           "broken = hgplug_demo:does_not_exist\nmodels = hgplug_demo:shadow\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "hgplug_demo", raising=False)
+    from headgraph.server.cli import main as cli
+
+    parser = cli.build_parser()
+    assert parser.parse_args(["models"]).func is cli.cmd_models
+    assert parser.parse_args(["report", "demo"]).model == "demo"  # the installed frontend's plugin
+    assert cli.main(["zzhello"]) == 0
+    assert "hello from a plugin" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        parser.parse_args(["broken"])
+    assert cli.main(["cache", "info", "--cache-dir", str(tmp_path / "cache")]) == 0
