@@ -138,6 +138,12 @@ class BridgeRunner(Runner):
         except (AttributeError, NotImplementedError, RuntimeError, ValueError) as err:
             raise UnsupportedModel(f"this bridge does not expose per-head attention weights "
                                    f"({type(err).__name__}: {err})") from err
+        post = post_attention_norm(bridge)
+        if post is not None:
+            raise UnsupportedModel(
+                f"path ablation and data-weighted PK: {post} (a norm between the heads and the "
+                "residual stream, as in Gemma 2/3, GLM-4 and OLMo 2), so a head's write is not "
+                "(mean z - z) W_O; refused rather than a wrong number")
         kind = str(getattr(bridge.cfg, "normalization_type", None) or "")
         self.ln_kind = "LN" if kind.startswith("LN") else "RMS" if kind.startswith("RMS") else None
         if self.ln_kind is None:
@@ -196,17 +202,24 @@ class BridgeRunner(Runner):
         return out
 
     def _check_norm(self, cache: Any, layer: int) -> None:
-        """ln1's output must be normalized * weight + a constant bias (what ablation assumes)."""
+        """ln1's output must be normalized * gain + a constant bias (what ablation assumes),
+        the gain being the norm's weight or, as Gemma's RMSNorm applies it, 1 + weight (then
+        kept as this layer's gain)."""
         n, o = self._name(layer, "ln1.hook_normalized"), self._name(layer, "ln1.hook_out")
         if n not in cache or o not in cache:
             return
         ln_out = cache[o]
-        rebuilt = cache[n] if self.ln_w is None else cache[n] * self.ln_w[layer]
-        bias = ln_out - rebuilt
-        spread = (bias - bias[:1, :1]).abs().max()
-        if float(spread) > 1e-4 * (1 + float(ln_out.abs().max())):
-            raise UnsupportedModel("path ablation: ln1 is not normalized * weight + bias for "
-                                   "this architecture")
+        tol = 1e-4 * (1 + float(ln_out.abs().max()))
+        for offset in (0.0, 1.0) if self.ln_w is not None else (0.0,):
+            gain = None if self.ln_w is None else self.ln_w[layer] + offset
+            rebuilt = cache[n] if gain is None else cache[n] * gain
+            bias = ln_out - rebuilt
+            if float((bias - bias[:1, :1]).abs().max()) <= tol:
+                if offset and self.ln_w is not None:
+                    self.ln_w[layer] = gain
+                return
+        raise UnsupportedModel("path ablation: ln1 is not normalized * weight (or * (1 + weight)) "
+                               "+ bias for this architecture")
 
     def patched(self, ids: torch.Tensor, mask: torch.Tensor, layer: int, path: str,
                 add: torch.Tensor) -> torch.Tensor:
@@ -230,6 +243,27 @@ class BridgeRunner(Runner):
         if "out" not in got:
             raise UnsupportedModel(f"the bridge did not fire {measured}")
         return got["out"]
+
+
+def post_attention_norm(bridge: Any) -> str | None:
+    """Where a bridge's attention output passes a norm before the residual add ("blocks.3 has
+    a post-attention norm (ln1_post)"), else None: a block declaring ``ln1_post``, or whose
+    ``hook_attn_out`` is read after a submodule other than ``attn``."""
+    for i, block in enumerate(getattr(bridge, "blocks", ())):
+        submodules = getattr(block, "submodules", None)
+        if not isinstance(submodules, dict) or "attn" not in submodules:
+            continue
+        if "ln1_post" in submodules:
+            return f"blocks.{i} has a post-attention norm (ln1_post)"
+        aliases = getattr(block, "hook_aliases", None)
+        target = aliases.get("hook_attn_out") if isinstance(aliases, dict) else None
+        for candidate in [target] if isinstance(target, str) else list(target or []):
+            owner = candidate.split(".", 1)[0]
+            if owner in submodules and owner != "attn":
+                return f"blocks.{i} writes its attention output through {owner}"
+            if owner in submodules:
+                break
+    return None
 
 
 def ablation_runner(model: Any) -> Runner:
