@@ -67,6 +67,8 @@ class Settings:
     cold_per_client: cold computations one client (an address, or the token holders) may
         have running at once in one API process (429 beyond).
     body_timeout_s: seconds a client has to send a whole request body (408 after).
+    header_timeout_s: seconds a connection has to send a request's headers (closed after),
+        so half-open connections cannot hold the server's connection slots.
     response_cache_mb: rendered warm responses kept in memory per process (0: none).
     """
 
@@ -85,6 +87,7 @@ class Settings:
     compute_processes: int = 1
     cold_per_client: int = 2
     body_timeout_s: float = 20.0
+    header_timeout_s: float = 10.0
     response_cache_mb: float = 256.0
 
     def __post_init__(self) -> None:
@@ -128,6 +131,7 @@ class Settings:
             compute_processes=_number(env, "HEADGRAPH_COMPUTE_PROCESSES", 1, 0, 64, int),
             cold_per_client=_number(env, "HEADGRAPH_COLD_PER_CLIENT", 2, 1, 64, int),
             body_timeout_s=_number(env, "HEADGRAPH_BODY_TIMEOUT_S", 20.0, 0.1, 3600.0, float),
+            header_timeout_s=_number(env, "HEADGRAPH_HEADER_TIMEOUT_S", 10.0, 0.1, 3600.0, float),
             response_cache_mb=_number(env, "HEADGRAPH_RESPONSE_CACHE_MB", 256.0, 0.0, 1e6, float),
         )
         return replace(base, **overrides) if overrides else base

@@ -29,12 +29,13 @@ def run(args: argparse.Namespace) -> int:
     if not settings.api_token and args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"headgraph: warning: serving on {args.host} with no HEADGRAPH_API_TOKEN: anyone "
               "who reaches the port may compute and upload (open mode)", file=sys.stderr)
-    # Idle keep-alive connections close after 5 s; past SERVE_CONNECTIONS open connections
+    # Idle keep-alive connections close after 5 s, and a connection that does not finish its
+    # headers in time is closed (http.protocol); past SERVE_CONNECTIONS open connections
     # uvicorn answers 503 instead of queueing (a proxy in front should limit per client).
     common: dict[str, Any] = dict(
         host=args.host, port=args.port, access_log=False, log_level=args.log_level,
         timeout_graceful_shutdown=5, timeout_keep_alive=5,
-        limit_concurrency=SERVE_CONNECTIONS)
+        limit_concurrency=SERVE_CONNECTIONS, http="headgraph.server.http.protocol:HeaderTimeoutProtocol")
     if workers > 1:
         # Each worker process builds its own app from the environment (shared diskcache).
         uvicorn.run("headgraph.server.http.app:create_app", factory=True, workers=workers, **common)
