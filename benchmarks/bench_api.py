@@ -16,6 +16,12 @@ reference; top pairs), then measures three phases of ``--seconds`` each:
   process, so the prober does not share its GIL) read the warm views round-robin as fast as
   they can while the prober keeps probing /api/health.
 
+With ``--anonymous``, a fourth phase on a second server in lab mode (HEADGRAPH_API_TOKEN set,
+100 uploaded 1 MiB label sets, random models offered and never loaded): ``--clients``
+anonymous clients hit cold graphs of the unloaded models, unknown label sets (alone and as a
+graph overlay), /api/models and unknown model ids, all refused or answered from names, while
+the prober measures /api/health (target: p99 < 100 ms; no 5xx, no model loaded).
+
 Prints a Markdown table of client-side p50 / p99 (ms), with the server's own time per
 request (its access log) under load beside them; ``--out FILE`` also appends it to FILE
 (replacing an earlier "## API latency" section there). Target: health p99 < 100 ms under load.
@@ -191,6 +197,60 @@ def loaded_reads(url: str, endpoints: list[Endpoint], clients: int, seconds: flo
     return lat, bad, prober, (began, ended)
 
 
+ANONYMOUS_MODELS = ("random:gpt2-small", "random:gpt2-tiny", "random:qwen2-0.5b")
+LABEL_SETS, LABEL_BYTES = 100, 1 << 20
+
+
+def anonymous_views() -> list[Endpoint]:
+    """What anonymous clients may ask of a lab server that must stay cheap."""
+    views: list[Endpoint] = [(f"cold graph ({m})", "/api/graph", {"model": m}) for m in ANONYMOUS_MODELS]
+    views += [("unknown label set", "/api/labels/nope", {}),
+              ("graph + unknown labels", "/api/graph", {"model": "demo", "labels": "nope"}),
+              ("/api/models", "/api/models", {}),
+              ("unknown model", "/api/pk", {"model": "no-such-model", "pairing": "OK"})]
+    return views
+
+
+def anonymous_phase(args: argparse.Namespace, tmp: Path) -> tuple[Prober, dict[str, list[float]], dict[int, int], bool]:
+    """The lab-mode phase: (prober, client ms per row, statuses, a model was loaded)."""
+    token = "bench-anonymous-token-0123456789"
+    env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HEADGRAPH_DEVICE": "cpu",
+           "HEADGRAPH_API_TOKEN": token, "HEADGRAPH_MODELS": ",".join(ANONYMOUS_MODELS)}
+    with ServerProcess(tmp / "lab-cache", workers=args.workers, env=env, startup_timeout=300) as srv:
+        signed = {"Authorization": f"Bearer {token}"}
+        classes = {f"L{i // 100}H{i % 100}": "x" * 60 for i in range(LABEL_BYTES // 80)}
+        with httpx.Client(base_url=srv.url, timeout=120, headers=signed) as c:
+            for i in range(LABEL_SETS):  # stored sets an unknown name must not read one by one
+                body = json.dumps({"name": f"set{i:03d}", "classes": classes})
+                c.post("/api/labels", content=body, headers={"content-type": "application/json"},
+                       params={"replace": "true"}).raise_for_status()
+        lat, _bad, prober, _window = loaded_reads(srv.url, anonymous_views(), args.clients, args.seconds,
+                                                  args.probe_ms / 1000)
+        statuses: dict[int, int] = {}
+        for rec in srv.records():
+            if rec.get("logger") == "headgraph.access" and rec.get("path") != "/api/health":
+                statuses[int(rec["status"])] = statuses.get(int(rec["status"]), 0) + 1
+        with httpx.Client(base_url=srv.url, timeout=60) as c:
+            models = c.get("/api/models").json()["models"]
+        loaded = any(m["info"] is not None for m in models if m["id"] in ANONYMOUS_MODELS)
+    return prober, lat, statuses, loaded
+
+
+def anonymous_report(args: argparse.Namespace, prober: Prober, lat: dict[str, list[float]],
+                     statuses: dict[int, int], loaded: bool) -> str:
+    p99 = percentile(prober.ms, 99)
+    lines = ["", f"Lab mode, {args.clients} anonymous clients for {args.seconds:g} s ({LABEL_SETS} stored "
+             f"1 MiB label sets; models {', '.join(ANONYMOUS_MODELS)} offered, none loaded):", "",
+             "| what | n | p50 ms | p99 ms |", "|---|---|---|---|",
+             f"| **/api/health** | {len(prober.ms)} | {_cell(prober.ms, 50)} | **{_cell(prober.ms, 99)}** |"]
+    lines += [f"| {label} | {len(v)} | {_cell(v, 50)} | {_cell(v, 99)} |" for label, v in lat.items()]
+    fives = sum(n for s, n in statuses.items() if s >= 500)
+    lines += ["", f"Statuses {dict(sorted(statuses.items()))}; 5xx {fives}; a model loaded: {loaded}. "
+              f"Target health p99 < {HEALTH_TARGET_P99_MS:.0f} ms: "
+              f"**{'met' if p99 < HEALTH_TARGET_P99_MS and not fives and not loaded else 'NOT met'}**.", ""]
+    return "\n".join(lines)
+
+
 def server_ms(records: list[dict[str, Any]], window: tuple[float, float]) -> dict[str, list[float]]:
     """The server's own time (access log ``ms``) per path for requests logged in ``window``."""
     out: dict[str, list[float]] = {}
@@ -287,6 +347,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="second model: wide (16 x 32 heads, 4.5 MB grids), a random:<preset> "
                          "spec (random:gpt2-small: 0.4 MB grids) or none")
     ap.add_argument("--out", type=Path, help="also append the Markdown table to this file")
+    ap.add_argument("--anonymous", action="store_true",
+                    help="also the lab-mode phase: anonymous clients on cold and unknown names")
     args = ap.parse_args(argv)
 
     load_start = "/".join(f"{x:.2f}" for x in os.getloadavg())
@@ -322,10 +384,13 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(1.0)  # the last access-log lines
             srv_ms = server_ms(srv.records(), window)
             errors = srv.server_errors()
+        anonymous = anonymous_phase(args, Path(tmp)) if args.anonymous else None
     load_end = "/".join(f"{x:.2f}" for x in os.getloadavg())
     largest = dict(sorted(sizes.items(), key=lambda kv: -kv[1])[:4])
     table = report(args, list(models.values()), largest, idle_health, idle, idle_bad, load,
                    load_bad, load_health, srv_ms, (load_start, load_end), warm_s)
+    if anonymous is not None:
+        table += anonymous_report(args, *anonymous)
     print(table)
     if errors:
         print(f"server errors: {errors[:3]}", file=sys.stderr)
