@@ -17,6 +17,8 @@ import httpx
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.slow  # a real server on seven malformed model folders: ~15 s
+
 GPT2 = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_layer": 2, "n_head": 4,
         "n_embd": 64, "n_positions": 64, "vocab_size": 300}
 
@@ -131,3 +133,28 @@ def test_a_stage_the_model_cannot_give_leaves_the_others_and_is_remembered(url):
         again = _job(http, model)  # the user asks again: tried again, same answer
         assert again["id"] != rec["id"] and again["attempt"] == rec["attempt"] + 1
         assert again["unavailable"].keys() == rec["unavailable"].keys()
+
+
+def test_a_same_size_weight_swap_keeping_mtime_is_a_new_model(url, root):
+    """Replacing a folder's weights by others of the same size, with the old mtime put back,
+    is noticed (the stamp holds inode and ctime too): the model is read again, not served
+    the old identity."""
+    import os
+
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from model_support import save_random_model
+
+    cfg = GPT2Config(n_layer=2, n_head=2, n_embd=32, n_positions=32)
+    folder = save_random_model(root / "swap", cfg, GPT2LMHeadModel, seed=0)
+    with httpx.Client(base_url=url, timeout=120) as http:
+        first = http.get("/api/models/info", params={"model": "local:swap"}).json()["fingerprint"]
+        weights = folder / "model.safetensors"
+        before = weights.stat()
+        other = save_random_model(root.parent / "swap-other", cfg, GPT2LMHeadModel, seed=1)
+        os.replace(other / "model.safetensors", weights)
+        os.utime(weights, ns=(before.st_atime_ns, before.st_mtime_ns))
+        after = weights.stat()
+        assert (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+        second = http.get("/api/models/info", params={"model": "local:swap"}).json()["fingerprint"]
+        assert second != first

@@ -103,7 +103,8 @@ class ModelCatalog:
             self._remember(ref, Identity(lm.heads.fingerprint, lm.heads.info))
             return lm
 
-        return self.models.get((ref.spec, PROCESSING, self.device), load)
+        # keyed by the files' stamp too: weights swapped under the same name are loaded anew
+        return self.models.get((ref.spec, PROCESSING, self.device, self.registry.stamp(ref)), load)
 
     def heads(self, ref: ModelRef) -> HeadWeights:
         return self.loaded(ref).heads

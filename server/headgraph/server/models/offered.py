@@ -109,14 +109,19 @@ def hub_snapshot(repo_id: str) -> str | None:
     return None if folder is None else folder.name
 
 
+def _stat_stamp(st: os.stat_result) -> str:
+    """Size, mtime, inode and ctime of a file: a same-size file swapped in with its old mtime
+    restored still changes its inode (a rename) or its ctime (a write, or the mtime reset)."""
+    return f"{st.st_size}|{st.st_mtime_ns}|{st.st_ino}|{st.st_ctime_ns}"
+
+
 def _tree_stamp(folder: Path, *, recursive: bool) -> str:
-    """Digest of names, sizes and mtimes of the files in a folder (cheap change detector)."""
+    """Digest of names and stat stamps of the files in a folder (cheap change detector)."""
     h = hashlib.sha256(str(folder).encode())
     files = folder.rglob("*") if recursive else folder.iterdir()
     for p in sorted(files):
         if p.is_file() and "__pycache__" not in p.parts:
-            st = p.stat()
-            h.update(f"{p.relative_to(folder)}|{st.st_size}|{st.st_mtime_ns}\n".encode())
+            h.update(f"{p.relative_to(folder)}|{_stat_stamp(p.stat())}\n".encode())
     return h.hexdigest()[:16]
 
 
@@ -179,9 +184,8 @@ def _is_model_folder(path: Path) -> bool:
 
 
 def _file_stamp(path: Path) -> str:
-    """Digest of one file's path, size and mtime (cheap change detector)."""
-    st = path.stat()
-    return hashlib.sha256(f"{path}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:16]
+    """Digest of one file's path and stat stamp (cheap change detector)."""
+    return hashlib.sha256(f"{path}|{_stat_stamp(path.stat())}".encode()).hexdigest()[:16]
 
 
 class Registry:
