@@ -4,19 +4,38 @@ headers in time is closed, and the API answers meanwhile (a real server on loopb
 
 from __future__ import annotations
 
+import json
 import socket
+import threading
 import time
 from urllib.parse import urlparse
 
 import httpx
 import pytest
 
+from headgraph.core.models.demo import ARCHITECTURE
+
+pytestmark = pytest.mark.slow  # a real server and connections left to time out: ~8 s
+
 HELD = 40  # connections that send part of their headers, then nothing
 
 
+WIDE = {"architecture": ARCHITECTURE, "n_layers": 16, "n_heads": 32, "d_model": 256,
+        "d_head": 8, "d_vocab": 64, "n_ctx": 64}
+
+
 @pytest.fixture(scope="module")
-def url(launch_server, tmp_path_factory):
-    env = {"HEADGRAPH_HEADER_TIMEOUT_S": "1.5"}
+def big(tmp_path_factory) -> str:
+    """A random model whose cold reference takes seconds (in the demo's format)."""
+    folder = tmp_path_factory.mktemp("wide")
+    (folder / "config.json").write_text(json.dumps(WIDE))
+    return f"random:{folder / 'config.json'}"
+
+
+@pytest.fixture(scope="module")
+def url(launch_server, tmp_path_factory, big):
+    env = {"HEADGRAPH_HEADER_TIMEOUT_S": "1.5", "HEADGRAPH_COLD_PER_CLIENT": "1",
+           "HEADGRAPH_MODELS": f"demo,{big}"}  # open mode: every read may compute
     with launch_server(tmp_path_factory.mktemp("cache"), env=env, check_errors=True) as srv:
         yield srv.url
 
@@ -44,3 +63,31 @@ def test_connections_with_unfinished_headers_are_closed(url):
     finally:
         for s in socks:
             s.close()
+
+
+def test_x_forwarded_for_names_no_other_client(url, big):
+    """No proxy is trusted by default: a client on loopback sending X-Forwarded-For is still its
+    connection's address, so a second cold computation while its first runs is a 429 however
+    it names itself (HEADGRAPH_COLD_PER_CLIENT=1)."""
+    first: dict[str, httpx.Response] = {}
+
+    def cold() -> None:
+        first["r"] = httpx.get(url + "/api/reference", params={"model": big},
+                               headers={"X-Forwarded-For": "10.1.1.1"}, timeout=600)
+
+    t = threading.Thread(target=cold)
+    t.start()
+    time.sleep(1.0)  # the first holds the slot from its arrival
+    during = []
+    with httpx.Client(base_url=url, timeout=120) as c:
+        n = 0
+        while t.is_alive():
+            n += 1
+            second = c.get("/api/pk", params={"model": big, "pairing": "VO", "metric": "z"},
+                           headers={"X-Forwarded-For": f"10.2.{n % 250}.{n % 200}"})
+            if t.is_alive():
+                during.append(second)
+            time.sleep(0.05)
+    t.join()
+    assert first["r"].status_code == 200, first["r"].text
+    assert during and all(r.status_code == 429 for r in during), [r.status_code for r in during]

@@ -67,6 +67,9 @@ class Settings:
     cold_per_client: cold computations one client (an address, or the token holders) may
         have running at once in one API process (429 beyond).
     body_timeout_s: seconds a client has to send a whole request body (408 after).
+    forwarded_allow_ips: addresses of proxies whose X-Forwarded-For / -Proto headers are
+        trusted (uvicorn's forwarded_allow_ips); empty (the default): none, so a client's
+        address is the connection's and no client can name itself another.
     header_timeout_s: seconds a connection has to send a request's headers (closed after),
         so half-open connections cannot hold the server's connection slots.
     response_cache_mb: rendered warm responses kept in memory per process (0: none).
@@ -88,6 +91,7 @@ class Settings:
     cold_per_client: int = 2
     body_timeout_s: float = 20.0
     header_timeout_s: float = 10.0
+    forwarded_allow_ips: str = ""
     response_cache_mb: float = 256.0
 
     def __post_init__(self) -> None:
@@ -132,6 +136,7 @@ class Settings:
             cold_per_client=_number(env, "HEADGRAPH_COLD_PER_CLIENT", 2, 1, 64, int),
             body_timeout_s=_number(env, "HEADGRAPH_BODY_TIMEOUT_S", 20.0, 0.1, 3600.0, float),
             header_timeout_s=_number(env, "HEADGRAPH_HEADER_TIMEOUT_S", 10.0, 0.1, 3600.0, float),
+            forwarded_allow_ips=env.get("HEADGRAPH_FORWARDED_ALLOW_IPS", "").strip(),
             response_cache_mb=_number(env, "HEADGRAPH_RESPONSE_CACHE_MB", 256.0, 0.0, 1e6, float),
         )
         return replace(base, **overrides) if overrides else base

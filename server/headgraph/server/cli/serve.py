@@ -35,7 +35,11 @@ def run(args: argparse.Namespace) -> int:
     common: dict[str, Any] = dict(
         host=args.host, port=args.port, access_log=False, log_level=args.log_level,
         timeout_graceful_shutdown=5, timeout_keep_alive=5,
-        limit_concurrency=SERVE_CONNECTIONS, http="headgraph.server.http.protocol:HeaderTimeoutProtocol")
+        limit_concurrency=SERVE_CONNECTIONS, http="headgraph.server.http.protocol:HeaderTimeoutProtocol",
+        # X-Forwarded-For is trusted only from the proxies named in HEADGRAPH_FORWARDED_ALLOW_IPS
+        # (none by default): otherwise any client could name itself another (per-client limits)
+        proxy_headers=bool(settings.forwarded_allow_ips),
+        forwarded_allow_ips=settings.forwarded_allow_ips or None)
     if workers > 1:
         # Each worker process builds its own app from the environment (shared diskcache).
         uvicorn.run("headgraph.server.http.app:create_app", factory=True, workers=workers, **common)
