@@ -300,7 +300,7 @@ def test_a_post_attention_norm_is_refused_naming_it(tmp_path):
                            hidden_size=64, intermediate_size=128, max_position_embeddings=128,
                            sliding_window=16)
     lm = load_model(str(save_random_model(tmp_path / "g3", cfg, Gemma3ForCausalLM)), device="cpu")
-    with pytest.raises(UnsupportedModel, match="post-attention norm .ln1_post."):
+    with pytest.raises(UnsupportedModel, match=r"post-attention norm \(ln1_post\)"):
         path_ablation(lm, [Edge(0, 0, 1, 0, "K")])
     with pytest.raises(UnsupportedModel, match="post-attention norm"):
         data_pk(lm, ["OK"])

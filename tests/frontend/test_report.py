@@ -24,7 +24,7 @@ import pytest
 from headgraph.frontend.report import claims
 from headgraph.frontend.report.claims import FAILS, HOLDS, NA, PARTLY, all_verdicts
 from headgraph.frontend.report.numbers import GRAPH_PAIRINGS, ApiFailure, collect
-from headgraph.frontend.report.page import MARK, fmt
+from headgraph.frontend.report.markdown import MARK, fmt
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -75,6 +75,7 @@ def png_size(path: Path) -> tuple[int, int]:
 
 # -- the command, end to end -------------------------------------------------------------------
 
+@pytest.mark.slow  # needs the report run (`headgraph report demo`, ~25 s)
 def test_page_names_every_claim_with_the_verdict_the_rules_give(run: dict[str, Any],
                                                                  numbers: dict[str, Any]) -> None:
     page = run["page"].read_text(encoding="utf-8")
@@ -92,6 +93,7 @@ def test_page_names_every_claim_with_the_verdict_the_rules_give(run: dict[str, A
     assert "[demo](demo.md)" in index
 
 
+@pytest.mark.slow  # needs the report run (`headgraph report demo`, ~25 s)
 def test_printed_numbers_are_the_apis(run: dict[str, Any], api: httpx.Client) -> None:
     page = run["page"].read_text(encoding="utf-8")
     ref = api.get("/api/reference", params={"model": "demo"}).json()
@@ -109,6 +111,7 @@ def test_printed_numbers_are_the_apis(run: dict[str, Any], api: httpx.Client) ->
         assert cells[5:8] == [fmt(e["effect_text"]), fmt(e["effect_random"]), e["verdict"]]
 
 
+@pytest.mark.slow  # needs the report run (`headgraph report demo`, ~25 s)
 def test_figures_are_linked_pngs(run: dict[str, Any]) -> None:
     page = run["page"].read_text(encoding="utf-8")
     links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", page)
@@ -124,6 +127,7 @@ def test_figures_are_linked_pngs(run: dict[str, Any]) -> None:
     assert sorted(p.name for p in (run["page"].parent / "demo").iterdir()) == sorted(names)
 
 
+@pytest.mark.slow  # needs the report run (`headgraph report demo`, ~25 s)
 def test_bad_model_or_server_is_one_line_and_exit_2(api: httpx.Client, tmp_path: Path,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(ApiFailure, match="no-such-model"):
@@ -151,6 +155,7 @@ def _kl_set(n: dict[str, Any], pairing: str, kl: float | None = None, shift: flo
         ref["kl"]["histograms"][pairing]["model_mean"] = haar["mean"] + shift * haar["std"]
 
 
+@pytest.mark.slow  # needs the report run (`headgraph report demo`, ~25 s)
 def test_kl_rule_boundaries(numbers: dict[str, Any]) -> None:
     assert claims.claim_far_from_random(numbers).verdict == HOLDS
     n = copy.deepcopy(numbers)
@@ -169,6 +174,7 @@ def test_kl_rule_boundaries(numbers: dict[str, Any]) -> None:
     assert claims.claim_far_from_random(n).verdict == FAILS
 
 
+@pytest.mark.slow  # needs the report run (`headgraph report demo`, ~25 s)
 def test_hub_rule_boundaries(numbers: dict[str, Any]) -> None:
     v = claims.claim_identity_hub(numbers)
     top = numbers["graph"]["hubs"]["rows"][0]
@@ -183,6 +189,7 @@ def test_hub_rule_boundaries(numbers: dict[str, Any]) -> None:
     assert claims.claim_identity_hub(n).verdict == NA
 
 
+@pytest.mark.slow  # needs the report run (`headgraph report demo`, ~25 s)
 def test_tokens_rule_boundaries(numbers: dict[str, Any]) -> None:
     v = claims.claim_tokens(numbers)
     answers = [numbers["tokens"][r] for r in claims.ROLES]
@@ -206,6 +213,7 @@ def _stat(n: dict[str, Any], prompts: str, metric: str) -> dict[str, Any]:
     return next(r for r in n["validation"]["summary"][prompts] if r["metric"] == metric)["random_rho"]
 
 
+@pytest.mark.slow  # needs the report run (`headgraph report demo`, ~25 s)
 def test_pk_vs_cs_rule_boundaries(numbers: dict[str, Any]) -> None:
     v = claims.claim_pk_beats_cs(numbers)
     assert v.verdict == FAILS  # the demo's PK and CS intervals overlap
@@ -225,6 +233,7 @@ def test_pk_vs_cs_rule_boundaries(numbers: dict[str, Any]) -> None:
     assert v.verdict == NA and v.because == "this model could not be run: x: this GGUF cannot be run here"
 
 
+@pytest.mark.slow  # needs the report run (`headgraph report demo`, ~25 s)
 def test_induction_rule_boundaries(numbers: dict[str, Any]) -> None:
     assert claims.induction_check(numbers).verdict == HOLDS
     edge = numbers["ablation"]["edges"][0]

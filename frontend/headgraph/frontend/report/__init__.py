@@ -2,7 +2,7 @@
 
 ``numbers`` fetches every number over HTTP (a server it starts on a free loopback port, or
 ``--url``), ``claims`` decides each of the paper's claims by stated rules, ``charts`` draws
-the figures (reusing ``headgraph.frontend.figures``), ``page`` writes the markdown and
+the figures (reusing ``headgraph.frontend.figures``), ``markdown`` writes the page and
 ``command`` is the subcommand the ``headgraph`` CLI finds through the ``headgraph.commands``
 entry point.
 

@@ -22,7 +22,7 @@ import httpx
 from headgraph.frontend.report.charts import all_charts, write_pngs
 from headgraph.frontend.report.claims import all_verdicts
 from headgraph.frontend.report.numbers import TIMEOUT_S, ApiFailure, LocalServer, collect
-from headgraph.frontend.report.page import index_page, render, slug
+from headgraph.frontend.report.markdown import index_page, render, slug
 
 
 def add_parser(sub: Any, cache_opt: Callable[[argparse.ArgumentParser], None]) -> None:
