@@ -1,8 +1,9 @@
-"""Shared helpers for the browser tests and the screenshot script.
+"""Shared helpers for the browser tests (tests/browser/) and the screenshot script.
 
-Start a real server with ``headgraph.server.http.launch.ServerProcess`` (the one test launcher:
-a free loopback port, cold cache in a temp folder, offline), drive Debian's chromium through
-Playwright (never ``playwright install``), and read what Plotly actually rendered (figure
+The tests get their server and chromium from fixtures (conftest.py's ``launch_server``,
+tests/browser/conftest.py's ``server``, ``browser`` and ``page``); ``start_server`` and
+``launch_browser`` here are the same launches for scripts (scripts/screenshots.py). Chromium is
+Debian's (never ``playwright install``). The rest reads what Plotly actually rendered (figure
 data, point positions) so tests can click nodes, edges and points.
 """
 
@@ -14,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from headgraph.server.http.launch import ServerProcess
+from server_support import CHROMIUM, OFFLINE_ENV
 
-CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "BROWSER_PATH": CHROMIUM}
+VIEWPORT = {"width": 1500, "height": 1000}  # the tests' pages (tests/browser/conftest.py's ``page``)
 Server = ServerProcess
 
 

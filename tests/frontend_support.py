@@ -1,57 +1,26 @@
-"""Fixtures the frontend unit tests share: the real API app in process, a client on it, the demo
-computed through it, a dashboard app context on it, and a component finder."""
+"""Helpers the frontend tests share (their fixtures, the API in process and a dashboard app
+context on it, are tests/frontend/conftest.py's): a ready record of the demo, a component finder,
+a lab-mode dashboard, and the crop of a flattened grid to its valid cells."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import pytest
+import numpy as np
 from dash.development.base_component import Component
 from fastapi.testclient import TestClient
 
 from headgraph.frontend.api.client import ApiClient
 from headgraph.frontend.app import create_dash
 from headgraph.frontend.api.context import CONFIG_KEY, FrontendContext
+from headgraph.frontend.figures.heatmaps import flatten_grid
 from headgraph.server.http.app import create_app
 from headgraph.server.settings import Settings
 
-
-@pytest.fixture(scope="module")
-def http(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
-    app = create_app(Settings(cache_dir=tmp_path_factory.mktemp("frontend-units")))
-    with TestClient(app) as client:
-        yield client
-
-
-@pytest.fixture(scope="module")
-def api(http: TestClient) -> ApiClient:
-    return ApiClient("http://testserver", http=http)
-
-
 READY = {"model": "demo", "token": "t1"}  # a ready record of the demo (its token is arbitrary)
-
-
-@pytest.fixture(scope="module")
-def computed(api: ApiClient) -> list[str]:
-    """Compute the demo model through the API; its cache entries."""
-    job = api.compute("demo")["job"]
-    while api.job(job["id"])["state"] in ("queued", "running"):
-        time.sleep(0.2)
-    assert api.job(job["id"])["state"] == "done"
-    return next(m for m in api.models() if m["id"] == "demo")["cached"]
-
-
-@pytest.fixture()
-def in_app(api: ApiClient) -> Iterator[None]:
-    """An app context of a real dashboard app whose callbacks reach the in-process API."""
-    dash_app = create_dash(api_url="http://testserver")
-    dash_app.server.config[CONFIG_KEY] = FrontendContext(lambda: api)
-    with dash_app.server.app_context():
-        yield
 
 
 def find(component: Any, cid: str) -> Any:
@@ -75,3 +44,10 @@ def lab_dashboard(cache_dir: Path, token: str) -> Iterator[TestClient]:
         dash_app.server.config[CONFIG_KEY] = FrontendContext(lambda: client)
         with dash_app.server.app_context():
             yield http
+
+
+def crop(grid: list, valid: list) -> list[list[Any]]:
+    """The flattened grid's valid cells, in the rows and columns holding any (None elsewhere)."""
+    ok = np.array(flatten_grid(valid), dtype=bool)
+    g = flatten_grid(grid)
+    return [[g[i][j] if ok[i, j] else None for j in np.flatnonzero(ok.any(0))] for i in np.flatnonzero(ok.any(1))]

@@ -22,6 +22,8 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
+pytestmark = pytest.mark.slow  # imports every module of the three distributions in fresh subprocesses: ~35 s
+
 ROOT = Path(__file__).resolve().parents[2]
 PARTS = ("core", "server", "frontend")
 # Declared for what they bring at run time, not imported by name.
@@ -125,6 +127,7 @@ def closure(name: str, extras: frozenset[str] = frozenset(), seen: set[str] | No
 
 GUARD = r"""
 import importlib, importlib.abc, importlib.machinery, json, sys
+
 allowed, modules = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 class Refuse(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):

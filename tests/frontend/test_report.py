@@ -273,9 +273,10 @@ def test_plugins_broken_and_shadowing_are_skipped(tmp_path: Path, monkeypatch: p
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "hgplug_demo", raising=False)
     from headgraph.server.cli import main as cli
+    from headgraph.server.cli import models
 
     parser = cli.build_parser()
-    assert parser.parse_args(["models"]).func is cli.cmd_models
+    assert parser.parse_args(["models"]).func is models.run  # the built-in, not the shadowing plugin
     assert parser.parse_args(["report", "demo"]).model == "demo"  # the installed frontend's plugin
     assert cli.main(["zzhello"]) == 0
     assert "hello from a plugin" in capsys.readouterr().out

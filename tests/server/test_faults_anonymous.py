@@ -9,6 +9,8 @@ import time
 import httpx
 import pytest
 
+pytestmark = pytest.mark.slow  # a real lab server, cold loads of a random model: ~15 s
+
 TOKEN = "anonymous-test-token-0123456789"
 RANDOM = "random:gpt2-tiny"
 

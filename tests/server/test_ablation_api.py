@@ -1,0 +1,141 @@
+"""Path ablation through the server (core's side is tests/core/test_ablation.py): the registered
+computation, GET /api/ablation against core's path_ablation, GET /api/validation against
+core.validation, and `headgraph verify`, on a real uvicorn subprocess on loopback
+(tests/server/conftest.py's ``server`` and ``api``).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from headgraph.core.activations.ablation import path_ablation, top_edges
+from headgraph.core.errors import UnsupportedModel
+from headgraph.core.models.loading import load_model
+from headgraph.core.scores.pk import projection_kernel
+
+from api_support import err, ok
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: one torch thread
+
+
+@pytest.fixture(scope="module")
+def demo():
+    return load_model("demo", device="cpu")
+
+
+@pytest.mark.slow  # on this module's real server (a uvicorn start and cold computes, ~15 s a module)
+def test_api_top_edges_match_top_and_core(api, demo):
+    body = ok(api.get("/api/ablation", params={"model": "demo", "pairing": "OK", "top": 4}))
+    assert body["selection"] == "top 4 by PK" and body["n_prompts"] == {"text": 20, "random": 20}
+    top = ok(api.get("/api/top", params={"model": "demo", "pairing": "OK", "k": 4}))["pairs"]
+    assert [(e["source"], e["target"]) for e in body["edges"]] == \
+        [(p["source"], p["target"]) for p in top]
+    edges = top_edges(projection_kernel(demo.heads, "OK"), 4)
+    direct = path_ablation(demo, edges)
+    for row, p, e in zip(body["edges"], top, direct.effects, strict=True):
+        assert row["pairing"] == "OK" and row["path"] == "K" and row["measure"] == "tvd"
+        assert row["pk"] == pytest.approx(p["pk"]) and row["cs"] == pytest.approx(p["cs"])
+        assert row["effect_text"] == pytest.approx(e.effects["text"], rel=1e-6)
+        assert row["effect_random"] == pytest.approx(e.effects["random"], rel=1e-6)
+    for rel in body["reliability"].values():
+        assert rel["n_edges"] == 4
+        assert rel["reliability"] is None or -1 <= rel["reliability"] <= 1
+    again = api.get("/api/ablation", params={"model": "demo", "pairing": "OK", "top": 4})
+    assert again.json() == body  # cached
+
+
+@pytest.mark.slow  # on this module's real server (a uvicorn start and cold computes, ~15 s a module)
+def test_api_one_edge_and_gqa(api):
+    body = ok(api.get("/api/ablation", params={"model": "demo", "pairing": "OV",
+                                               "edge": "l0h0, L1H3"}))
+    (edge,) = body["edges"]
+    assert (edge["source"], edge["target"], edge["measure"]) == ("L0H0", "L1H3",
+                                                                 "relative_output")
+    assert edge["effect_text"] > 0 and body["reliability"]["text"]["reliability"] is None
+    gqa = ok(api.get("/api/ablation", params={"model": "local:qwen2-tiny", "pairing": "OK",
+                                              "top": 3}))
+    assert all("KV" in e["target"] for e in gqa["edges"]) and len(gqa["edges"]) == 3
+    assert all(e["effect_random"] >= 0 for e in gqa["edges"])
+
+
+@pytest.mark.parametrize(("params", "status", "text"), [
+    ({"pairing": "QK"}, 422, "pairing"),
+    ({"top": 0}, 422, "top"),
+    ({"top": 51}, 422, "top"),
+    ({"edge": "L0H0"}, 422, "edge"),
+    ({"edge": "L1H0,L1H3"}, 404, "earlier layer"),
+    ({"edge": "L0H9,L1H3"}, 404, "L0H9"),
+    ({"edge": "L0H0,L1KV3"}, 404, "L1KV3"),
+    ({"edge": "head0,L1H3"}, 422, "edge"),
+    ({"model": "nope"}, 404, "nope"),
+])
+@pytest.mark.slow  # on this module's real server (a uvicorn start and cold computes, ~15 s a module)
+def test_api_bad_input_is_a_4xx_with_a_message(api, params, status, text):
+    message = err(api.get("/api/ablation", params={"model": "demo", **params}), status)
+    assert text in message
+
+
+def test_unrunnable_model_is_a_clear_422():
+    from types import SimpleNamespace
+
+    from headgraph.server.computations.ablation import ablation
+
+    src = SimpleNamespace(patterns=None, info=SimpleNamespace(name="streamed-model"))
+    with pytest.raises(UnsupportedModel, match="streamed-model cannot be run here"):
+        ablation(src, pairing="OK", edges=((0, 0, 1, 0),))  # type: ignore[arg-type]
+
+
+def test_cli_verify_prints_a_table(tmp_path, capsys):
+    from headgraph.server.cli.main import main
+
+    assert main(["verify", "demo", "--pairing", "OK", "--top", "3",
+                 "--cache-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "split-half reliability" in out and "effect random" in out
+    rows = [line.split() for line in out.splitlines() if line.startswith("L0H0")]
+    assert len(rows) == 3 and all(r[1].startswith("L1H") for r in rows)
+    assert main(["verify", "demo", "--top", "0", "--cache-dir", str(tmp_path)]) == 2
+    assert main(["verify", "demo", "--source", "L1H0", "--target", "L1H2",
+                 "--cache-dir", str(tmp_path)]) == 2
+    assert "earlier layer" in capsys.readouterr().err
+    assert main(["verify", "demo", "--source", "L0H0", "--cache-dir", str(tmp_path)]) == 2
+    assert "both --source and --target" in capsys.readouterr().err
+
+
+# -- GET /api/validation: the metrics against the effects (core.validation) -------------------
+
+@pytest.mark.slow  # on this module's real server (a uvicorn start and cold computes, ~15 s a module)
+def test_api_validation_summarises_the_measured_pairs(api):
+    import numpy as np
+    from scipy.stats import spearmanr
+
+    body = ok(api.get("/api/validation", params={"model": "demo", "pairing": "OK", "n": 20, "k": 5}))
+    assert body["metrics"][:2] == ["PK", "CS"] and body["n_sample"] == 20
+    edges = body["edges"]
+    sample = [e for e in edges if e["in_sample"]]
+    assert len(sample) == 20
+    top = ok(api.get("/api/top", params={"model": "demo", "pairing": "OK", "k": 5}))["pairs"]
+    assert {(e["source"], e["target"]) for e in edges if "PK" in e["top_of"]} == \
+        {(p["source"], p["target"]) for p in top}
+    for e in edges:  # every pair's effect is the ablation endpoint's for that edge
+        if e["source"] == top[0]["source"] and e["target"] == top[0]["target"]:
+            one = ok(api.get("/api/ablation", params={"model": "demo", "pairing": "OK",
+                                                      "edge": f"{e['source']},{e['target']}"}))
+            assert e["effect_text"] == pytest.approx(one["edges"][0]["effect_text"], rel=1e-6)
+    pk = {m["metric"]: m for m in body["summary"]["text"]}["PK"]
+    rho = spearmanr([e["PK"] for e in sample], [e["effect_text"] for e in sample]).statistic
+    assert pk["random_rho"]["value"] == pytest.approx(rho)
+    assert pk["random_rho"]["low"] <= pk["random_rho"]["value"] <= pk["random_rho"]["high"]
+    top_effects = [e["effect_text"] for e in edges if "PK" in e["top_of"]]
+    assert pk["top_mean_effect"]["value"] == pytest.approx(np.mean(top_effects))
+    # The demo's PK top-5 (L0H0 -> induction keys) move more attention than a random pair does.
+    assert pk["top_mean_effect"]["value"] > np.mean([e["effect_text"] for e in sample])
+
+
+@pytest.mark.parametrize(("params", "status", "text"), [
+    ({"pairing": "QK"}, 422, "pairing"), ({"n": 0}, 422, "n"), ({"k": 21}, 422, "k"),
+    ({"model": "nope"}, 404, "nope"),
+])
+@pytest.mark.slow  # on this module's real server (a uvicorn start and cold computes, ~15 s a module)
+def test_api_validation_bad_input_is_a_4xx(api, params, status, text):
+    assert text in err(api.get("/api/validation", params={"model": "demo", **params}), status)
