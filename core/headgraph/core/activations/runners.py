@@ -210,13 +210,20 @@ class BridgeRunner(Runner):
             return
         ln_out = cache[o]
         tol = 1e-4 * (1 + float(ln_out.abs().max()))
-        for offset in (0.0, 1.0) if self.ln_w is not None else (0.0,):
-            gain = None if self.ln_w is None else self.ln_w[layer] + offset
-            rebuilt = cache[n] if gain is None else cache[n] * gain
+
+        def affine(rebuilt: torch.Tensor) -> bool:  # ln_out = rebuilt + a constant bias
             bias = ln_out - rebuilt
-            if float((bias - bias[:1, :1]).abs().max()) <= tol:
-                if offset and self.ln_w is not None:
-                    self.ln_w[layer] = gain
+            return float((bias - bias[:1, :1]).abs().max()) <= tol
+
+        if self.ln_w is None:
+            if affine(cache[n]):
+                return
+        else:
+            weight = self.ln_w[layer]
+            if affine(cache[n] * weight):
+                return
+            if affine(cache[n] * (1 + weight)):  # Gemma's RMSNorm
+                self.ln_w[layer] = 1 + weight
                 return
         raise UnsupportedModel("path ablation: ln1 is not normalized * weight (or * (1 + weight)) "
                                "+ bias for this architecture")
