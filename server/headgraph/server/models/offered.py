@@ -22,6 +22,7 @@ outside the root, so they do not tell whether something outside exists.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
@@ -181,6 +182,13 @@ def _is_file(path: Path) -> bool:
 def _is_model_folder(path: Path) -> bool:
     """A folder holding a config.json, or a .gguf file and no config.json."""
     return _is_dir(path) and (_is_file(path / "config.json") or is_gguf_spec(path))
+
+
+@functools.cache
+def _drawing_libraries() -> str:
+    """The versions of the libraries that draw random weights (read once: a metadata lookup
+    scans the installed distributions)."""
+    return "|".join(f"{lib} {version(lib)}" for lib in ("torch", "transformers"))
 
 
 def _file_stamp(path: Path) -> str:
@@ -357,8 +365,7 @@ class Registry:
                 return None
             extra = "|" + _file_stamp(path)
         builtin = self.stamp(ModelRef("demo", "demo", "builtin"))
-        libs = "|".join(f"{lib} {version(lib)}" for lib in ("torch", "transformers"))
-        return f"random:{ref.spec}|{builtin}|{libs}{extra}"
+        return f"random:{ref.spec}|{builtin}|{_drawing_libraries()}{extra}"
 
     def stamp(self, ref: ModelRef) -> str | None:
         """Cheap identity of the weights ``ref`` loads (None: unknown until loaded).
