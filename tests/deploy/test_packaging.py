@@ -12,11 +12,13 @@ import shutil
 import subprocess
 import sys
 import zipfile
-from importlib.metadata import PackageNotFoundError, distribution, entry_points
+from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
+
+from test_dependencies import closure  # the installed closure of a distribution's requirements
 
 pytestmark = pytest.mark.slow  # builds the three wheels: ~15 s
 
@@ -81,25 +83,8 @@ def test_declared_dependencies_point_one_way(wheels):
     assert {"dash", "httpx"} <= frontend
 
 
-def closure(name: str, seen: set[str]) -> set[str]:
-    """Every distribution ``name`` needs, transitively, as installed here."""
-    key = canonical(name)
-    if key in seen:
-        return seen
-    seen.add(key)
-    try:
-        dist = distribution(name)
-    except PackageNotFoundError:
-        return seen
-    for line in dist.requires or []:
-        req = Requirement(line)
-        if req.marker is None or req.marker.evaluate({"extra": ""}):
-            closure(req.name, seen)
-    return seen
-
-
 def test_core_installs_without_any_web_framework():
-    needs = closure("headgraph-core", set())
+    needs = closure("headgraph-core")
     assert "torch" in needs and "transformer-lens" in needs  # the closure was really walked
     assert not needs & WEB, sorted(needs & WEB)
 
