@@ -24,6 +24,7 @@ import torch
 
 from headgraph.core.errors import InvalidInput, UnsupportedModel
 from headgraph.core.models.fingerprint import weights_fingerprint
+from headgraph.core.models.norm_fold import NormGains
 from headgraph.core.models.shapes import bounded_int, check_tensor_size
 from headgraph.core.types import HeadWeights, ModelInfo
 
@@ -242,3 +243,33 @@ def load_heads_gguf(path: str | os.PathLike[str], *, device: str | torch.device 
     tok = load_gguf_tokenizer(file) if tokenizer else None
     return HeadWeights(info=info, W_Q=W_Q, W_K=W_K, W_V=W_V, W_O=W_O, W_U=W_U, fingerprint=fp,
                        tokenizer=tok)
+
+
+def gguf_norm_gains(path: str | os.PathLike[str], layer_indices: tuple[int, ...], *,
+                    shown: str | None = None) -> NormGains:
+    """Gains of the norms around attention of a GGUF file's layers (core.models.norm_fold's
+    NormGains, float64): ``blk.{i}.attn_norm.weight`` before attention and, where the file has
+    them (Gemma 2/3), ``blk.{i}.post_attention_norm.weight`` after it. llama.cpp stores the
+    gain a norm applies (its converter adds Gemma's 1 to the weight), so they are used as read.
+    """
+    shown = shown or str(path)
+    reader = _reader(find_gguf(path, shown=shown), shown)
+    tensors = {t.name: t for t in reader.tensors}
+
+    def gains(role: str) -> list[torch.Tensor] | None:
+        keys = [f"blk.{layer}.{role}.weight" for layer in layer_indices]
+        if not any(k in tensors for k in keys):
+            return None
+        missing = [k for k in keys if k not in tensors]
+        if missing:
+            raise UnsupportedModel(f"{shown}: some layers lack their {role} ({missing[0]})")
+        try:
+            return [_dequantized(tensors[k]).to(torch.float64).reshape(-1) for k in keys]
+        except (RuntimeError, ValueError, NotImplementedError) as err:
+            raise UnsupportedModel(f"{shown}: cannot read {role} ({type(err).__name__}: {err})") from err
+
+    pre, post = gains("attn_norm"), gains("post_attention_norm")
+    if pre is None:
+        raise UnsupportedModel(f"{shown}: no attn_norm tensors: the pre-attention norm is unknown")
+    return NormGains(pre=torch.stack(pre), post=None if post is None else torch.stack(post),
+                     kind="GGUF attn_norm" + (" with post-attention norms" if post else ""))
