@@ -50,7 +50,7 @@ def scores(booted):
     return pattern_scores(booted[0], induction_batch=4)
 
 
-def test_attention_patterns_equal_transformers_eager(booted):
+def test_attention_patterns_equal_transformers_eager(smollm2, booted):
     from transformers import AutoConfig, LlamaForCausalLM
 
     source, bridge = booted
@@ -70,7 +70,13 @@ def test_attention_patterns_equal_transformers_eager(booted):
     assert not unexpected and set(missing) <= {"lm_head.weight"}, missing
     ref.tie_weights()
     ids, mask = source.tokenize([PROMPT])
-    assert ids[0, 0] == source.bos_token_id  # the bridge prepends BOS
+    # Prompts start as SmolLM2's own tokenizer starts them: no BOS (the bridge's to_tokens
+    # would prepend <|im_start|>).
+    own = smollm2.tokenizer(PROMPT)["input_ids"]
+    assert ids[0].tolist() == own and source.bos_token_id is None
+    assert own[0] != smollm2.tokenizer.convert_tokens_to_ids("<|im_start|>")
+    assert bridge.to_tokens(PROMPT)[0, 0].item() == smollm2.tokenizer.convert_tokens_to_ids(
+        "<|im_start|>")
     ours = source.attention_patterns(ids, attention_mask=mask)  # [L, 1, H, T, T]
     with torch.no_grad():
         out = ref(input_ids=ids, attention_mask=mask.long(), output_attentions=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.resources
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from transformers import AutoModelForCausalLM, BloomConfig, GPT2Config, Qwen2Con
 
 from headgraph.core.models.demo import DEMO_DIR
 from headgraph.core.errors import HeadgraphError, ModelUnavailable, PathNotAllowed, UnsupportedModel
-from headgraph.core.models.fingerprint import weights_fingerprint
+from headgraph.core.models.fingerprint import tokenizer_digest, weights_fingerprint, with_tokenizer
 from headgraph.core.models.tokenizer import byte_level_tokenizer
 from headgraph.core.models.loading import LoadedModel, load_heads, load_model
 from headgraph.core.scores.pk import projection_kernel
@@ -80,11 +81,38 @@ def test_demo_loads_offline_with_raw_builtin_weights():
     assert lm.heads.W_Q.shape == (2, 8, 128, 16) and lm.heads.W_O.shape == (2, 8, 16, 128)
     # fingerprint is the content hash of exactly these tensors
     h = lm.heads
-    assert h.fingerprint == weights_fingerprint([h.W_Q, h.W_K, h.W_V, h.W_O, h.W_U],
-                                                processing="raw", extra="0,1")
+    assert h.fingerprint == with_tokenizer(
+        weights_fingerprint([h.W_Q, h.W_K, h.W_V, h.W_O, h.W_U], processing="raw", extra="0,1"),
+        lm.tokenizer)
     assert load_heads("demo", device="cpu").fingerprint == h.fingerprint
     assert lm.patterns is not None and lm.patterns.attention_patterns(
         lm.patterns.to_tokens(["t01 t02 t03"])).shape == (2, 1, 8, 3, 3)
+
+
+def test_same_weights_with_another_tokenizer_is_another_model(hgb_gpt2_dir, tmp_path):
+    """The fingerprint keys token tables and effects too: a copy of a checkpoint whose
+    tokenizer adds no BOS (its post-processor removed) gets its own fingerprint, an identical
+    copy keeps it; prompts are tokenized exactly as each tokenizer does, although the
+    TransformerLens bridge would prepend a BOS to both."""
+    same, other = tmp_path / "same", tmp_path / "other"
+    shutil.copytree(hgb_gpt2_dir, same)
+    shutil.copytree(hgb_gpt2_dir, other)
+    spec = json.loads((other / "tokenizer.json").read_text())
+    assert spec["post_processor"]["type"] == "TemplateProcessing"  # this one adds a BOS
+    spec["post_processor"] = None
+    (other / "tokenizer.json").write_text(json.dumps(spec))
+    base = load_model(str(hgb_gpt2_dir), device="cpu")
+    assert load_model(str(same), device="cpu").heads.fingerprint == base.heads.fingerprint
+    plain = load_model(str(other), device="cpu")
+    torch.testing.assert_close(plain.heads.W_Q, base.heads.W_Q, rtol=0, atol=0)
+    assert plain.heads.fingerprint != base.heads.fingerprint
+    assert tokenizer_digest(plain.tokenizer) != tokenizer_digest(base.tokenizer)
+    assert base.patterns is not None and plain.patterns is not None
+    ids, mask = base.patterns.tokenize(["a b"])  # type: ignore[attr-defined]
+    ids2, mask2 = plain.patterns.tokenize(["a b"])  # type: ignore[attr-defined]
+    assert ids[0, : int(mask.sum())].tolist() == [256] + ids2[0, : int(mask2.sum())].tolist()
+    assert base.patterns.bos_token_id == 256 and plain.patterns.bos_token_id is None
+    assert plain.bridge is not None and plain.bridge.to_tokens("a b")[0, 0].item() == 256
 
 
 def test_demo_folder_spec_and_processed_refusal(tmp_path):

@@ -17,7 +17,7 @@ from headgraph.core.names import check_role
 Processing = Literal["bridge", "raw", "processed"]
 PROCESSINGS: tuple[str, ...] = ("bridge", "raw", "processed")
 # Bump when any computation whose result is cached changes meaning.
-COMPUTE_VERSION = "1"
+COMPUTE_VERSION = "2"
 
 
 @dataclass(frozen=True)

@@ -31,3 +31,34 @@ def weights_fingerprint(
         else:
             tensor_digest(h, t)
     return h.hexdigest()[:16]
+
+
+def tokenizer_digest(tokenizer: object | None) -> str:
+    """SHA-256 (hex, 12 chars) of what a tokenizer maps text to: its vocabulary, special ids
+    and the ids it gives the empty string (so whether it adds a BOS). Results that read
+    tokens (token tables, patterns, effects) depend on it, not only on the weights."""
+    h = hashlib.sha256()
+    if tokenizer is None:
+        return "none"
+    h.update(type(tokenizer).__name__.encode())
+    get_vocab = getattr(tokenizer, "get_vocab", None)
+    if callable(get_vocab):
+        vocab = get_vocab()
+        for token, i in sorted(vocab.items(), key=lambda kv: kv[1]):
+            h.update(f"{i}:{token}\x00".encode("utf-8", "surrogatepass"))
+        h.update(repr(sorted(getattr(tokenizer, "all_special_ids", []) or [])).encode())
+        try:
+            h.update(repr(list(tokenizer("", add_special_tokens=True)["input_ids"])).encode())
+        except Exception as err:  # a tokenizer that cannot encode: its refusal is its identity
+            h.update(type(err).__name__.encode())
+    else:  # the demo model tokenizes itself: its class and vocabulary size say it all
+        h.update(repr(getattr(tokenizer, "d_vocab", None)).encode())
+    return h.hexdigest()[:12]
+
+
+def with_tokenizer(fingerprint: str, tokenizer: object | None) -> str:
+    """A weights fingerprint extended by the tokenizer's digest (16 hex chars)."""
+    if tokenizer is None:
+        return fingerprint
+    return hashlib.sha256(f"{fingerprint}|{tokenizer_digest(tokenizer)}".encode()
+                          ).hexdigest()[:16]

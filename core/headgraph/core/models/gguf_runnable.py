@@ -105,7 +105,7 @@ class LazyGGUFSource:
 
                     bridge = boot_gguf_bridge(self.file, device=self.device,
                                               tokenizer=self._tokenizer, shown=self.shown)
-                    inner = BridgePatternSource(bridge)
+                    inner = BridgePatternSource(bridge, tokenizer=self._tokenizer)
                     if inner.layer_indices != self.layer_indices:
                         raise UnsupportedModel(
                             f"{self.shown}: the runnable model has attention layers "

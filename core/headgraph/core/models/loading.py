@@ -30,6 +30,7 @@ safetensors reader), ``core.models.random_weights`` (presets, seeded random mode
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from dataclasses import dataclass
@@ -39,7 +40,13 @@ from typing import Any
 import torch
 
 from headgraph.core.errors import HeadgraphError, InvalidInput, PathNotAllowed, UnsupportedModel
-from headgraph.core.models.gguf_file import GGUF_SUFFIX, find_gguf, is_gguf_spec, load_heads_gguf
+from headgraph.core.models.gguf_file import (
+    GGUF_SUFFIX,
+    find_gguf,
+    gguf_norm_gains,
+    is_gguf_spec,
+    load_heads_gguf,
+)
 from headgraph.core.models.gguf_runnable import LazyGGUFSource, transformers_supports
 from headgraph.core.models.hub import (
     cached_snapshot,
@@ -48,6 +55,12 @@ from headgraph.core.models.hub import (
     hub_cache_dir,
     hub_unavailable,
     is_network_error,
+)
+from headgraph.core.models.norm_fold import (
+    bridge_norm_gains,
+    check_subspaces,
+    demo_norm_gains,
+    fold_norm_gains,
 )
 from headgraph.core.models.model_root import check_model_folder, is_within, real
 from headgraph.core.models.random_weights import (
@@ -63,6 +76,7 @@ from headgraph.core.models.random_weights import (
 )
 from headgraph.core.models.shapes import check_config_shapes
 from headgraph.core.models.series import demo_checkpoint, is_demo_checkpoint_spec
+from headgraph.core.models.fingerprint import with_tokenizer
 from headgraph.core.models.streamed import (
     load_heads_safetensors,
     safetensors_files,
@@ -71,7 +85,7 @@ from headgraph.core.models.streamed import (
 from headgraph.core.models.tokenizer import byte_level_tokenizer, has_tokenizer
 from headgraph.core.types import PROCESSINGS, HeadWeights, ModelInfo, PatternSource
 
-__all__ = ["LoadedModel", "load_heads", "load_model"]
+__all__ = ["LoadedModel", "load_heads", "load_model", "norm_aware"]
 
 
 @dataclass
@@ -83,6 +97,7 @@ class LoadedModel:
     tokenizer: Any | None
     info: ModelInfo
     bridge: Any | None = None  # the TransformerBridge, when one was booted
+    gguf: Path | None = None  # the GGUF file the weights were read from
 
 
 # -- public entry points ------------------------------------------------------------------
@@ -96,6 +111,7 @@ def load_model(
     model_root: str | None = None,
     streaming: bool | None = None,
     name: str | None = None,
+    subspaces: str = "raw",
 ) -> LoadedModel:
     """Load ``spec`` (see module docstring) into HeadWeights and a PatternSource.
 
@@ -105,8 +121,24 @@ def load_model(
     (PathNotAllowed; ``~`` is then never expanded); streaming: None = read safetensors tensor
     by tensor only if the model would not fit in memory, True = always (folder with
     safetensors; processing "raw"), False = never; name: what ModelInfo.name and messages call
-    a local folder (default: its path; a server passes its model id, never a server path).
+    a local folder (default: its path; a server passes its model id, never a server path);
+    subspaces: "raw" weights, or "norm" with the norm gains around attention folded into the
+    heads (:func:`norm_aware`; ModelInfo.subspaces says which).
     """
+    check_subspaces(subspaces)
+    lm = _load_model(spec, device=device, processing=processing, dtype=dtype,
+                     model_root=model_root, streaming=streaming, name=name)
+    if subspaces == "norm":
+        lm = norm_aware(lm)
+    # Results keyed by this fingerprint read tokens too: same weights + another tokenizer is
+    # another model.
+    lm.heads.fingerprint = with_tokenizer(lm.heads.fingerprint, lm.tokenizer)
+    return lm
+
+
+def _load_model(spec: str, *, device: str | None, processing: str,
+                dtype: torch.dtype | str | None, model_root: str | None,
+                streaming: bool | None, name: str | None) -> LoadedModel:
     if processing not in PROCESSINGS:
         raise InvalidInput(f"unknown processing {processing!r}; "
                            f"expected one of {list(PROCESSINGS)}", allowed=list(PROCESSINGS))
@@ -141,6 +173,26 @@ def load_model(
                             hide=model_root)
     return _load_hub(spec, device=device, processing=processing, dtype=torch_dtype,
                      streaming=streaming)
+
+
+def norm_aware(lm: LoadedModel) -> LoadedModel:
+    """``lm`` with norm-aware head weights (core.models.norm_fold): the gains of the norms
+    around attention, measured on the bridge's modules, the demo's LayerNorm or read from the
+    GGUF file, folded into readers and writers. The runnable parts are kept as they are.
+    UnsupportedModel for streamed checkpoints (no norm modules are loaded)."""
+    from headgraph.core.models.demo import DemoModel
+
+    if lm.bridge is not None:
+        gains = bridge_norm_gains(lm.bridge)
+    elif isinstance(lm.patterns, DemoModel):
+        gains = demo_norm_gains(lm.patterns)
+    elif lm.gguf is not None:
+        gains = gguf_norm_gains(lm.gguf, lm.info.layer_indices, shown=lm.info.name)
+    else:
+        raise UnsupportedModel(f"{lm.info.name}: norm-aware subspaces need the model's norms; "
+                               "streamed safetensors read the attention weights only")
+    heads = fold_norm_gains(lm.heads, gains)
+    return dataclasses.replace(lm, heads=heads, info=heads.info)
 
 
 def load_heads(
@@ -283,7 +335,8 @@ def _load_gguf(path: Path, *, name: str, device: str, processing: str, model_roo
     if transformers_supports(heads.info.architecture):  # runnable, booted on first use
         patterns = LazyGGUFSource(find_gguf(path, shown=shown), layer_indices=heads.info.layer_indices,
                                   device=device, tokenizer=heads.tokenizer, shown=shown)
-    return LoadedModel(heads=heads, patterns=patterns, tokenizer=heads.tokenizer, info=heads.info)
+    return LoadedModel(heads=heads, patterns=patterns, tokenizer=heads.tokenizer, info=heads.info,
+                       gguf=find_gguf(path, shown=shown))
 
 
 # -- bridges ------------------------------------------------------------------------------
@@ -296,9 +349,10 @@ def _boot(name_or_folder: str, *, device: str, dtype: torch.dtype, **kwargs: Any
                                                trust_remote_code=False, **kwargs)
 
 
-def _from_bridge(bridge: Any, *, name: str, source: str, processing: str, device: str
-                 ) -> LoadedModel:
-    """Apply processing, extract heads, wrap the bridge as a pattern source."""
+def _from_bridge(bridge: Any, *, name: str, source: str, processing: str, device: str,
+                 tokenizer: Any | None = None) -> LoadedModel:
+    """Apply processing, extract heads, wrap the bridge as a pattern source. ``tokenizer``:
+    the checkpoint's own (the bridge's is rebuilt to add a BOS)."""
     from headgraph.core.models.bridge_weights import heads_from_bridge
     from headgraph.core.models.runnable import BridgePatternSource
 
@@ -319,8 +373,10 @@ def _from_bridge(bridge: Any, *, name: str, source: str, processing: str, device
                                   device=device)
     except ValueError as err:  # torch shape errors from an unusual bridge
         raise UnsupportedModel(f"{name}: {err}") from err
-    patterns = BridgePatternSource(bridge) if bridge.tokenizer is not None else None
-    return LoadedModel(heads=heads, patterns=patterns, tokenizer=bridge.tokenizer,
+    tokenizer = tokenizer if tokenizer is not None else bridge.tokenizer
+    heads.tokenizer = tokenizer
+    patterns = BridgePatternSource(bridge, tokenizer) if tokenizer is not None else None
+    return LoadedModel(heads=heads, patterns=patterns, tokenizer=tokenizer,
                        info=heads.info, bridge=bridge)
 
 
@@ -357,15 +413,21 @@ def _load_folder_in(folder: Path, *, name: str, source: str, device: str, proces
             raise UnsupportedModel(f"{name}: streaming needs *.safetensors files in the folder")
         heads = load_heads_safetensors(folder, device=device, name=name)
         return LoadedModel(heads=heads, patterns=None, tokenizer=None, info=heads.info)
-    kwargs: dict[str, Any] = {}
-    if not has_tokenizer(folder):
-        kwargs["tokenizer"] = byte_level_tokenizer()
     try:
-        bridge = _boot(str(folder), device=device, dtype=dtype, **kwargs)
+        tokenizer = _own_tokenizer(folder) if has_tokenizer(folder) else byte_level_tokenizer()
+        bridge = _boot(str(folder), device=device, dtype=dtype, tokenizer=tokenizer)
     except (OSError, ValueError, KeyError, RuntimeError, NotImplementedError) as err:
         raise UnsupportedModel(f"{name}: TransformerLens could not load this checkpoint "
                                f"({type(err).__name__}: {err})") from err
-    return _from_bridge(bridge, name=name, source=source, processing=processing, device=device)
+    return _from_bridge(bridge, name=name, source=source, processing=processing, device=device,
+                        tokenizer=tokenizer)
+
+
+def _own_tokenizer(folder: Path) -> Any:
+    """The folder's tokenizer exactly as it ships (remote code off)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(folder), trust_remote_code=False)
 
 
 def _config_json(folder: Path, name: str) -> Any:
@@ -402,7 +464,8 @@ def _load_random(spec: str, *, device: str, processing: str, dtype: torch.dtype,
     except (OSError, ValueError, KeyError, RuntimeError, NotImplementedError) as err:
         raise UnsupportedModel(f"{spec}: TransformerLens could not wrap this model "
                                f"({type(err).__name__}: {err})") from err
-    return _from_bridge(bridge, name=spec, source="config", processing=processing, device=device)
+    return _from_bridge(bridge, name=spec, source="config", processing=processing, device=device,
+                        tokenizer=tokenizer)
 
 
 # -- hub ------------------------------------------------------------------------------------

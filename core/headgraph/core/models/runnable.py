@@ -14,10 +14,15 @@ from headgraph.core.types import PatternSource
 # -- a PatternSource for TransformerLens bridges ------------------------------------------
 
 class BridgePatternSource:
-    """PatternSource over a TransformerBridge: its tokenizer and cached ``hook_pattern``s."""
+    """PatternSource over a TransformerBridge and the model's own tokenizer.
 
-    def __init__(self, bridge: Any) -> None:
+    ``tokenizer``: the tokenizer as the checkpoint ships it (default: the bridge's). The
+    bridge rebuilds its tokenizer with ``add_bos_token=True``, so prompts encoded by it would
+    start with a BOS the model's own tokenizer never adds (SmolLM2: ``<|im_start|>``)."""
+
+    def __init__(self, bridge: Any, tokenizer: Any | None = None) -> None:
         self.bridge = bridge
+        self.tokenizer: Any | None = tokenizer if tokenizer is not None else bridge.tokenizer
         self.layer_indices: tuple[int, ...] = tuple(int(i) for i, _ in bridge.blocks_with("attn"))
         cfg = bridge.cfg
         self.d_vocab: int = int(cfg.d_vocab)
@@ -26,12 +31,18 @@ class BridgePatternSource:
         self.bos_token_id: int | None = int(prefix[0]) if len(prefix) else None
 
     def _encode(self, text: str) -> list[int]:
-        return self.bridge.to_tokens(text, padding_side="right", move_to_device=False)[0].tolist()
+        """Ids as the model's own tokenizer makes them (its special tokens, nothing added)."""
+        tok = self.tokenizer
+        if tok is None:
+            return self.bridge.to_tokens(text, padding_side="right",
+                                         move_to_device=False)[0].tolist()
+        return [int(i) for i in tok(text, add_special_tokens=True)["input_ids"]]
 
     def tokenize(self, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Right-padded ids [batch, pos] and mask [batch, pos] (BOS as the model's config says)."""
+        """Right-padded ids [batch, pos] and mask [batch, pos]; a BOS only where the
+        tokenizer itself adds one (``bos_token_id`` says which)."""
         rows = [self._encode(t) for t in texts]
-        pad = getattr(self.bridge.tokenizer, "pad_token_id", None) or 0
+        pad = getattr(self.tokenizer, "pad_token_id", None) or 0
         width = max(len(r) for r in rows)
         ids = torch.full((len(rows), width), int(pad), dtype=torch.long)
         mask = torch.zeros(len(rows), width, dtype=torch.bool)
@@ -46,7 +57,7 @@ class BridgePatternSource:
 
     def token_pool(self) -> torch.Tensor:
         """Ids safe to draw random tokens from: in the tokenizer and the embedding, not special."""
-        tok = self.bridge.tokenizer
+        tok = self.tokenizer
         n = min(self.d_vocab, len(tok)) if tok is not None else self.d_vocab
         keep = torch.ones(n, dtype=torch.bool)
         special = [i for i in (getattr(tok, "all_special_ids", None) or []) if 0 <= i < n]
