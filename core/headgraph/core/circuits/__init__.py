@@ -1,0 +1,7 @@
+"""Task circuits: which edges of the residual-stream graph carry a behaviour.
+
+``tasks`` (prompt pairs with an answer and a distractor; bundled ``ioi``, ``induction``,
+``successor``; user JSONL), ``model`` (the probed forward of the demo and of TransformerBridge
+models), ``attribution`` (EAP and EAP-IG over every writer -> reader edge) and
+``faithfulness`` (circuits checked by real intervention; EAP against edge patching).
+"""
