@@ -120,7 +120,7 @@ def test_planted_ok_relation_ranks_first_with_auc_one(planted_dir):
 
 def _planted(heads):
     grids, valid = metric_grids(heads, "OK")
-    ref, s, t = reference_from_edges([(0, 1, 2, 1)], tuple(valid.shape))
+    ref, _, _ = reference_from_edges([(0, 1, 2, 1)], tuple(valid.shape))
     return grids, valid, ref
 
 

@@ -1,5 +1,5 @@
-"""``headgraph`` command line: serve, compute, export, hubs, verify, datapk, validate, timeline,
-compare, sweep, models, cache (and plug-in commands such as ``report``).
+"""``headgraph`` command line: serve, compute, export, hubs, verify, datapk, validate, recovery,
+timeline, compare, sweep, models, cache (and plug-in commands such as ``report``).
 
 Results go to stdout (one JSON object, CSV or GraphML); progress bars and logs go to stderr
 only, so ``headgraph export ... --format json | jq`` works. MODEL is a registry name
@@ -23,6 +23,7 @@ from headgraph.server.cli import (
     export,
     hubs,
     models,
+    recovery,
     serve,
     sweep,
     validate,
@@ -31,7 +32,8 @@ from headgraph.server.cli import (
 from headgraph.server.cli.common import cache_opt, fail
 from headgraph.server.cli.plugins import add_plugin_commands
 
-COMMANDS = (serve, compute, export, hubs, verify, datapk, validate, compare, sweep, models, cache)
+COMMANDS = (serve, compute, export, hubs, verify, datapk, validate, recovery, compare, sweep, models,
+            cache)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -37,6 +37,7 @@ from headgraph.server.http.routers import (
     jobs,
     labels,
     models,
+    recovery,
     reference,
     scores,
     series,
@@ -51,7 +52,8 @@ from headgraph.server.settings import Settings
 log = logging.getLogger("headgraph.app")
 API_ROUTERS = (health.router, auth.router, vocabulary.router, models.router, jobs.router, scores.router, graph.router,
                reference.router, tokens.router, labels.router, downloads.router, ablation.router,
-               data_pk.router, validation.router, series.router, compare.router)
+               data_pk.router, validation.router, series.router, compare.router,
+               recovery.router)
 FRONTEND_GROUP = "headgraph.frontends"
 API_DESCRIPTION = """\
 Attention-head affinity read from weights: Projection Kernel (Yamagiwa et al.,

@@ -20,6 +20,7 @@ from headgraph.server.cache.store import Store
 from headgraph.server.computations.ablation import ablation_computations
 from headgraph.server.computations.data_pk import data_pk_computations
 from headgraph.server.computations.graphs import graph_computations
+from headgraph.server.computations.recovery import recovery_computations
 from headgraph.server.computations.scores import score_computations
 from headgraph.server.computations.validation import validation_computations
 from headgraph.server.compute.pool import ComputePool
@@ -33,6 +34,7 @@ from headgraph.server.services.details import DetailService
 from headgraph.server.services.graphs import GraphService
 from headgraph.server.services.jobs import JobManager
 from headgraph.server.services.labels import LabelService
+from headgraph.server.services.recovery import RecoveryService
 from headgraph.server.services.scores import ScoresService
 from headgraph.server.services.validation import ValidationService
 from headgraph.server.services.views import ViewService
@@ -42,7 +44,8 @@ from headgraph.server.settings import Settings
 def build_computations() -> Computations:
     """Every named computation the cache can hold (the same in every process)."""
     return Computations([*score_computations(), *graph_computations(), *ablation_computations(),
-                         *data_pk_computations(), *validation_computations()])
+                         *data_pk_computations(), *validation_computations(),
+                         *recovery_computations()])
 
 
 @dataclass
@@ -64,6 +67,7 @@ class Services:
     data_pk: DataPKService
     validation: ValidationService
     jobs: JobManager
+    recovery: RecoveryService
 
     def close(self) -> None:
         self.jobs.shutdown()
@@ -104,7 +108,8 @@ def build_services(settings: Settings, *, inline: bool = False, store: Store | N
         cache=cache, scores=scores, labels=labels, views=views,
         graphs=GraphService(cache, labels), details=DetailService(catalog, scores, labels, cache),
         ablation=AblationService(scores, views, catalog), data_pk=DataPKService(scores, catalog),
-        validation=ValidationService(scores), jobs=JobManager(scores, catalog, store, settings.workers))
+        validation=ValidationService(scores), jobs=JobManager(scores, catalog, store, settings.workers),
+        recovery=RecoveryService(scores, labels))
 
 
 def compute_worker(settings: Settings) -> Services:

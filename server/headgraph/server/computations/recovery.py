@@ -1,0 +1,124 @@
+"""Registered computations of the PK paper's baselines and recovery tables.
+
+``similarity`` (core.scores.similarity): linear CKA or orthogonal Procrustes similarity of one
+pairing, a PairScores grid cached like PK's. ``recovery`` (core.stats.recovery): every metric's
+recovery of a reference head set on one pairing (the paper's Tables 1 and 2: endpoint share,
+precision@k and ROC-AUC, bootstrap intervals, paired differences vs PK), from the cached PK,
+CS and similarity grids. The reference heads are the caller's (a label set's heads, resolved
+by the recovery service); they are part of the cache key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import TYPE_CHECKING, Any
+
+from headgraph.core.names import HeadRef, check_order, check_pairing, cs_mode_of
+from headgraph.server.errors import Invalid
+
+if TYPE_CHECKING:
+    from headgraph.server.compute.registry import Computation, Inputs
+
+K_MAX = 200  # top edges per metric a recovery table may ask for
+N_RESAMPLES = 1000
+REFERENCE_MAX = 4096  # heads in one reference set
+
+
+def check_kind(value: Any) -> str:
+    from headgraph.core.scores.similarity import check_similarity
+
+    return check_similarity(value)
+
+
+def check_k(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= K_MAX:
+        raise Invalid(f"k must be an integer in 1..{K_MAX}, got {value!r}")
+    return value
+
+
+def check_heads(value: Any) -> tuple[str, ...]:
+    """A reference head set: canonical query-head names ("L9H6"), sorted, without repeats."""
+    if isinstance(value, str) or not isinstance(value, (list, tuple, set, frozenset)):
+        raise Invalid(f"reference heads must be a list of head names, got {type(value).__name__}")
+    heads = sorted(set(value))
+    if not heads or len(heads) > REFERENCE_MAX:
+        raise Invalid(f"a reference needs 1..{REFERENCE_MAX} heads, got {len(heads)}")
+    for h in heads:
+        if not HeadRef.is_label(h) or HeadRef.parse(h).kv:
+            raise Invalid(f"{str(h)[:40]!r} is not a head name like 'L9H6'")
+    return tuple(heads)
+
+
+def similarity(src: Inputs, *, kind: str, pairing: str, order: str) -> dict[str, Any]:
+    """CKA or Procrustes of one pairing (core.scores.similarity.similarity)."""
+    from headgraph.core.scores.similarity import similarity as core_similarity
+    from headgraph.server.computations.convert import pair_scores_payload
+
+    return pair_scores_payload(core_similarity(src.heads, kind, pairing, order=order))
+
+
+def metric_grids(src: Inputs, pairing: str) -> tuple[dict[str, Any], Any]:
+    """{metric: float64 grid [L, Hs, L, Ht] (NaN where undefined)} of every recovery metric,
+    read from the cached results, and the pairing's PK validity (core.stats.recovery's order
+    and baselines)."""
+    import torch
+
+    from headgraph.core.scores.ranking import kv_level_cs
+    from headgraph.core.stats.recovery import METRICS, metric_grids as core_grids
+
+    pk = src.result("pk", pairing=pairing, order="forward")
+    valid = pk.valid.to(torch.bool)
+    nan = torch.tensor(float("nan"), dtype=torch.float64)
+
+    def on_valid(grid: Any, ok: Any) -> Any:
+        return torch.where(ok.to(torch.bool) & valid, grid.to(torch.float64), nan)
+
+    grids: dict[str, Any] = {"pk": on_valid(pk.scores, pk.valid),
+                             "pk_normalized": on_valid(pk.normalized, pk.valid)}
+    mode = cs_mode_of(pairing)
+    if mode is not None:
+        kv = kv_level_cs(src.result("cs", mode=mode, order="forward"), pk.scores.shape[3])
+        grids["cs"] = on_valid(kv.scores, kv.valid)
+    for kind in ("cka", "procrustes"):
+        res = src.result("similarity", kind=kind, pairing=pairing, order="forward")
+        grids[kind] = on_valid(res.scores, res.valid)
+    # the trivial baselines need only the grid's shape and layers
+    base, _ = core_grids(src.heads, pairing, metrics=("layer_gap", "random"))
+    grids.update(base)
+    return {m: grids[m] for m in METRICS if m in grids}, valid
+
+
+def recovery(src: Inputs, *, pairing: str, heads: tuple[str, ...], k: int) -> dict[str, Any]:
+    """Every metric's recovery of the reference ``heads`` on ``pairing`` (JSON data)."""
+    from headgraph.core.stats.recovery import recovery_table, reference_from_heads
+    from headgraph.server.computations.convert import jsonable
+
+    grids, valid = metric_grids(src, pairing)
+    info = src.info
+    _, hs, _, ht = valid.shape
+    ref, s_ref, t_ref = reference_from_heads(heads, info.layer_indices, hs, ht, info.n_heads)
+    table = recovery_table(grids, valid, ref, source_ref=s_ref, target_ref=t_ref, k=k,
+                           pairing=pairing, layer_indices=info.layer_indices,
+                           n_resamples=N_RESAMPLES, seed=0)
+    refs = {h: HeadRef.parse(h) for h in heads}
+    known = [h for h, r in refs.items() if r.layer in info.layer_indices and r.head < info.n_heads]
+    return {**jsonable(table.to_dict()), "reference_heads": list(known),
+            "unknown_heads": [h for h in heads if h not in set(known)]}
+
+
+def _heads_key(p: dict[str, Any]) -> dict[str, Any]:
+    digest = hashlib.sha256(",".join(p["heads"]).encode()).hexdigest()[:16]
+    return {"pairing": p["pairing"], "heads": digest, "k": p["k"], "resamples": N_RESAMPLES}
+
+
+def recovery_computations() -> list[Computation]:
+    from headgraph.server.computations.convert import pair_scores_from_payload
+    from headgraph.server.compute.registry import Computation
+
+    return [
+        Computation("similarity", similarity, {"kind": check_kind, "pairing": check_pairing,
+                                               "order": check_order},
+                    load=pair_scores_from_payload),
+        Computation("recovery", recovery, {"pairing": check_pairing, "heads": check_heads, "k": check_k},
+                    key=_heads_key),
+    ]
