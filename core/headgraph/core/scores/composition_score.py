@@ -2,14 +2,18 @@
 
 CS(i -> j) = ||left_i @ right_j||_F / (||left_i||_F ||right_j||_F), with TransformerLens's
 ``all_composition_scores`` semantics: left = earlier head's W_OV = W_V W_O; right = W_Q W_K^T
-(mode Q), its transpose W_K W_Q^T (mode K) or W_OV (mode V); K/V weights of grouped-query
-models are repeated to query heads (repeat_interleave, as TL's ``_expand_kv_heads``).
+(mode Q), its transpose W_K W_Q^T (mode K) or W_OV (mode V); query head h of a grouped-query
+model reads K/V head h // (H / H_kv) (TL's ``_expand_kv_heads``), but K/V weights are never
+repeated here: every factor is per KV group or per query head, whichever it belongs to.
 
 Never forms a d_model x d_model matrix per pair. With left = A B (A [d, dh], B [dh, d]) and
 right = C D (C [d, dh], D [dh, d]), QR factorizations A = Q_A R_A and D^T = Q_D R_D give
 ||A B C D||_F = ||R_A B C R_D^T||_F = ||X^T Y||_F, X = B^T R_A^T, Y = C R_D^T ([d, dh] each),
-and ||left||_F = ||X||_F, ||right||_F = ||Y||_F. The pair norms are then the same batched,
-tiled computation as the Projection Kernel (core.scores.overlaps.pairwise_sq_overlap) on X/||X|| and Y/||Y||.
+and ||left||_F = ||X||_F = ||R_A R_B^T||_F (R_B of B^T), ||right||_F = ||R_C R_D^T||_F. Only
+the R factors ([dh, dh] per KV group or head, one layer at a time in the compute dtype) are
+computed; X and Y go to core.scores.overlaps as :class:`Factored` operands (weights in their
+stored precision times the scaled R factors), whose projector pieces are built piece by piece,
+so no [L, H, d, dh] factor exists. Nothing but the results is cached.
 """
 
 from __future__ import annotations
@@ -17,16 +21,17 @@ from __future__ import annotations
 import torch
 
 from headgraph.core.errors import UnsupportedModel
-from headgraph.core.names import check_mode
+from headgraph.core.names import CS_MODES, check_mode
 from headgraph.core.scores.layer_order import check_order, layer_mask
-from headgraph.core.scores.overlaps import pairwise_sq_overlap
+from headgraph.core.scores.overlaps import Factored, sq_overlaps
 from headgraph.core.scores.subspaces import compute_dtype
 from headgraph.core.types import HeadWeights, PairScores
 
 
 def expand_kv(w: torch.Tensor, n_heads: int) -> torch.Tensor:
     """Repeat grouped K/V heads [L, Hkv, ...] to query heads [L, n_heads, ...] (query h reads
-    kv head h // (n_heads // Hkv)); no-op when already n_heads."""
+    kv head h // (n_heads // Hkv)); no-op when already n_heads. For references and small
+    tensors: the scores themselves never repeat K/V weights."""
     n_kv = w.shape[1]
     if n_kv == n_heads:
         return w
@@ -35,55 +40,50 @@ def expand_kv(w: torch.Tensor, n_heads: int) -> torch.Tensor:
     return w.repeat_interleave(n_heads // n_kv, dim=1)
 
 
-def _r_factor(a: torch.Tensor) -> torch.Tensor:
-    """R of the reduced QR of a [..., d, dh]: a^T a = R^T R, so ||a M||_F = ||R M||_F."""
-    return torch.linalg.qr(a, mode="r").R
+def _r_factors(w: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """R of the reduced QR of every head's w [L, n, d, dh] -> [L, n, dh, dh] in ``dtype``
+    (w^T w = R^T R, so ||w M||_F = ||R M||_F), one layer upcast at a time."""
+    try:
+        return torch.stack([torch.linalg.qr(layer.to(dtype), mode="r").R for layer in w.detach()])
+    except RuntimeError as err:  # LAPACK failures on non-finite input
+        raise UnsupportedModel(f"weights cannot be factorized: {err}") from err
 
 
-def _unit(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """x [L, H, d, dh] scaled to unit Frobenius norm per head, and the norms [L, H]."""
-    norms = torch.linalg.matrix_norm(x)
-    return x / norms.clamp(min=torch.finfo(x.dtype).tiny)[..., None, None], norms
+def _per_head(r: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """[L, n, ...] factors of KV groups (or already of heads) -> [L, n_heads, ...]."""
+    return expand_kv(r, n_heads)
 
 
-def _weights(heads: HeadWeights) -> dict[str, torch.Tensor]:
+def _unit(a: torch.Tensor, r: torch.Tensor, norms: torch.Tensor) -> Factored:
+    """X = a r^T scaled to unit Frobenius norm per head (0 where the norm is 0)."""
+    scale = torch.where(norms > 0, 1.0 / norms.clamp(min=torch.finfo(norms.dtype).tiny), 0.0)
+    return Factored(a.detach(), r * scale[..., None, None])
+
+
+def _factors(heads: HeadWeights, modes: list[str]) -> tuple[dict[str, Factored], dict[str, torch.Tensor]]:
+    """Unit-norm factored X ("O", every head's W_OV) and Y per mode, with the norms [L, H]
+    ||W_OV||_F ("O") and ||right||_F per mode."""
     dtype = compute_dtype(heads.W_Q.dtype)
     n = heads.info.n_heads
-    return {
-        "Q": heads.W_Q.detach().to(dtype),
-        "K": expand_kv(heads.W_K.detach(), n).to(dtype),
-        "V": expand_kv(heads.W_V.detach(), n).to(dtype),
-        "O": heads.W_O.detach().to(dtype),
-    }
-
-
-def _left_factor(heads: HeadWeights) -> tuple[torch.Tensor, torch.Tensor]:
-    """Unit-norm X = W_O^T R_V^T [L, H, d, dh] of every head's W_OV, and ||W_OV||_F [L, H]."""
-    key = ("cs_left",)
-    hit = heads._cache.get(key)
-    if hit is None:
-        w = _weights(heads)
-        x = w["O"].transpose(-2, -1) @ _r_factor(w["V"]).transpose(-2, -1)
-        hit = _unit(x)
-        heads._cache[key] = hit
-    return hit
-
-
-def _right_factor(heads: HeadWeights, mode: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """Unit-norm Y = C R_D^T [L, H, d, dh] of every head's right matrix C D, and ||C D||_F."""
-    key = ("cs_right", mode)
-    hit = heads._cache.get(key)
-    if hit is None:
-        w = _weights(heads)
-        if mode == "Q":  # W_Q W_K^T: C = W_Q, D^T = W_K
-            c, d_t = w["Q"], w["K"]
-        elif mode == "K":  # W_K W_Q^T: C = W_K, D^T = W_Q
-            c, d_t = w["K"], w["Q"]
-        else:  # W_V W_O: C = W_V, D^T = W_O^T
-            c, d_t = w["V"], w["O"].transpose(-2, -1)
-        hit = _unit(c @ _r_factor(d_t).transpose(-2, -1))
-        heads._cache[key] = hit
-    return hit
+    if n % heads.W_K.shape[1]:
+        raise UnsupportedModel(f"cannot share {heads.W_K.shape[1]} key-value heads among {n} query heads")
+    w_ot = heads.W_O.transpose(-2, -1)  # [L, H, d, dh]
+    r_v = _per_head(_r_factors(heads.W_V, dtype), n)
+    r_o = _r_factors(w_ot, dtype)
+    ov_norm = torch.linalg.matrix_norm(r_o @ r_v.transpose(-2, -1))  # ||W_V W_O||_F
+    factors = {"O": _unit(w_ot, r_v, ov_norm)}  # X = W_O^T R_V^T
+    norms = {"O": ov_norm}
+    if {"Q", "K"} & set(modes):
+        r_q = _r_factors(heads.W_Q, dtype)
+        r_k = _per_head(_r_factors(heads.W_K, dtype), n)
+        qk_norm = torch.linalg.matrix_norm(r_q @ r_k.transpose(-2, -1))  # ||W_Q W_K^T||_F
+        if "Q" in modes:  # W_Q W_K^T: Y = W_Q R_K^T
+            factors["Q"], norms["Q"] = _unit(heads.W_Q, r_k, qk_norm), qk_norm
+        if "K" in modes:  # W_K W_Q^T: Y = W_K R_Q^T
+            factors["K"], norms["K"] = _unit(heads.W_K, r_q, qk_norm), qk_norm
+    if "V" in modes:  # W_V W_O: Y = W_V R_{O^T}^T
+        factors["V"], norms["V"] = _unit(heads.W_V, r_o, ov_norm), ov_norm
+    return factors, norms
 
 
 def composition_score(heads: HeadWeights, mode: str = "K", *, order: str = "forward") -> PairScores:
@@ -91,27 +91,45 @@ def composition_score(heads: HeadWeights, mode: str = "K", *, order: str = "forw
 
     Matches TransformerLens ``all_composition_scores(mode).scores`` for ``order="forward"``
     (earlier source layer -> later target layer; other cells 0). ``normalized`` equals
-    ``scores``; pairs with an all-zero W_OV or right matrix are invalid (0). Cached.
+    ``scores``; pairs with an all-zero W_OV or right matrix are invalid (0). Cached (the
+    result only). For several modes use :func:`composition_scores` (one pass).
     """
     check_mode(mode)
+    return composition_scores(heads, [mode], order=order)[mode]
+
+
+def composition_scores(heads: HeadWeights, modes: list[str] | None = None, *,
+                       order: str = "forward") -> dict[str, PairScores]:
+    """:func:`composition_score` of several modes (default Q, K, V) from one pass that builds
+    the earlier heads' W_OV pieces once; results are cached per mode."""
+    modes = list(dict.fromkeys(CS_MODES if modes is None else modes))
+    for m in modes:
+        check_mode(m)
     check_order(order)
-    key = ("cs", mode, order)
-    hit = heads._cache.get(key)
-    if hit is not None:
-        return hit
-    x, left_norm = _left_factor(heads)
-    y, right_norm = _right_factor(heads, mode)
-    sq = pairwise_sq_overlap(x, y, order=order)
-    valid = (layer_mask(heads.info.layer_indices, order, sq.device)[:, None, :, None]
-             & (left_norm > 0)[:, :, None, None] & (right_norm > 0)[None, None])
-    scores = torch.where(valid, sq.clamp(0.0, 1.0).sqrt(), 0.0).to(x.dtype)
-    L, H = x.shape[:2]
-    full = torch.full((L, H), x.shape[-1], dtype=torch.long, device=x.device)
-    result = PairScores(
-        kind="cs", pairing=mode, source_role="O", target_role=mode,
-        scores=scores, normalized=scores, valid=valid,
-        layer_indices=tuple(heads.info.layer_indices), order=order,
-        source_ranks=full, target_ranks=full, source_rank=x.shape[-1], target_rank=x.shape[-1],
-    )
-    heads._cache[key] = result
-    return result
+    missing = [m for m in modes if ("cs", m, order) not in heads._cache]
+    if missing:
+        for m, res in _cs_results(heads, missing, order).items():
+            heads._cache[("cs", m, order)] = res
+    return {m: heads._cache[("cs", m, order)] for m in modes}
+
+
+def _cs_results(heads: HeadWeights, modes: list[str], order: str) -> dict[str, PairScores]:
+    factors, norms = _factors(heads, modes)
+    idx = heads.info.layer_indices
+    # Blocks follow positions; should positions not follow the layer order, compute all pairs.
+    monotone = all(a < b for a, b in zip(idx, idx[1:]))
+    sq = sq_overlaps(factors, [("O", m) for m in modes], order=order if monotone else "all")
+    dtype = factors["O"].dtype
+    L, H, _, dh = factors["O"].shape
+    lmask = layer_mask(idx, order, norms["O"].device)[:, None, :, None]
+    full = torch.full((L, H), dh, dtype=torch.long, device=norms["O"].device)
+    results = {}
+    for m in modes:
+        valid = lmask & (norms["O"] > 0)[:, :, None, None] & (norms[m] > 0)[None, None]
+        scores = torch.where(valid, sq[("O", m)].clamp(0.0, 1.0).sqrt(), 0.0).to(dtype)
+        results[m] = PairScores(
+            kind="cs", pairing=m, source_role="O", target_role=m,
+            scores=scores, normalized=scores, valid=valid, layer_indices=tuple(idx), order=order,
+            source_ranks=full, target_ranks=full, source_rank=dh, target_rank=dh,
+        )
+    return results

@@ -19,6 +19,11 @@ chosen by flop count:
 
 Only the head pairs ``order`` keeps are computed (see core.scores.layer_order): no lower-triangle work
 for "forward".
+
+Operands are either stacked bases X [L, H, d, r] or :class:`Factored` ones, X_h = A_h R_h^T with A
+shared by groups of heads (grouped-query K/V weights, in their stored precision) and small
+R [r, r] per head: a piece of X X^T is then A[c] (A[r] R^T R)^T, built from rows of A upcast
+piece by piece, so X itself ([L, H, d, r] in the compute dtype) never exists on the Gram path.
 """
 
 from __future__ import annotations
@@ -58,6 +63,49 @@ _WORK_BYTES = 128 * 1024 * 1024
 _TILE_BYTES = 128 * 1024 * 1024
 
 Product = tuple[str, str]  # (source name, target name)
+
+
+@dataclass(frozen=True)
+class Factored:
+    """Bases X [L, H, d, r] given as factors, never formed on the projector-Gram path:
+    X[l, h] = a[l, h // (H // Ha)] @ r[l, h]^T.
+
+    a: [L, Ha, d, r] in any floating dtype (e.g. bf16 weights, read a piece at a time; Ha
+    divides H, so grouped K/V weights are shared, not repeated); r: [L, H, r, r] in the
+    compute dtype (float32 or float64), which sets the dtype of the result.
+    """
+
+    a: torch.Tensor
+    r: torch.Tensor
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        L, H, w, _ = self.r.shape
+        return L, H, self.a.shape[2], w
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.r.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.r.device
+
+    def dense(self) -> torch.Tensor:
+        """X [L, H, d, r] in r's dtype (the overlap path only; the Gram path never forms it)."""
+        L, H, d, w = self.shape
+        return _expand_heads(self.a.to(self.r.dtype), H).view(L, H, d, w) @ self.r.transpose(-2, -1)
+
+
+def _expand_heads(a: torch.Tensor, heads: int) -> torch.Tensor:
+    """a [n, Ha, rows, r] repeated to [n * heads, rows, r] (head h reads a[:, h // (heads // Ha)]);
+    a view when Ha == heads."""
+    n, ha, rows, w = a.shape
+    if ha == heads:
+        return a.reshape(n * heads, rows, w)
+    if heads % ha:
+        raise InvalidInput(f"{ha} shared factors cannot serve {heads} heads")
+    return a.unsqueeze(2).expand(n, ha, heads // ha, rows, w).reshape(n * heads, rows, w)
 
 
 @dataclass(frozen=True)
@@ -127,16 +175,42 @@ def _build(u: torch.Tensor, piece: Piece, out: torch.Tensor) -> None:
 
 @dataclass(frozen=True)
 class _Operand:
-    """One role's bases in the flat layout [L * H, d, r] and the layer positions [lo, hi) it needs."""
+    """One role's bases and the layer positions [lo, hi) it needs: stacked in the flat layout
+    ``u`` [L * H, d, r], or factored (``a`` [L, Ha, d, r] and ``mid`` = R^T R [L * H, r, r])."""
 
-    u: torch.Tensor
+    u: torch.Tensor | None
     heads: int
     lo: int
     hi: int
+    a: torch.Tensor | None = None
+    mid: torch.Tensor | None = None
 
-    def rows(self, a: int, b: int) -> torch.Tensor:
-        """Bases of layers [a, b): [(b - a) * H, d, r]."""
-        return self.u[a * self.heads:b * self.heads]
+    @property
+    def ref(self) -> torch.Tensor:
+        """The tensor that sets dtype and device of the work (bases, or the middle factors)."""
+        out = self.u if self.u is not None else self.mid
+        assert out is not None
+        return out
+
+    @property
+    def d(self) -> int:
+        return self.u.shape[1] if self.u is not None else self.a.shape[2]  # type: ignore[union-attr]
+
+    @property
+    def width(self) -> int:
+        return self.ref.shape[-1]
+
+    def build(self, a: int, b: int, piece: Piece, out: torch.Tensor) -> None:
+        """Features of one piece for the heads of layers [a, b) into out [(b - a) * H, features]."""
+        if self.u is not None:
+            _build(self.u[a * self.heads:b * self.heads], piece, out)
+            return
+        assert self.a is not None and self.mid is not None
+        dtype, h = self.mid.dtype, self.heads
+        rows = self.a[a:b, :, piece.r0:piece.r1].to(dtype)
+        right = torch.bmm(_expand_heads(rows, h), self.mid[a * h:b * h])  # A[r] R^T R
+        cols = _expand_heads(self.a[a:b, :, piece.c0:piece.c1].to(dtype), h)
+        bmm_nt(cols, right, out=out.view(cols.shape[0], piece.c1 - piece.c0, piece.r1 - piece.r0))
 
 
 @dataclass(frozen=True)
@@ -178,8 +252,8 @@ def _gram_pass(ops: dict[str, _Operand], products: list[Product], order: str,
     """
     sources = list(dict.fromkeys(s for s, _ in products))
     groups = _plan_groups(ops, [t for t in dict.fromkeys(t for _, t in products) if t not in sources])
-    first = ops[sources[0]].u
-    d, dtype, device = first.shape[1], first.dtype, first.device
+    first = ops[sources[0]].ref
+    d, dtype, device = ops[sources[0]].d, first.dtype, first.device
     n_layers = max(op.hi for op in ops.values())
     full_rows = {k: (ops[k].hi - ops[k].lo) * ops[k].heads for k in sources}
     per_feature = (sum(full_rows.values()) + groups.rows) * first.element_size()
@@ -199,7 +273,7 @@ def _gram_pass(ops: dict[str, _Operand], products: list[Product], order: str,
         feats = {}
         for s in sources:
             feats[s] = _feature_rows(fbuf[s], full_rows[s], piece)
-            _build(ops[s].rows(ops[s].lo, ops[s].hi), piece, feats[s])
+            ops[s].build(ops[s].lo, ops[s].hi, piece, feats[s])
         for s, t in products:  # targets that are sources too: read their full features
             if t not in feats:
                 continue
@@ -247,7 +321,7 @@ def _group_products(ops: dict[str, _Operand], order: str, piece: Piece,
 
     for layer in range(g0, g1):
         for t in groups.names:
-            _build(ops[t].rows(layer, layer + 1), piece, rows(layer, t))
+            ops[t].build(layer, layer + 1, piece, rows(layer, t))
     for s, fs in feats.items():
         hs, ls = ops[s].heads, ops[s].lo
         rects = group_rects(order, g0, g1, ls, ops[s].hi)
@@ -269,16 +343,17 @@ def _group_products(ops: dict[str, _Operand], order: str, piece: Piece,
                                  a, rows(layer, t), piece)
 
 
-def _overlap_pass(src: _Operand, tgt: _Operand, blocks: list[Rect], out: torch.Tensor) -> None:
-    """Accumulate ||U_s^T U_t||_F^2 into out [L * Hs, L * Ht] from overlap matrices, tiled."""
-    ns, d, rs = src.u.shape
-    nt, _, rt = tgt.u.shape
-    hs, ht = src.heads, tgt.heads
-    t_all = tgt.u.permute(1, 0, 2).reshape(d, nt * rt)
-    s_all = src.u.transpose(1, 2).reshape(ns * rs, d)
+def _overlap_pass(src: torch.Tensor, tgt: torch.Tensor, hs: int, ht: int, blocks: list[Rect],
+                  out: torch.Tensor) -> None:
+    """Accumulate ||U_s^T U_t||_F^2 into out [L * Hs, L * Ht] from overlap matrices, tiled
+    (src [L * Hs, d, rs], tgt [L * Ht, d, rt])."""
+    ns, d, rs = src.shape
+    nt, _, rt = tgt.shape
+    t_all = tgt.permute(1, 0, 2).reshape(d, nt * rt)
+    s_all = src.transpose(1, 2).reshape(ns * rs, d)
     for sa, sb, ta, tb in blocks:
         c0, c1 = ta * ht, tb * ht
-        per_row = rs * (c1 - c0) * rt * src.u.element_size()
+        per_row = rs * (c1 - c0) * rt * src.element_size()
         step = max(1, _TILE_BYTES // max(1, per_row))
         for r0 in range(sa * hs, sb * hs, step):
             r1 = min(sb * hs, r0 + step)
@@ -292,7 +367,7 @@ def _block_area(blocks: list[Rect], hs: int, ht: int) -> int:
 
 
 def sq_overlaps(
-    bases: Mapping[str, torch.Tensor],
+    bases: Mapping[str, torch.Tensor | Factored],
     products: Sequence[Product],
     *,
     order: str = "forward",
@@ -301,13 +376,14 @@ def sq_overlaps(
 ) -> dict[Product, torch.Tensor]:
     """||X_s^T X_t||_F^2 for all head pairs of several (source, target) products at once.
 
-    bases: name -> [L, H_name, d, r_name] (same L, d, dtype); products: (source name, target
-    name) pairs. Returns float64 [L, Hs, L, Ht] per product; every pair ``order`` keeps is
-    computed (the rest is 0). With orthonormal bases this is the Projection Kernel. The
-    projector pieces of each name are built once and shared by all its products. method:
-    "auto" (cheaper by flop count), "gram" or "overlap"; work_bytes: budget for the pieces of
-    one step (default 128 MiB; smaller values use smaller pieces, down to 8 x 8 blocks).
-    Bases of different dtypes are promoted to a common one.
+    bases: name -> [L, H_name, d, r_name] (same L, d, dtype), stacked or :class:`Factored`;
+    products: (source name, target name) pairs. Returns float64 [L, Hs, L, Ht] per product;
+    every pair ``order`` keeps is computed (the rest is 0). With orthonormal bases this is the
+    Projection Kernel. The projector pieces of each name are built once and shared by all its
+    products. method: "auto" (cheaper by flop count), "gram" or "overlap" (forms factored
+    bases); work_bytes: budget for the pieces of one step (default 128 MiB; smaller values use
+    smaller pieces, down to 8 x 8 blocks; factored operands add temporaries of about that
+    size). Bases of different dtypes are promoted to a common one.
     """
     check_order(order)
     if method not in ("auto", "gram", "overlap"):
@@ -319,15 +395,17 @@ def sq_overlaps(
     dtype = next(iter(bases.values())).dtype
     for v in bases.values():
         dtype = torch.promote_types(dtype, v.dtype)
-    bases = {k: v.to(dtype) for k, v in bases.items()}
+    bases = {k: Factored(v.a, v.r.to(dtype)) if isinstance(v, Factored) else v.to(dtype)
+             for k, v in bases.items()}
     shapes = {k: tuple(v.shape) for k, v in bases.items()}
     first = next(iter(shapes.values()))
     for shape in shapes.values():
         if len(shape) != 4 or shape[0] != first[0] or shape[2] != first[2]:
             raise InvalidInput(f"bases differ in L or d: {shapes}")
     L, d = first[0], first[2]
+    device = next(iter(bases.values())).device
     out = {(s, t): torch.zeros(L * shapes[s][1], L * shapes[t][1], dtype=torch.float64,
-                               device=bases[s].device) for s, t in products}
+                               device=device) for s, t in products}
     blocks = layer_blocks(L, order)
     if not blocks or not products:
         return {st: v.view(L, shapes[st[0]][1], L, shapes[st[1]][1]) for st, v in out.items()}
@@ -339,17 +417,26 @@ def sq_overlaps(
         is_t = any(t == k for _, t in products)
         lo = min(s_lo if is_s else L, t_lo if is_t else L)
         hi = max(s_hi if is_s else 0, t_hi if is_t else 0)
-        ops[k] = _Operand(bases[k].reshape(L * shapes[k][1], d, shapes[k][3]), shapes[k][1], lo, hi)
+        v, (_, h, _, w) = bases[k], shapes[k]
+        if isinstance(v, Factored):
+            mid = v.r.reshape(L * h, w, w)
+            ops[k] = _Operand(None, h, lo, hi, a=v.a, mid=mid.transpose(1, 2) @ mid)
+        else:
+            ops[k] = _Operand(v.reshape(L * h, d, w), h, lo, hi)
     feats = sum(p.features for p in piece_plan(d))
     pairs = {(s, t): _block_area(blocks, ops[s].heads, ops[t].heads) for s, t in products}
-    build = sum((op.hi - op.lo) * op.heads * op.u.shape[-1] for op in ops.values()) * feats
+    build = sum((op.hi - op.lo) * op.heads * op.width for op in ops.values()) * feats
     gram_cost = build + sum(pairs.values()) * feats
-    overlap_cost = sum(n * ops[s].u.shape[-1] * ops[t].u.shape[-1] * d for (s, t), n in pairs.items())
+    overlap_cost = sum(n * ops[s].width * ops[t].width * d for (s, t), n in pairs.items())
     if (gram_cost < overlap_cost) if method == "auto" else method == "gram":
         _gram_pass(ops, products, order, out, _WORK_BYTES if work_bytes is None else work_bytes)
     else:
+        dense = {}
+        for k in ops:
+            v = bases[k]
+            dense[k] = (v.dense() if isinstance(v, Factored) else v).reshape(L * shapes[k][1], d, -1)
         for s, t in products:
-            _overlap_pass(ops[s], ops[t], blocks, out[(s, t)])
+            _overlap_pass(dense[s], dense[t], ops[s].heads, ops[t].heads, blocks, out[(s, t)])
     return {st: v.view(L, shapes[st[0]][1], L, shapes[st[1]][1]) for st, v in out.items()}
 
 
@@ -377,4 +464,4 @@ def pairwise_sq_overlap(
     return sq_overlaps(bases, [names], order=order, method=method, work_bytes=work_bytes)[names]
 
 
-__all__ = ["Piece", "pairwise_sq_overlap", "piece_plan", "sq_overlaps"]
+__all__ = ["Factored", "Piece", "pairwise_sq_overlap", "piece_plan", "sq_overlaps"]
