@@ -3,20 +3,43 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 
 import torch
 
 from headgraph.core.types import COMPUTE_VERSION
 
 
+# Bytes hashed per piece: a tensor is fed in C order a slice at a time, never copied whole.
+_DIGEST_CHUNK_BYTES = 64 * 1024 * 1024
+
+
+def _c_order_pieces(t: torch.Tensor) -> Iterator[torch.Tensor]:
+    """Contiguous CPU pieces of t whose bytes, one after another, are t's bytes in C order:
+    views of a contiguous CPU tensor; otherwise slices along the leading dimensions, each
+    copied (to the CPU, contiguous) only when it is small."""
+    if t.device.type == "cpu" and t.is_contiguous():
+        flat = t.reshape(-1)
+        step = max(1, _DIGEST_CHUNK_BYTES // max(1, t.element_size()))
+        for start in range(0, flat.numel(), step):
+            yield flat[start:start + step]
+    elif t.dim() <= 1 or t.numel() * t.element_size() <= _DIGEST_CHUNK_BYTES:
+        yield t.to("cpu").contiguous().reshape(-1)
+    else:
+        for row in t:
+            yield from _c_order_pieces(row)
+
+
 def tensor_digest(hasher: hashlib._Hash, tensor: torch.Tensor) -> None:
-    """Feed a tensor's dtype, shape and exact bytes into ``hasher``."""
-    t = tensor.detach().to("cpu").contiguous()
+    """Feed a tensor's dtype, shape and exact bytes into ``hasher`` (piece by piece: no copy
+    of the whole tensor, so fingerprinting multi-GiB weights needs no extra memory)."""
+    t = tensor.detach()
     hasher.update(f"{t.dtype}|{tuple(t.shape)}|".encode())
-    # bfloat16 has no numpy view: hash its raw 16-bit pattern instead.
-    if t.dtype == torch.bfloat16:
-        t = t.view(torch.int16)
-    hasher.update(t.numpy().tobytes())
+    for piece in _c_order_pieces(t):
+        # bfloat16 has no numpy view: hash its raw 16-bit pattern instead.
+        if piece.dtype == torch.bfloat16:
+            piece = piece.view(torch.int16)
+        hasher.update(piece.numpy().data)
 
 
 def weights_fingerprint(
