@@ -239,6 +239,36 @@ def test_values_are_stored_as_checksummed_bytes(tmp_path):
     assert np.array_equal(decode_value(raw)["grid"], value["grid"])
 
 
+def test_records_in_meta_are_checksummed_and_a_damaged_one_reads_missing(tmp_path, caplog):
+    """Label sets, jobs and model identities live in meta/: each is stored with a checksum,
+    so a flipped byte makes the record missing (logged), never a changed record served;
+    records from before checksums are read as they are; counters and locks stay plain."""
+    from headgraph.core.graphs.labels import LabelSet
+    from headgraph.server.errors import NotFound
+    from headgraph.server.services.labels import LabelService
+
+    store = Store(tmp_path / "c")
+    labels = LabelService(store, scores=None)  # type: ignore[arg-type]  # no per-model sets
+    labels.save_label_set(LabelSet(name="mine", description="", classes={"induction": ["L1H6"]}))
+    raw = store.meta.backend.get("labels:mine")
+    assert isinstance(raw, bytes) and raw.startswith(MAGIC)
+    assert labels.label_set("mine").classes == {"induction": ["L1H6"]}
+    store.meta.backend.set("labels:legacy", {"name": "legacy", "classes": {"a": ["L0H0"]}})
+    assert labels.label_set("legacy").classes == {"a": ["L0H0"]}
+    store.meta.incr("count:x")
+    assert store.meta.get("count:x") == 1
+    store.close()
+    damage_value(tmp_path / "c" / "meta", "labels:mine", "flip")
+    store = Store(tmp_path / "c")
+    labels = LabelService(store, scores=None)  # type: ignore[arg-type]
+    with caplog.at_level(logging.WARNING):
+        with pytest.raises(NotFound):
+            labels.label_set("mine")
+    assert "labels:mine" in caplog.text and "checksum" in caplog.text
+    assert "mine" not in labels.label_sets()
+    store.close()
+
+
 @pytest.mark.parametrize(("how", "size"), [
     (how, size) for how in ("flip", "truncate", "old-format") for size in (100, 100_000)
 ] + [("missing-file", 100_000)], ids=lambda v: v if isinstance(v, str) else

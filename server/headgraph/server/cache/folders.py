@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 import diskcache
 
 from headgraph.server.cache.diskcache_reader import DBNAME, ReadOnlyCache
+from headgraph.server.cache.values import BadValue, decode_value, encode_value
 from headgraph.server.cache.write_errors import (
     LOCKED,
     READ_ONLY,
@@ -46,6 +47,7 @@ T = TypeVar("T")
 
 # -- the wrapper ---------------------------------------------------------------------------------
 
+_ABSENT = object()
 _READ_ERRORS = (OSError, EOFError, sqlite3.Error, diskcache.Timeout, pickle.UnpicklingError,
                 ValueError, TypeError, AttributeError, ImportError, IndexError, KeyError)
 _LOCKED_PREFIX = LOCKED.split(" (")[0]
@@ -71,6 +73,9 @@ class SafeCache:
                  busy_s: float = 120.0) -> None:
         self.name = name
         self.optional_prefixes: tuple[str, ...] = ()
+        # keys whose values are records (label sets, jobs, model identities): stored with a
+        # checksum (``cache.values``) and read back only when intact
+        self.checked_prefixes: tuple[str, ...] = ()
         self.backend = backend
         self.read_only_reason = read_only_reason
         self.busy_s = busy_s
@@ -115,13 +120,30 @@ class SafeCache:
         return backend.get(key, default=default, retry=False)
 
     def get(self, key: Any, default: Any = None, retry: bool = True) -> Any:
-        """The stored value, or ``default`` when missing or unreadable (logged)."""
+        """The stored value, or ``default`` when missing or unreadable (logged). A record
+        (``checked_prefixes``) whose checksum fails is missing too (logged); one stored before
+        records were checksummed (a plain dict, list or string) is read as it is."""
         try:
-            return self.read(key, default)
+            raw = self.read(key, _ABSENT)
         except _READ_ERRORS as err:
             log.warning("%s: cannot read %r (%s: %s): treated as missing", self.name, key,
                         type(err).__name__, one_line(err, 200))
             return default
+        if raw is _ABSENT:
+            return default
+        if not self._checked(key):
+            return raw
+        if isinstance(raw, (dict, list, str, int, float)):  # a record from before checksums
+            return raw
+        try:
+            return decode_value(raw)
+        except BadValue as err:
+            log.warning("%s: record %r is %s: treated as missing", self.name, key, err)
+            return default
+
+    def _checked(self, key: Any) -> bool:
+        return bool(self.checked_prefixes) and isinstance(key, str) \
+            and key.startswith(self.checked_prefixes)
 
     def __contains__(self, key: Any) -> bool:
         try:
@@ -215,9 +237,10 @@ class SafeCache:
             retry: bool = True) -> bool:
         """Store ``value``; a key under ``optional_prefixes`` that cannot be stored now is
         skipped (False) instead of raising CacheUnavailable."""
+        stored = encode_value(value) if self._checked(key) else value
         try:
             return bool(self._write(f"storing {key!r}",
-                                    lambda c: c.set(key, value, expire=expire, tag=tag,
+                                    lambda c: c.set(key, stored, expire=expire, tag=tag,
                                                     retry=False)))
         except CacheUnavailable as err:
             if not (isinstance(key, str) and key.startswith(self.optional_prefixes)):

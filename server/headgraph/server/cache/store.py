@@ -54,6 +54,8 @@ TOTAL_COUNTER = "count:__total__"
 # meta entries that are memos (the catalog's model identities, relearnt by loading the
 # model): not storing one on a read-only or full cache is no error, it stays in memory
 OPTIONAL_META = ("model:", "failed:")
+# meta entries that are records (everything but counters and lock tokens): checksummed
+CHECKED_META = ("labels:", "model:", "failed:", "job:", "jobkey:", "jobs:", "sweep:")
 FAILED = "failed:"  # meta prefix: a computation the model cannot do, remembered until a retry
 
 
@@ -250,6 +252,7 @@ class Store:
                                   eviction_policy="least-recently-stored")
         self.meta = open_cache(self.directory, "meta", timeout=60, eviction_policy="none")
         self.meta.optional_prefixes = OPTIONAL_META
+        self.meta.checked_prefixes = CHECKED_META
         self.lock_expire_s = lock_expire_s
         self.before_write: Callable[[], None] | None = None
         self._local = KeyedLocks()
