@@ -60,3 +60,37 @@ def test_unknown_names_are_answered_from_names(url):
         assert r.status_code in (401, 404), r.text
         r = http.get("/api/pk", params={"model": "no-such-model", "pairing": "OK"})
         assert r.status_code == 404 and "demo" in r.json()["error"]["allowed"]
+
+
+def test_after_a_job_anonymous_readers_get_every_default_view_without_computing(url):
+    """A token holder's job renders what the dashboard shows first: the default graphs, each
+    pairing's scatter and the pair panels of the default graph's edges. Anonymous readers
+    then get all of it (200) and nothing is computed for them; a pair outside the default
+    graph still needs the token."""
+    signed = {"Authorization": f"Bearer {TOKEN}"}
+    with httpx.Client(base_url=url, timeout=120) as http:
+        job = http.post("/api/models/compute", params={"model": "demo"}, headers=signed).json()["job"]
+        while (state := http.get(f"/api/jobs/{job['id']}").json())["state"] in ("queued", "running"):
+            time.sleep(0.3)
+        assert state["state"] == "done", state
+        assert {"graph", "scatter OK", "pairs"} <= set(state["computed"]), state
+        before = http.get("/api/cache/stats", headers=signed).json()["computations"]
+        for params in ({}, {"labels": "patterns"}):
+            r = http.get("/api/graph", params={"model": "demo", **params})
+            assert r.status_code == 200, r.text
+        edges = r.json()["graph"]["edges"]
+        assert edges
+        for pairing in ("OQ", "OK", "OV"):
+            r = http.get("/api/scatter", params={"model": "demo", "pairing": pairing})
+            assert r.status_code == 200, r.text
+        for edge in edges:
+            r = http.get("/api/pair", params={"model": "demo", "pairing": edge["pairing"],
+                                              "source": edge["source"], "target": edge["target"]})
+            assert r.status_code == 200, (edge, r.text[:300])
+        assert http.get("/api/cache/stats", headers=signed).json()["computations"] == before
+        shown = {(e["pairing"], e["source"], e["target"]) for e in edges}
+        other = next(("OK", f"L0H{s}", f"L1H{t}") for s in range(8) for t in range(8)
+                     if ("OK", f"L0H{s}", f"L1H{t}") not in shown)
+        r = http.get("/api/pair", params=dict(zip(("pairing", "source", "target"), other),
+                                              model="demo"))
+        assert r.status_code == 401, r.text

@@ -74,8 +74,11 @@ def swept(ray_runtime, tmp_path_factory):
     root = tmp_path_factory.mktemp("ckpts")
     steps = {c.step: shutil.copytree(c.folder, root / c.folder.name) for c in demo_series()}
     (root / "notes").mkdir()  # a folder, but no model in it
+    broken = shutil.copytree(demo_series()[0].folder, root / "broken")  # its weights unreadable
+    (broken / "model.safetensors").write_bytes(b"\xff" * 300)
     cache = tmp_path_factory.mktemp("sweep") / "cache"
-    specs = expand_specs(["demo", str(root / "step-*"), RANDOM_SPEC, str(root / "notes")])
+    specs = expand_specs(["demo", str(root / "step-*"), RANDOM_SPEC, str(root / "notes"),
+                          str(root / "broken")])
     os.environ[FAIL_FIRST_ENV] = str(steps[FLAKY_STEP])
     try:
         report = run_sweep(Settings.from_env(cache_dir=cache), specs, ALL, progress=False)
@@ -90,7 +93,8 @@ def swept(ray_runtime, tmp_path_factory):
 def test_sweep_fills_the_cache_retries_a_transient_failure_and_reports_a_bad_spec(swept):
     root, steps = swept["root"], swept["steps"]
     folders = sorted(str(p) for p in steps.values())  # the glob's order
-    assert len(steps) == 8 and swept["specs"] == ["demo", *folders, RANDOM_SPEC, str(root / "notes")]
+    assert len(steps) == 8 and swept["specs"] == ["demo", *folders, RANDOM_SPEC, str(root / "notes"),
+                                                  str(root / "broken")]
     rows = {r["spec"]: r for r in swept["report"].rows}
     assert [r["spec"] for r in swept["report"].rows] == swept["specs"]  # the order given
     expected = [("demo", "demo"), (RANDOM_SPEC, RANDOM_SPEC)] + [(str(p), f"local:{p.name}") for p in steps.values()]
@@ -98,13 +102,17 @@ def test_sweep_fills_the_cache_retries_a_transient_failure_and_reports_a_bad_spe
         row = rows[spec]
         assert row["status"] == "done", row
         assert row["model"] == model and row["fingerprint"] and row["seconds"] > 0
-        assert row["computed"][0] == "pk" and row["computed"][-1] == "graph"
+        assert row["computed"][0] == "pk" and row["computed"][-1] == "pairs"
+        assert {"graph", "scatter OK", "datapk text"} <= set(row["computed"]), row
     flaky = str(steps[FLAKY_STEP])
     assert rows[flaky]["retries"] == 1 and rows[flaky]["attempts"] == 2
     assert all(rows[s]["retries"] == 0 for s, _ in expected if s != flaky)
     bad = rows[str(root / "notes")]
     assert bad["status"] == "failed" and bad["retries"] == 0  # bad input is not retried
     assert "is not a model folder" in bad["error"] and "\n" not in bad["error"]
+    broken = rows[str(root / "broken")]  # a file nobody can read: reported once, not retried
+    assert broken["status"] == "failed" and broken["retries"] == 0 and broken["attempts"] == 1
+    assert "a model file cannot be read" in broken["error"], broken
     # eight distinct weight sets; the last step is the shipped demo itself
     prints = {step: rows[str(p)]["fingerprint"] for step, p in steps.items()}
     assert len(set(prints.values())) == 8 and prints[max(steps)] == rows["demo"]["fingerprint"]
@@ -141,6 +149,15 @@ def test_a_server_on_the_swept_cache_lists_and_serves_every_model_without_comput
                                  ("/api/top", {"pairing": "OK", "k": 10})):
                 resp = api.get(path, params={"model": m, **params})
                 assert resp.status_code == 200, (m, path, resp.text[:300])
+            # what the dashboard shows next: each pairing's scatter and the pair panel of a
+            # default-graph edge
+            for pairing in ("OQ", "OK", "OV"):
+                resp = api.get("/api/scatter", params={"model": m, "pairing": pairing})
+                assert resp.status_code == 200, (m, pairing, resp.text[:300])
+                edge = api.get("/api/top", params={"model": m, "pairing": pairing, "k": 20}).json()[-1]
+                resp = api.get("/api/pair", params={"model": m, "pairing": pairing,
+                                                    "source": edge["source"], "target": edge["target"]})
+                assert resp.status_code == 200, (m, pairing, edge, resp.text[:300])
         grid = api.get("/api/pk", params={"model": f"local:step-{FLAKY_STEP}", "pairing": "OK"}).json()
         after = api.get("/api/cache/stats").json()
         errors = srv.server_errors()
@@ -194,4 +211,4 @@ def test_specs_expand_globs_and_hub_revision_lists(tmp_path):
                    "HEADGRAPH_MODEL_ROOT": str(tmp_path)}
     with pytest.raises(ValueError, match="unknown result"):
         parse_results("pk,nope")
-    assert parse_results("graph,pk") == ["pk", "graph"] and parse_results("job")[-1] == "tokens"
+    assert parse_results("graph,pk") == ["pk", "graph"] and parse_results("job")[-1] == "pairs"

@@ -126,14 +126,34 @@ def load_model(
     heads (:func:`norm_aware`; ModelInfo.subspaces says which).
     """
     check_subspaces(subspaces)
-    lm = _load_model(spec, device=device, processing=processing, dtype=dtype,
-                     model_root=model_root, streaming=streaming, name=name)
+    try:
+        lm = _load_model(spec, device=device, processing=processing, dtype=dtype,
+                         model_root=model_root, streaming=streaming, name=name)
+    except HeadgraphError:
+        raise
+    except _FILE_ERRORS as err:  # a damaged weights or JSON file: the model's fault, not ours
+        raise UnsupportedModel(f"{name or _shown(spec)}: a model file cannot be read "
+                               f"({type(err).__name__}: {_one_line(err)})") from err
     if subspaces == "norm":
         lm = norm_aware(lm)
     # Results keyed by this fingerprint read tokens too: same weights + another tokenizer is
     # another model.
     lm.heads.fingerprint = with_tokenizer(lm.heads.fingerprint, lm.tokenizer)
     return lm
+
+
+def _file_errors() -> tuple[type[BaseException], ...]:
+    from safetensors import SafetensorError
+
+    return (SafetensorError, json.JSONDecodeError, UnicodeDecodeError)
+
+
+_FILE_ERRORS = _file_errors()
+
+
+def _one_line(err: BaseException, limit: int = 200) -> str:
+    text = " ".join(str(err).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _load_model(spec: str, *, device: str | None, processing: str,

@@ -29,7 +29,8 @@ def run(args: argparse.Namespace) -> int:
         bar.refresh()
 
     try:
-        done, unavailable = run_compute(services.scores, services.catalog, ref, list(pairings), progress)
+        done, unavailable = run_compute(services.scores, services.catalog, ref, list(pairings),
+                                        progress, shown=services.jobs.shown)
     finally:
         bar.close()
     stats = services.store.stats()

@@ -1,8 +1,11 @@
 """Background compute jobs with progress, persisted in the store so any worker can report them.
 
 A job precomputes everything the dashboard reads for one model (PK per pairing, CS per mode,
-z-scores, references, anisotropic nulls, token tables, pattern scores) through the same
-single-flight cache keys the GET endpoints use, so a finished job means warm reads. A job is
+z-scores, references, anisotropic nulls, token tables, pattern scores, data-weighted PK) and,
+given the view services (``Shown``), what its default views render: the default head graphs,
+each pairing's scatter and the pair panels of the default graph's edges. All through the same
+single-flight cache keys the GET endpoints use, so a finished job means warm reads, also for
+a lab's anonymous readers, who may read but never compute. A job is
 driven by a thread of this process, each step computed in a compute process
 (server.compute.pool), so the event loop keeps answering.
 
@@ -28,13 +31,17 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from headgraph.core.errors import HeadgraphError
+from headgraph.core.names import DEFAULT_K
 from headgraph.server.cache.store import DiskLock, Store
 from headgraph.server.computations.data_pk import DATA_PK_PROMPTS
 from headgraph.server.compute.pool import process_alive, process_started
 from headgraph.server.errors import ApiError, one_line
 from headgraph.server.models.catalog import ModelCatalog
 from headgraph.server.models.offered import ModelRef
+from headgraph.server.services.details import DetailService
+from headgraph.server.services.graphs import GraphService
 from headgraph.server.services.scores import ScoresService
+from headgraph.server.services.views import ViewService
 
 log = logging.getLogger("headgraph.jobs")
 
@@ -112,9 +119,53 @@ def job_index_key(model: str, pairings: list[str]) -> str:
     return f"jobkey:{model}|{','.join(pairings)}"
 
 
-def compute_plan(scores: ScoresService, catalog: ModelCatalog, ref: ModelRef, pairings: list[str]
-                 ) -> list[tuple[str, Callable[[], Any]]]:
-    """Ordered (stage name, thunk) list of what a full compute of one model caches."""
+# The scatter's default share of top pairs (the dashboard's and the API's default).
+DEFAULT_TOP_PERCENT = 5.0
+
+
+@dataclass(frozen=True)
+class Shown:
+    """The services whose default answers a job renders besides the scores (graph, scatter,
+    pair panels), so they are cached before anyone who may not compute asks."""
+
+    graphs: GraphService
+    details: DetailService
+    views: ViewService
+
+
+def _graph_stages(scores: ScoresService, shown: Shown, ref: ModelRef, pairings: list[str]
+                  ) -> list[tuple[str, Callable[[], Any]]]:
+    from headgraph.server.services.labels import PATTERN_LABELS
+
+    def graphs() -> None:
+        runnable = scores.patterns_or_none(ref) is not None
+        # The API's default graph (flags once patterns exist) and the dashboard's default
+        # view of it, overlaid with the model's own "patterns" classes.
+        for labels in (None, PATTERN_LABELS) if runnable else (None,):
+            shown.graphs.graph(ref, pairings=pairings, granularity="head", k=DEFAULT_K,
+                               threshold=None, threshold_on="pk", labels=labels, flags=runnable)
+
+    stages: list[tuple[str, Callable[[], Any]]] = [("graph", graphs)]
+    for p in pairings:
+        stages.append((f"scatter {p}", lambda p=p: shown.views.scatter(ref, p, DEFAULT_TOP_PERCENT)))
+    return stages
+
+
+def _pair_stage(shown: Shown, ref: ModelRef, pairings: list[str]
+                ) -> tuple[str, Callable[[], Any]]:
+    def pairs() -> None:
+        for p in pairings:  # the default graph's edges: PK's top DEFAULT_K of each pairing
+            for row in shown.views.top(ref, p, DEFAULT_K, "pk"):
+                shown.details.pair(ref, p, row["source"], row["target"], labels=None)
+
+    return ("pairs", pairs)
+
+
+def compute_plan(scores: ScoresService, catalog: ModelCatalog, ref: ModelRef, pairings: list[str],
+                 shown: Shown | None = None) -> list[tuple[str, Callable[[], Any]]]:
+    """Ordered (stage name, thunk) list of what a full compute of one model caches; with
+    ``shown``, the default views' answers too (graph and scatter once their inputs exist,
+    the pair panels of the default graph's edges last)."""
     info = catalog.info(ref)
     plan: list[tuple[str, Callable[[], Any]]] = [
         ("pk", lambda: scores.pk_together(ref, pairings, "forward"))]
@@ -127,6 +178,8 @@ def compute_plan(scores: ScoresService, catalog: ModelCatalog, ref: ModelRef, pa
     plan.append(("patterns", lambda: scores.patterns_or_none(ref)))
     for p in pairings:
         plan.append((f"z {p}", lambda p=p: scores.zscores(ref, p, "forward")))
+    if shown is not None:
+        plan.extend(_graph_stages(scores, shown, ref, pairings))
     plan.append(("reference", lambda: scores.reference(ref)))
     for p in pairings:
         plan.append((f"null {p}", lambda p=p: scores.null(ref, p)))
@@ -137,13 +190,15 @@ def compute_plan(scores: ScoresService, catalog: ModelCatalog, ref: ModelRef, pa
     # run), so the pair panel shows it beside PK and CS without a request computing it.
     for prompts in DATA_PK_PROMPTS:
         plan.append((f"datapk {prompts}", lambda p=prompts: scores.data_pk_all(ref, p)))
+    if shown is not None:
+        plan.append(_pair_stage(shown, ref, pairings))
     return plan
 
 
 def run_compute(scores: ScoresService, catalog: ModelCatalog, ref: ModelRef, pairings: list[str],
                 progress: Progress,
-                finished: Callable[[list[str], list[str], dict[str, str]], None] | None = None
-                ) -> tuple[list[str], dict[str, str]]:
+                finished: Callable[[list[str], list[str], dict[str, str]], None] | None = None,
+                shown: Shown | None = None) -> tuple[list[str], dict[str, str]]:
     """Load the model and compute the plan, reporting (stage, fraction, message) after each step
     and ``finished(done stages, planned stages, unavailable stages)`` after each stage, so
     clients can show each result as soon as it exists. A stage the model cannot give (a
@@ -154,7 +209,7 @@ def run_compute(scores: ScoresService, catalog: ModelCatalog, ref: ModelRef, pai
     progress("load", 0.0, f"loading {ref.id}")
     catalog.identity(ref)  # loads the model (in a compute process for the API) when unknown
     scores.cache.forget_failures(ref)  # asked again: what failed before is tried again
-    plan = compute_plan(scores, catalog, ref, pairings)
+    plan = compute_plan(scores, catalog, ref, pairings, shown)
     total = len(plan) + 1
     progress("load", 1 / total, f"loaded {ref.id}")
     done: list[str] = []
@@ -189,9 +244,10 @@ class JobManager:
     """Submit, run and report compute jobs (one per process; records shared via the store)."""
 
     def __init__(self, scores: ScoresService, catalog: ModelCatalog, store: Store,
-                 workers: int = 1) -> None:
+                 workers: int = 1, shown: Shown | None = None) -> None:
         self.scores = scores
         self.catalog = catalog
+        self.shown = shown
         self.meta = store.meta
         self.workers = max(1, workers)
         self._pool: ThreadPoolExecutor | None = None
@@ -321,7 +377,8 @@ class JobManager:
             self._update(job_id, computed=done, plan=planned, unavailable=unavailable)
 
         try:
-            done, unavailable = run_compute(self.scores, self.catalog, ref, pairings, progress, finished)
+            done, unavailable = run_compute(self.scores, self.catalog, ref, pairings, progress, finished,
+                                            self.shown)
         except Exception as err:
             msg = one_line(err) or type(err).__name__
             expected = isinstance(err, (HeadgraphError, ApiError))

@@ -32,7 +32,7 @@ from headgraph.server.services.ablation import AblationService
 from headgraph.server.services.data_pk import DataPKService
 from headgraph.server.services.details import DetailService
 from headgraph.server.services.graphs import GraphService
-from headgraph.server.services.jobs import JobManager
+from headgraph.server.services.jobs import JobManager, Shown
 from headgraph.server.services.labels import LabelService
 from headgraph.server.services.recovery import RecoveryService
 from headgraph.server.services.scores import ScoresService
@@ -103,12 +103,15 @@ def build_services(settings: Settings, *, inline: bool = False, store: Store | N
     scores = ScoresService(catalog, cache)
     labels = LabelService(store, scores)
     views = ViewService(catalog, scores, cache)
+    graphs = GraphService(cache, labels)
+    details = DetailService(catalog, scores, labels, cache)
+    shown = Shown(graphs=graphs, details=details, views=views)
     return Services(
         settings=settings, store=store, computations=computations, pool=pool, catalog=catalog,
-        cache=cache, scores=scores, labels=labels, views=views,
-        graphs=GraphService(cache, labels), details=DetailService(catalog, scores, labels, cache),
+        cache=cache, scores=scores, labels=labels, views=views, graphs=graphs, details=details,
         ablation=AblationService(scores, views, catalog), data_pk=DataPKService(scores, catalog),
-        validation=ValidationService(scores), jobs=JobManager(scores, catalog, store, settings.workers),
+        validation=ValidationService(scores),
+        jobs=JobManager(scores, catalog, store, settings.workers, shown),
         recovery=RecoveryService(scores, labels))
 
 

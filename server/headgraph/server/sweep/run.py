@@ -26,7 +26,7 @@ from typing import Any
 
 from headgraph.server.settings import Settings
 from headgraph.server.sweep.specs import default_model_root, registry_ids, serve_env
-from headgraph.server.sweep.task import FAIL_FIRST_ENV, read_attempts, sweep_task
+from headgraph.server.sweep.task import FAIL_FIRST_ENV, TRANSIENT, read_attempts, sweep_task
 
 DEFAULT_RETRIES = 2
 INSTALL_HINT = "pip install 'headgraph-server[sweep]' (or: pip install 'ray>=2.9')"
@@ -120,7 +120,8 @@ def run_sweep(settings: Settings, specs: Sequence[str], results: Sequence[str], 
     started = time.perf_counter()
     owns = start_ray(ray, address, workers)
     try:
-        task = ray.remote(num_cpus=1, max_retries=retries, retry_exceptions=True)(sweep_task)
+        task = ray.remote(num_cpus=1, max_retries=retries,
+                          retry_exceptions=list(TRANSIENT))(sweep_task)
         refs = {task.remote(run, spec, list(results), sweep_id, i, fail_first): i
                 for i, spec in enumerate(specs)}
         rows: list[dict[str, Any] | None] = [None] * len(specs)

@@ -4,8 +4,9 @@ The task builds the CLI's inline services on the sweep's cache, resolves the spe
 ``headgraph compute`` does and computes the chosen results through the same stages as the
 dashboard's background job (server.services.jobs.compute_plan), so every value lands under the keys
 the server reads. Bad input (HeadgraphError, ApiError: an unknown model, not a model folder,
-a hub model not available offline) is *returned* as a failure, never retried; anything else
-raised (an I/O error, a worker that died) is left to Ray's ``max_retries`` /
+a hub model not available offline) is *returned* as a failure, never retried, and so is any
+other error that another attempt would repeat (a bug, a file nobody can read); only TRANSIENT
+errors (I/O, timeouts, memory) and a worker that died are left to Ray's ``max_retries`` /
 ``retry_exceptions``. Each attempt is counted in the cache's meta store, so the report can
 say how many retries a model took wherever its worker ran.
 """
@@ -18,17 +19,24 @@ from pathlib import Path
 from typing import Any
 
 from headgraph.core.errors import HeadgraphError
-from headgraph.core.names import DEFAULT_K, GRAPH_PAIRINGS
+from headgraph.core.names import GRAPH_PAIRINGS
 from headgraph.server.errors import ApiError, one_line
 from headgraph.server.settings import Settings
 
-# Result names of --results, in the job's order; "graph" is beyond the job (the dashboard's
-# and the API's default head graphs, so opening the graph view reads it too).
-JOB_RESULTS: tuple[str, ...] = ("pk", "cs", "patterns", "z", "reference", "null", "tokens")
-RESULTS: tuple[str, ...] = (*JOB_RESULTS, "graph")
+# Result names of --results, in the job's order (the first word of a job's stage names):
+# the scores, then what the default views render (graph, scatter, the pair panels of the
+# default graph's edges), so a server on the swept cache serves those views without computing.
+JOB_RESULTS: tuple[str, ...] = ("pk", "cs", "patterns", "z", "graph", "scatter", "reference",
+                                "null", "tokens", "datapk", "pairs")
+RESULTS: tuple[str, ...] = JOB_RESULTS
 # Tests only: a spec listed here (comma-separated) fails its first attempt with a transient
 # error, so a test can watch Ray retry it. Read by the driver and passed to the task.
 FAIL_FIRST_ENV = "HEADGRAPH_SWEEP_FAIL_FIRST"
+
+
+# What another attempt may cure (Ray retries these, and a worker that died); anything else
+# a task raises is reported as the model's failure at once.
+TRANSIENT: tuple[type[BaseException], ...] = (OSError, MemoryError)
 
 
 class TransientFailure(OSError):
@@ -111,26 +119,15 @@ def resolve_spec(services: Any, spec: str) -> Any:
 
 def result_steps(services: Any, ref: Any, results: Sequence[str]
                  ) -> list[tuple[str, Callable[[], Any]]]:
-    """(stage, thunk) of the chosen results: the job's own stages (server.services.jobs.compute_plan)
-    whose first word is chosen, then the default head graphs when "graph" is."""
-    from headgraph.server.services.jobs import compute_plan
-    from headgraph.server.services.labels import PATTERN_LABELS
+    """(stage, thunk) of the chosen results: the job's own stages
+    (server.services.jobs.compute_plan, default views included) whose first word is chosen."""
+    from headgraph.server.services.jobs import Shown, compute_plan
 
     pairings: list[str] = list(GRAPH_PAIRINGS)
-    plan = [(stage, thunk) for stage, thunk in
-            compute_plan(services.scores, services.catalog, ref, pairings)
+    shown = Shown(graphs=services.graphs, details=services.details, views=services.views)
+    return [(stage, thunk) for stage, thunk in
+            compute_plan(services.scores, services.catalog, ref, pairings, shown)
             if stage.split()[0] in results]
-    if "graph" in results:
-        def graphs() -> None:
-            runnable = services.scores.patterns_or_none(ref) is not None
-            # The API's default graph (flags once patterns exist), and the dashboard's
-            # default view of it, overlaid with the model's own "patterns" classes.
-            for labels in (None, PATTERN_LABELS) if runnable else (None,):
-                services.graphs.graph(ref, pairings=pairings, granularity="head", k=DEFAULT_K,
-                                      threshold=None, threshold_on="pk", labels=labels,
-                                      flags=runnable)
-        plan.append(("graph", graphs))
-    return plan
 
 
 def sweep_task(settings: Settings, spec: str, results: Sequence[str], sweep_id: str, index: int,
@@ -156,6 +153,11 @@ def sweep_task(settings: Settings, spec: str, results: Sequence[str], sweep_id: 
             out["status"] = "done"
         except (HeadgraphError, ApiError) as err:  # bad input: reported, not retried
             out["status"], out["error"] = "failed", one_line(err) or type(err).__name__
+        except TRANSIENT:
+            raise
+        except Exception as err:  # deterministic: another attempt would fail the same way
+            out["status"] = "failed"
+            out["error"] = f"{type(err).__name__}: {one_line(err)}"
         out["seconds"] = round(time.time() - float(rec["started"]), 2)
         return out
     finally:
