@@ -90,12 +90,26 @@ def _summary(kind: str, pairing: str, samples: torch.Tensor, r_s: int, r_t: int,
 
 
 def role_covariance(heads: HeadWeights, role: str) -> torch.Tensor:
-    """Sigma_role = mean over the role's heads of W W^T / d_head: [d_model, d_model] float64."""
+    """Sigma_role = mean over the role's heads of W W^T / d_head: [d_model, d_model] float64.
+
+    Accumulated one layer at a time (a layer's product in the compute dtype, summed in
+    float64), so no upcast copy of the whole role exists; cached per role in ``heads._cache``
+    (every pairing reading the role shares it).
+    """
+    key = ("role_covariance", role)
+    hit = heads._cache.get(key)
+    if hit is not None:
+        return hit
     w = heads.role(role).detach()
     L, H, d, dh = w.shape
-    m = w.to(compute_dtype(w.dtype)).permute(2, 0, 1, 3).reshape(d, L * H * dh)
-    sigma = (m @ m.transpose(0, 1)).to(torch.float64) / (L * H * dh)
-    return 0.5 * (sigma + sigma.transpose(0, 1))
+    sigma = torch.zeros(d, d, dtype=torch.float64, device=w.device)
+    for layer in w:
+        m = layer.to(compute_dtype(w.dtype)).permute(1, 0, 2).reshape(d, H * dh)
+        sigma += (m @ m.transpose(0, 1)).to(torch.float64)
+    sigma /= L * H * dh
+    sigma = 0.5 * (sigma + sigma.transpose(0, 1))
+    heads._cache[key] = sigma
+    return sigma
 
 
 def _eig_factor(sigma: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -104,6 +118,17 @@ def _eig_factor(sigma: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     ridge = _JITTER * float(torch.trace(sigma)) / d
     evals, evecs = torch.linalg.eigh(sigma + ridge * torch.eye(d, dtype=sigma.dtype, device=sigma.device))
     return evecs, evals.clamp(min=ridge).sqrt()
+
+
+def _role_eig(heads: HeadWeights, role: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`_eig_factor` of a role's covariance, cached per role (the eigensolver of a
+    d x d matrix is the null's largest fixed cost)."""
+    key = ("role_eig", role)
+    hit = heads._cache.get(key)
+    if hit is None:
+        hit = _eig_factor(role_covariance(heads, role))
+        heads._cache[key] = hit
+    return hit
 
 
 def anisotropic_pk_samples(
@@ -116,10 +141,17 @@ def anisotropic_pk_samples(
     PK = ||L_s^-1 G_s^T G_t L_t^-T||_F^2 (Gram matrices in float64). Gaussian draws on the CPU
     (seeded), arithmetic on Sigma's device.
     """
-    d = sigma_s.shape[0]
-    device = sigma_s.device
-    v_s, root_s = _eig_factor(sigma_s)
-    v_t, root_t = _eig_factor(sigma_t)
+    return _anisotropic_samples(_eig_factor(sigma_s), _eig_factor(sigma_t), r_s, r_t, count,
+                                seed=seed)
+
+
+def _anisotropic_samples(eig_s: tuple[torch.Tensor, torch.Tensor],
+                         eig_t: tuple[torch.Tensor, torch.Tensor], r_s: int, r_t: int,
+                         count: int, *, seed: int) -> torch.Tensor:
+    """:func:`anisotropic_pk_samples` from the two covariances' eigen-factors."""
+    (v_s, root_s), (v_t, root_t) = eig_s, eig_t
+    d = v_s.shape[0]
+    device = v_s.device
     scale_s = root_s.to(torch.float32)[:, None]
     f_t = (v_s.transpose(0, 1) @ (v_t * root_t[None, :])).to(torch.float32)
     gen = torch.Generator().manual_seed(int(seed))
@@ -152,10 +184,10 @@ def anisotropic_null(
     hit = heads._cache.get(key)
     if hit is not None:
         return hit
-    r_s = role_bases(heads, s_role).rank
-    r_t = role_bases(heads, t_role).rank
-    vals = anisotropic_pk_samples(role_covariance(heads, s_role), role_covariance(heads, t_role),
-                                  r_s, r_t, samples, seed=seed)
+    # The roles' common basis width (role_bases(...).rank), without factorizing the bases.
+    r_s, r_t = (min(heads.role(r).shape[-2:]) for r in (s_role, t_role))
+    vals = _anisotropic_samples(_role_eig(heads, s_role), _role_eig(heads, t_role), r_s, r_t,
+                                samples, seed=seed)
     result = _summary("anisotropic", pairing, vals, r_s, r_t, heads.info.d_model, seed, order)
     heads._cache[key] = result
     return result

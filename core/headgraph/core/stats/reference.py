@@ -10,7 +10,7 @@ Beta(n/2, (d-n)/2) variance for m = 1 and is checked against Monte-Carlo in the 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from numbers import Integral
 from typing import Any
 
@@ -19,8 +19,8 @@ import torch
 
 from headgraph.core.errors import InvalidInput
 from headgraph.core.names import ROLES
+from headgraph.core.scores.layer_order import layer_mask
 from headgraph.core.scores.pk import all_pairings
-from headgraph.core.scores.subspaces import role_bases
 from headgraph.core.types import HeadWeights, PairScores
 
 # Gaussian draws per Monte-Carlo batch are capped at this many entries.
@@ -190,6 +190,12 @@ class KLGrid:
     analytic_mean: float
     analytic_std: float
     method: str = field(default="")
+    heads_per_layer: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def sampled(self) -> bool:
+        """Whether the model distributions read a sample of each layer's heads."""
+        return bool(self.heads_per_layer)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-JSON form."""
@@ -205,6 +211,7 @@ class KLGrid:
             "analytic_mean": self.analytic_mean,
             "analytic_std": self.analytic_std,
             "method": self.method,
+            "heads_per_layer": dict(self.heads_per_layer),
         }
 
 
@@ -244,19 +251,52 @@ def kl_divergence(random_values: np.ndarray, model_values: np.ndarray) -> float:
     return float(np.trapezoid(p * np.log(p / q), grid))
 
 
-def kl_grid(heads: HeadWeights, *, samples: int = 20000, seed: int = 0, order: str = "forward") -> KLGrid:
+def sampled_heads(heads: HeadWeights, max_pairs: int, *, order: str = "forward",
+                  seed: int = 0) -> tuple[HeadWeights, dict[str, int]]:
+    """``heads`` itself (and {}) when every pairing has at most ``max_pairs`` head pairs under
+    ``order``; else HeadWeights of k heads per layer and role (k = min(H_role,
+    floor(sqrt(max_pairs / layer pairs)))), drawn uniformly per layer (seeded) and copied
+    (only they), with the k of each role. Each pairing then has about ``max_pairs`` pairs."""
+    if isinstance(max_pairs, bool) or not isinstance(max_pairs, Integral) or max_pairs < 1:
+        raise InvalidInput(f"max_pairs must be a positive integer, got {max_pairs!r}")
+    layer_pairs = int(layer_mask(heads.info.layer_indices, order, torch.device("cpu")).sum())
+    widest = max(heads.role(r).shape[1] for r in ROLES)
+    if layer_pairs * widest * widest <= max_pairs:
+        return heads, {}
+    k = max(1, math.isqrt(max_pairs // max(1, layer_pairs)))
+    gen = torch.Generator().manual_seed(int(seed))
+    picked: dict[str, torch.Tensor] = {}
+    counts: dict[str, int] = {}
+    for role, w in (("Q", heads.W_Q), ("K", heads.W_K), ("V", heads.W_V), ("O", heads.W_O)):
+        n = w.shape[1]
+        counts[role] = min(n, k)
+        idx = torch.stack([torch.randperm(n, generator=gen)[:counts[role]].sort().values
+                           for _ in range(w.shape[0])])
+        picked[role] = torch.stack([w[layer, idx[layer]] for layer in range(w.shape[0])])
+    info = replace(heads.info, n_heads=counts["Q"], n_kv_heads=counts["K"])
+    sub = HeadWeights(info=info, W_Q=picked["Q"], W_K=picked["K"], W_V=picked["V"],
+                      W_O=picked["O"], W_U=None, fingerprint=f"{heads.fingerprint}|heads{k}@{seed}")
+    return sub, counts
+
+
+def kl_grid(heads: HeadWeights, *, samples: int = 20000, seed: int = 0, order: str = "forward",
+            max_pairs: int = 40000) -> KLGrid:
     """KL(random || weight pairs) for all 16 role pairings, plus histograms and means.
 
     The random reference is the Monte-Carlo PK between Haar planes of width r = the common basis
     width (d_head), drawn once (``samples``, ``seed``); each pairing's model distribution is its
-    valid pairs' raw PKs (``order``). Densities: binned Gaussian KDE (Scott's rule) on a common
+    valid pairs' raw PKs (``order``): all of them when every pairing has at most ``max_pairs``
+    pairs, else the pairs among a seeded sample of each layer's heads (:func:`sampled_heads`;
+    ``heads_per_layer`` says how many), which is what the histograms and KL need at a fraction
+    of the cost of 16 full PK grids. Densities: binned Gaussian KDE (Scott's rule) on a common
     grid (see ``kl_divergence``); histograms use 60 common bins over both samples' range.
     """
     d = heads.info.d_model
-    r = role_bases(heads, "O").rank
+    r = min(heads.W_O.shape[-2:])  # the common basis width, as role_bases(heads, "O").rank
     rand = haar_pk_samples(d, r, r, samples, seed=seed, method="wishart").cpu().numpy()
     moments = haar_moments(d, r, r)
-    results = all_pairings(heads, order=order)
+    source, per_layer = sampled_heads(heads, max_pairs, order=order, seed=seed)
+    results = all_pairings(source, order=order)
     kl: list[list[float | None]] = []
     hists: dict[str, PairingHistogram] = {}
     for s_role in ROLES:
@@ -286,10 +326,11 @@ def kl_grid(heads: HeadWeights, *, samples: int = 20000, seed: int = 0, order: s
         roles=tuple(ROLES), kl=kl, histograms=hists, d_model=d, rank=r, samples=samples,
         seed=seed, order=order, analytic_mean=moments.mean, analytic_std=moments.std,
         method="KL(random || model), binned Gaussian KDE (Scott) on a common 2048-point grid",
+        heads_per_layer=per_layer,
     )
 
 
 __all__ = [
     "HaarMoments", "KLGrid", "PairingHistogram", "haar_basis", "haar_moments",
-    "haar_pk_samples", "kl_divergence", "kl_grid", "zscores",
+    "haar_pk_samples", "kl_divergence", "kl_grid", "sampled_heads", "zscores",
 ]
