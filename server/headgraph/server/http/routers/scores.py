@@ -12,11 +12,12 @@ from typing import Any
 
 import numpy as np
 from fastapi import APIRouter, Query, Request
+from fastapi.concurrency import run_in_threadpool
 
 from headgraph.core.names import GraphPairing
 from headgraph.core.types import PairScores
 from headgraph.server.computations.convert import cs_grid_of, grid_axis_labels, jsonable
-from headgraph.server.computations.data_pk import cached_data_pk_sets
+from headgraph.server.computations.data_pk import cached_data_pk_sets, data_pk_failures
 from headgraph.server.http.deps import CatalogDep, DetailsDep, ModelDep, ScoresDep, ViewsDep
 from headgraph.server.http.params import (
     DEFAULT_K,
@@ -34,6 +35,12 @@ from headgraph.server.http.responses import warm_json
 from headgraph.server.http.schemas.scores import HeadOut, PairOut, ScatterOut, ScoreGrid, TopPairs
 from headgraph.server.models.catalog import ModelCatalog
 from headgraph.server.models.offered import ModelRef
+from headgraph.server.services.bounds import (
+    bounded_points,
+    grid_too_big,
+    layer_overview,
+    overview_note,
+)
 
 router = APIRouter(prefix="/api", tags=["scores"])
 
@@ -42,24 +49,39 @@ def pairing_query() -> Any:
     return Query("OK", description="source role then target role, e.g. OK (QKVO x QKVO)")
 
 
+def download_query() -> Any:
+    return Query(False, description="the full grid even when it exceeds the API's bound "
+                 "(a model with many heads otherwise answers its layer overview)")
+
+
 def grid_response(catalog: ModelCatalog, ref: ModelRef, ps: PairScores, grid: np.ndarray,
-                  metric: str) -> dict[str, Any]:
-    """ScoreGrid JSON of one PairScores and the chosen metric's grid."""
+                  metric: str, download: bool = False) -> dict[str, Any]:
+    """ScoreGrid JSON of one PairScores and the chosen metric's grid; above the grid bound
+    (services.bounds) and without ``download``, its layer overview."""
     info = catalog.model_info(ref)
     valid = ps.valid.numpy()
     shown = grid[valid] if valid.any() else np.zeros(0)
     shown = shown[np.isfinite(shown)]
+    source_labels = grid_axis_labels(info, ps.source_role, grid.shape[1])
+    target_labels = grid_axis_labels(info, ps.target_role, grid.shape[3])
+    source_ranks, target_ranks = ps.source_ranks.tolist(), ps.target_ranks.tolist()
+    overview = None
+    if grid_too_big(grid.shape) and not download:
+        overview = overview_note(grid.shape)
+        grid, valid = layer_overview(grid, valid)
+        source_labels = target_labels = [f"L{i}" for i in ps.layer_indices]
+        source_ranks = [[max(r)] for r in source_ranks]
+        target_ranks = [[max(r)] for r in target_ranks]
     return {
         "model": ref.id, "kind": ps.kind, "pairing": ps.pairing, "metric": metric,
         "order": ps.order, "source_role": ps.source_role, "target_role": ps.target_role,
         "shape": list(grid.shape), "layer_indices": list(ps.layer_indices),
-        "source_labels": grid_axis_labels(info, ps.source_role, grid.shape[1]),
-        "target_labels": grid_axis_labels(info, ps.target_role, grid.shape[3]),
+        "source_labels": source_labels, "target_labels": target_labels,
         "grid": jsonable(grid), "valid": valid.tolist(),
-        "source_ranks": ps.source_ranks.tolist(), "target_ranks": ps.target_ranks.tolist(),
+        "source_ranks": source_ranks, "target_ranks": target_ranks,
         "min": float(shown.min()) if shown.size else None,
         "max": float(shown.max()) if shown.size else None,
-        "cs_of": cs_grid_of(info, ps),
+        "cs_of": cs_grid_of(info, ps), "overview": overview,
     }
 
 
@@ -67,11 +89,11 @@ def grid_response(catalog: ModelCatalog, ref: ModelRef, ps: PairScores, grid: np
             summary="Projection Kernel grid of one pairing (raw, normalized or z-score)")
 async def pk(request: Request, *, ref: ModelDep, pairing: Pairing = pairing_query(),
              order: LayerOrder = "forward", metric: GridMetric = "raw",
-             views: ViewsDep,
+             download: bool = download_query(), views: ViewsDep,
              catalog: CatalogDep) -> Any:
     def run() -> dict[str, Any]:
         ps, grid = views.metric_grid(ref, pairing, metric, order)
-        return grid_response(catalog, ref, ps, grid, metric)
+        return grid_response(catalog, ref, ps, grid, metric, download)
 
     return await warm_json(request, ScoreGrid, ref, run)
 
@@ -80,11 +102,11 @@ async def pk(request: Request, *, ref: ModelDep, pairing: Pairing = pairing_quer
             summary="Composition Score grid (Elhage et al. 2021) of one mode Q, K or V")
 async def cs(request: Request, *, ref: ModelDep,
              mode: CSMode = Query("K", description="Composition Score mode: Q, K or V"),
-             order: LayerOrder = "forward", scores: ScoresDep,
-             catalog: CatalogDep) -> Any:
+             order: LayerOrder = "forward", download: bool = download_query(),
+             scores: ScoresDep, catalog: CatalogDep) -> Any:
     def run() -> dict[str, Any]:
         ps = scores.cs(ref, mode, order)
-        return grid_response(catalog, ref, ps, ps.scores.numpy(), "cs")
+        return grid_response(catalog, ref, ps, ps.scores.numpy(), "cs", download)
 
     return await warm_json(request, ScoreGrid, ref, run)
 
@@ -106,10 +128,15 @@ async def pair(request: Request, *, ref: ModelDep, pairing: Pairing = pairing_qu
                labels: str | None = labels_query(),
                k: int = Query(5, ge=1, le=50, description="top tokens per head"),
                details: DetailsDep) -> Any:
-    sets = cached_data_pk_sets(details.cache, ref, pairing)  # never computes it
+    def optional() -> tuple[tuple[str, ...], dict[str, str]]:  # reads the cache: off the loop
+        return (cached_data_pk_sets(details.cache, ref, pairing),  # never computes them
+                data_pk_failures(details.cache, ref, pairing))
+
+    sets, failures = await run_in_threadpool(optional)
     return await warm_json(request, PairOut, ref,
-                           lambda: details.pair(ref, pairing, source, target, labels, k, sets),
-                           labels=labels, variant=("data_pk", sets))
+                           lambda: details.pair(ref, pairing, source, target, labels, k, sets,
+                                                failures),
+                           labels=labels, variant=("data_pk", sets, tuple(sorted(failures))))
 
 
 @router.get("/head", response_model=HeadOut, responses=ERRORS,
@@ -128,6 +155,13 @@ async def scatter(request: Request, *, ref: ModelDep,
                   top_percent: float = Query(5.0, gt=0.0, le=100.0,
                                              description="top share of pairs compared, in percent; "
                                              "rounded to a multiple of 0.1"),
+                  download: bool = Query(False, description="every point even above the API's "
+                                         "bound (otherwise the top quadrants and a sample)"),
                   views: ViewsDep) -> Any:
-    return await warm_json(request, ScatterOut, ref, lambda: {
-        "model": ref.id, **views.scatter(ref, pairing, top_percent)})
+    def run() -> dict[str, Any]:
+        answer = dict(views.scatter(ref, pairing, top_percent))
+        if not download:
+            answer["points"], answer["left_out"] = bounded_points(answer["points"])
+        return {"model": ref.id, **answer}
+
+    return await warm_json(request, ScatterOut, ref, run)

@@ -36,6 +36,10 @@ class ScoreGrid(BaseModel):
     max: float | None = None
     cs_of: str | None = Field(None, description="CS grids of a grouped-query model's K / V modes: "
                               "the target axis is per query head (KV-level views average a group)")
+    overview: dict[str, Any] | None = Field(
+        None, description="set when the grid exceeded the API's bound: the grid is the layer "
+        "overview [Ls, 1, Lt, 1] (max over each layer pair's head pairs); says the full shape, "
+        "the cells left out and how to ask for them (download=true)")
 
 
 class TopPair(BaseModel):
@@ -97,6 +101,9 @@ class PairOut(BaseModel):
         "cached (text, random): out_share, in_share, out_share_baseline, in_share_baseline "
         "(null values: not a valid forward pair); null when none is cached (a pair read "
         "never computes it)"))
+    data_pk_unavailable: dict[str, str] | None = Field(None, description=(
+        "prompt sets whose data-weighted PK this model cannot give, with the reason (a "
+        "post-attention norm, a model that cannot run here); null when none failed"))
 
 
 class HeadOut(BaseModel):
@@ -119,3 +126,6 @@ class ScatterOut(BaseModel):
     top_percent: float
     points: dict[str, Any] = Field(description="parallel lists: source, target, pk, cs, quadrant")
     comparison: dict[str, Any] = Field(description="spearman (all / top), quadrant counts")
+    left_out: dict[str, Any] | None = Field(
+        None, description="set when the points exceeded the API's bound: how many were shown and "
+        "left out, how they were chosen, how to ask for all (download=true)")

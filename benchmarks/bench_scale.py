@@ -1,0 +1,191 @@
+"""Time and peak memory of every compute-job stage on 1B- and 7B-class attention shapes.
+
+    .venv/bin/python benchmarks/bench_scale.py [--shape llama1b|llama7b] [--threads 2]
+        [--keep DIR] [--stages load,pk,cs,...]
+
+Builds a random-weight local checkpoint of the shape in a temporary folder (bf16 safetensors,
+one file per layer, written tensor by tensor with safetensors directly so the 7B shape never
+exists in memory as a model; a Llama config.json from transformers and the tests' byte-level
+BPE tokenizer, so the vocabulary is 300 tokens, not the real model's). Then each stage runs in
+its own fresh process, as a compute process would: it reads the attention weights in their
+stored precision (core.models.streamed.load_heads_safetensors, dtype bf16), runs the stage's
+core computation (the same calls the server's computations make) and reports the stage's wall
+time and the process's peak resident size (VmHWM, load included: what the job's budget must
+hold). "load" is the server's default load of the folder (core.models.loading.load_model:
+TransformerBridge, float32) for comparison. API sizes: the JSON length of the PK / CS grids
+of one pairing as the API's full (download) answer, and of the bounded default answer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+SHAPES = {  # layers, query heads, kv heads, d_model, d_head, d_mlp
+    "tiny": (2, 4, 2, 64, 16, 128),
+    "llama1b": (16, 32, 8, 2048, 64, 8192),
+    "llama7b": (32, 32, 32, 4096, 128, 11008),
+}
+STAGES = ["load", "load_bf16", "pk", "cs", "reference", "null", "tokens"]
+PAIRINGS = ["OQ", "OK", "OV"]
+MiB = 1024**2
+
+
+def _status(field: str) -> int:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def build_checkpoint(folder: Path, shape: str) -> Path:
+    """Random bf16 Llama checkpoint of ``shape`` in ``folder``, a layer per safetensors file."""
+    import torch
+    from safetensors.torch import save_file
+    from transformers import LlamaConfig
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    from model_support import byte_bpe_tokenizer
+
+    L, H, Hkv, d, dh, mlp = SHAPES[shape]
+    tok = byte_bpe_tokenizer()
+    vocab = len(tok)
+    cfg = LlamaConfig(hidden_size=d, intermediate_size=mlp, num_hidden_layers=L,
+                      num_attention_heads=H, num_key_value_heads=Hkv, head_dim=dh,
+                      vocab_size=vocab, bos_token_id=tok.bos_token_id, eos_token_id=tok.bos_token_id,
+                      torch_dtype="bfloat16", tie_word_embeddings=False)
+    folder.mkdir(parents=True, exist_ok=True)
+    tok.save_pretrained(folder)
+    g = torch.Generator().manual_seed(0)
+
+    def rnd(*s: int) -> torch.Tensor:
+        return (torch.randn(*s, generator=g) * 0.02).to(torch.bfloat16)
+
+    index: dict[str, str] = {}
+    files = [("embed", {"model.embed_tokens.weight": rnd(vocab, d), "model.norm.weight":
+                        torch.ones(d, dtype=torch.bfloat16), "lm_head.weight": rnd(vocab, d)})]
+    for i in range(L):
+        p = f"model.layers.{i}."
+        files.append((f"layer{i:03d}", {
+            p + "self_attn.q_proj.weight": rnd(H * dh, d), p + "self_attn.k_proj.weight": rnd(Hkv * dh, d),
+            p + "self_attn.v_proj.weight": rnd(Hkv * dh, d), p + "self_attn.o_proj.weight": rnd(d, H * dh),
+            p + "mlp.gate_proj.weight": rnd(mlp, d), p + "mlp.up_proj.weight": rnd(mlp, d),
+            p + "mlp.down_proj.weight": rnd(d, mlp),
+            p + "input_layernorm.weight": torch.ones(d, dtype=torch.bfloat16),
+            p + "post_attention_layernorm.weight": torch.ones(d, dtype=torch.bfloat16)}))
+    total = 0
+    for name, tensors in files:  # one file in memory at a time
+        fname = f"model-{name}.safetensors"
+        save_file(tensors, str(folder / fname), metadata={"format": "pt"})
+        total += sum(t.numel() * t.element_size() for t in tensors.values())
+        index.update({k: fname for k in tensors})
+        del tensors
+    (folder / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": total}, "weight_map": index}))
+    cfg.to_json_file(str(folder / "config.json"))  # last: a folder with it is complete
+    return folder
+
+
+def _bounded_size(payload: dict[str, Any]) -> int:
+    return len(json.dumps(payload, separators=(",", ":")))
+
+
+def child(folder: str, stage: str, threads: int) -> dict[str, Any]:
+    """Run one stage in this (fresh) process; returns its time, peak RSS and notes."""
+    import torch
+
+    torch.set_num_threads(threads)
+    out: dict[str, Any] = {"stage": stage}
+    start = time.perf_counter()
+    if stage == "load":
+        from headgraph.core.models.loading import load_model
+
+        load_model(folder, model_root="/")
+    else:
+        from headgraph.core.models.streamed import load_heads_safetensors
+
+        heads = load_heads_safetensors(folder, dtype=torch.bfloat16)
+        out["load_s"] = time.perf_counter() - start
+        start = time.perf_counter()
+        if stage == "pk":
+            from headgraph.core.scores.pk import all_pairings
+            from headgraph.core.stats.reference import zscores
+
+            res = all_pairings(heads, pairings=PAIRINGS, order="forward")
+            for p in PAIRINGS:
+                zscores(res[p], heads.info.d_model)
+            grid = res["OQ"].scores
+            out["pk_grid_json_bytes"] = _bounded_size({"scores": grid.reshape(
+                grid.shape[0] * grid.shape[1], -1).tolist()})
+        elif stage == "cs":
+            from headgraph.core.scores.composition_score import composition_scores
+
+            composition_scores(heads, ["Q", "K", "V"])
+        elif stage == "reference":
+            from headgraph.core.stats.reference import kl_grid
+
+            grid = kl_grid(heads, samples=20000, seed=0)
+            out["heads_per_layer"] = grid.heads_per_layer
+        elif stage == "null":
+            from headgraph.core.stats.nulls import anisotropic_null, haar_null
+
+            for p in PAIRINGS:
+                a = anisotropic_null(heads, p, samples=2000, seed=0)
+                haar_null(heads.info.d_model, a.source_rank, a.target_rank, samples=2000, seed=0)
+        elif stage == "tokens":
+            from headgraph.core.readout.tokens import top_tokens
+
+            for role in ("O", "V", "Q", "K"):
+                top_tokens(heads, role, k=50)
+        elif stage != "load_bf16":
+            raise SystemExit(f"unknown stage {stage}")
+    out["seconds"] = time.perf_counter() - start
+    out["peak_rss"] = _status("VmHWM")
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="llama1b")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--keep", type=Path, help="build (or reuse) the checkpoint in this folder")
+    parser.add_argument("--stages", default=",".join(STAGES))
+    parser.add_argument("--child", nargs=2, metavar=("FOLDER", "STAGE"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(child(args.child[0], args.child[1], args.threads)))
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = args.keep or Path(tmp) / args.shape
+        start = time.perf_counter()
+        if not (folder / "config.json").exists():
+            build_checkpoint(folder, args.shape)
+        L, H, Hkv, d, dh, _ = SHAPES[args.shape]
+        print(f"{args.shape}: {L} layers, {H} q / {Hkv} kv heads, d_model {d}, d_head {dh}; "
+              f"checkpoint ready in {time.perf_counter() - start:.0f} s; {args.threads} threads")
+        print("| stage | load (bf16) s | stage s | peak RSS | notes |")
+        print("|---|---|---|---|---|")
+        for stage in args.stages.split(","):
+            run = subprocess.run([sys.executable, __file__, "--threads", str(args.threads),
+                                  "--child", str(folder), stage], capture_output=True, text=True)
+            if run.returncode:
+                tail = (run.stderr.strip().splitlines() or ["?"])[-1]
+                print(f"| {stage} | | | | failed (exit {run.returncode}): {tail} |", flush=True)
+                continue
+            row = json.loads(run.stdout.strip().splitlines()[-1])
+            notes = {k: v for k, v in row.items()
+                     if k not in ("stage", "seconds", "peak_rss", "load_s")}
+            load = f"{row['load_s']:.1f}" if "load_s" in row else ""
+            print(f"| {stage} | {load} | {row['seconds']:.1f} | {row['peak_rss'] / MiB:.0f} MiB | "
+                  f"{json.dumps(notes) if notes else ''} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
