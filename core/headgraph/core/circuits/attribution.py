@@ -344,12 +344,13 @@ def attribute(model: Any, task: Task, *, method: str = DEFAULT_METHOD,
             clean_m[rows] = _forward_metric(cm, clean, c_run, ans, dis).double().cpu()
         tick(f"{where}: clean forward")
         D: torch.Tensor | None = None
+        x0_corrupt: torch.Tensor | None = None
         for k in range(steps):
             assert c_run.x0 is not None
             x0 = None
             if k:
-                assert r0.x0 is not None
-                x0 = r0.x0 + (k / steps) * (c_run.x0 - r0.x0)
+                assert x0_corrupt is not None
+                x0 = x0_corrupt + (k / steps) * (c_run.x0 - x0_corrupt)
             run = Capture(leaves=True, x0=x0)
             with torch.enable_grad():
                 m = _forward_metric(cm, corrupt, run, ans, dis)
@@ -358,7 +359,7 @@ def attribute(model: Any, task: Task, *, method: str = DEFAULT_METHOD,
             for leaf, grad in zip(leaves, grads, strict=True):
                 leaf.grad = grad
             if k == 0:
-                r0 = run
+                x0_corrupt = run.x0
                 corrupt_m[rows] = m.detach().double().cpu()
                 with torch.no_grad():
                     D = (writes(cm, graph, c_run, c_run) - writes(cm, graph, run, c_run))

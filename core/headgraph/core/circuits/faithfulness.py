@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from headgraph.core.circuits.attribution import Capture, CircuitAttribution, Graph, writes
+from headgraph.core.circuits.attribution import Capture, CircuitAttribution, Graph
 from headgraph.core.circuits.model import PATHS, CircuitModel, Probe, circuit_model
 from headgraph.core.circuits.tasks import Task, batches, logit_diff
 from headgraph.core.errors import InvalidInput

@@ -129,7 +129,7 @@ class TaskTokenizer:
         """Token ids safe to draw random tokens from."""
         pool = getattr(self.source, "token_pool", None)
         if callable(pool):
-            return [int(i) for i in pool().tolist()]
+            return [int(i) for i in torch.as_tensor(pool()).tolist()]
         return list(range(int(self.source.d_vocab)))
 
 

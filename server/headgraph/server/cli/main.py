@@ -1,5 +1,5 @@
 """``headgraph`` command line: serve, compute, export, hubs, verify, datapk, validate, recovery,
-timeline, compare, sweep, models, cache (and plug-in commands such as ``report``).
+circuit, timeline, compare, sweep, models, cache (and plug-in commands such as ``report``).
 
 Results go to stdout (one JSON object, CSV or GraphML); progress bars and logs go to stderr
 only, so ``headgraph export ... --format json | jq`` works. MODEL is a registry name
@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 from headgraph.server.cli import (
     cache,
+    circuit,
     compare,
     compute,
     datapk,
@@ -32,8 +33,8 @@ from headgraph.server.cli import (
 from headgraph.server.cli.common import cache_opt, fail
 from headgraph.server.cli.plugins import add_plugin_commands
 
-COMMANDS = (serve, compute, export, hubs, verify, datapk, validate, recovery, compare, sweep, models,
-            cache)
+COMMANDS = (serve, compute, export, hubs, verify, datapk, validate, recovery, circuit, compare, sweep,
+            models, cache)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -29,6 +29,7 @@ from headgraph.server.http.handlers import install_handlers
 from headgraph.server.http.routers import (
     ablation,
     auth,
+    circuits,
     compare,
     data_pk,
     downloads,
@@ -53,7 +54,7 @@ log = logging.getLogger("headgraph.app")
 API_ROUTERS = (health.router, auth.router, vocabulary.router, models.router, jobs.router, scores.router, graph.router,
                reference.router, tokens.router, labels.router, downloads.router, ablation.router,
                data_pk.router, validation.router, series.router, compare.router,
-               recovery.router)
+               recovery.router, circuits.router)
 FRONTEND_GROUP = "headgraph.frontends"
 API_DESCRIPTION = """\
 Attention-head affinity read from weights: Projection Kernel (Yamagiwa et al.,

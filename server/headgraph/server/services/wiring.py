@@ -20,6 +20,7 @@ from headgraph.server.cache.store import Store
 from headgraph.server.computations.ablation import ablation_computations
 from headgraph.server.computations.data_pk import data_pk_computations
 from headgraph.server.computations.graphs import graph_computations
+from headgraph.server.computations.circuits import circuit_computations
 from headgraph.server.computations.recovery import recovery_computations
 from headgraph.server.computations.scores import score_computations
 from headgraph.server.computations.validation import validation_computations
@@ -34,6 +35,7 @@ from headgraph.server.services.details import DetailService
 from headgraph.server.services.graphs import GraphService
 from headgraph.server.services.jobs import JobManager, Shown
 from headgraph.server.services.labels import LabelService
+from headgraph.server.services.circuits import CircuitService
 from headgraph.server.services.recovery import RecoveryService
 from headgraph.server.services.scores import ScoresService
 from headgraph.server.services.validation import ValidationService
@@ -45,7 +47,7 @@ def build_computations() -> Computations:
     """Every named computation the cache can hold (the same in every process)."""
     return Computations([*score_computations(), *graph_computations(), *ablation_computations(),
                          *data_pk_computations(), *validation_computations(),
-                         *recovery_computations()])
+                         *recovery_computations(), *circuit_computations()])
 
 
 @dataclass
@@ -68,6 +70,7 @@ class Services:
     validation: ValidationService
     jobs: JobManager
     recovery: RecoveryService
+    circuits: CircuitService
 
     def close(self) -> None:
         self.jobs.shutdown()
@@ -112,7 +115,7 @@ def build_services(settings: Settings, *, inline: bool = False, store: Store | N
         ablation=AblationService(scores, views, catalog), data_pk=DataPKService(scores, catalog),
         validation=ValidationService(scores),
         jobs=JobManager(scores, catalog, store, settings.workers, shown),
-        recovery=RecoveryService(scores, labels))
+        recovery=RecoveryService(scores, labels), circuits=CircuitService(store, cache, catalog))
 
 
 def compute_worker(settings: Settings) -> Services:

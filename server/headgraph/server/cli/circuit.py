@@ -1,0 +1,111 @@
+"""``headgraph circuit``: a task's circuit (server.computations.circuits, core.circuits).
+
+Prints the task metric (clean, corrupt, accuracy; whether the model does the task), the
+strongest edges by attribution, the circuit size reaching the stated share of the metric
+gap, the faithfulness curve and the EAP vs patching Spearman. Cached like GET /api/circuit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from headgraph.server.cli.common import cache_opt, fail, resolve_model, services_for
+from headgraph.server.computations.circuits import (
+    BUNDLED_TASKS,
+    CIRCUIT_METHODS,
+    DEFAULT_METHOD,
+    DEFAULT_STEPS,
+    MAX_STEPS,
+    TASK_NAME_PATTERN,
+    TOP_MAX,
+)
+
+DEFAULT_CLI_TOP = 20
+
+
+def _num(value: Any, fmt: str = "{:.3f}") -> str:
+    return "-" if value is None else fmt.format(value)
+
+
+def circuit_text(r: dict[str, Any]) -> str:
+    """The circuit answer (services.circuits.CircuitService.answer) as text."""
+    m, f, p = r["metrics"], r["faithfulness"], r["patching"]
+    method = r["method"] + (f" ({r['steps']} steps)" if r["method"] == "eap-ig" else "")
+    lines = [f"model: {r['model']}  task: {r['task']['name']} ({r['task']['n_pairs']} prompt "
+             f"pairs)  method: {method}",
+             f"metric (logit difference answer - distractor, last position): clean "
+             f"{_num(m['clean'])} (accuracy {_num(m['clean_accuracy'], '{:.0%}')}), corrupt "
+             f"{_num(m['corrupt'])} (accuracy {_num(m['corrupt_accuracy'], '{:.0%}')})"]
+    if not m["able"]:
+        lines.append("the model does not do this task (clean accuracy <= 50% or clean not above "
+                     "corrupt): its circuit explains little")
+    size = r["circuit_size"]
+    lines.append(f"circuit: {size} of {r['n_edges']} edges recover >= {r['share']:.0%} of the "
+                 "clean - corrupt gap" if size is not None else
+                 f"circuit: no top-n of the {r['n_edges']} edges recovers {r['share']:.0%}")
+    lines.append("faithfulness (top-n edges kept, the others corrupt): " + ", ".join(
+        f"{n}: {_num(x, '{:.2f}')}" for n, x in zip(f["sizes"], f["recovered"])))
+    lines.append(f"EAP vs real edge patching on {p['n_edges']} edges: Spearman "
+                 f"{_num(p['spearman'])}")
+    rows = [(str(e["rank"]), e["writer"], e["reader"], f"{e['score']:+.4f}",
+             "*" if e["in_circuit"] else "") for e in r["edges"]]
+    heads = ("rank", "writer", "reader", "score", "circuit")
+    widths = [max([len(h)] + [len(row[i]) for row in rows]) for i, h in enumerate(heads)]
+    lines.append("  ".join(h.ljust(w) for h, w in zip(heads, widths)))
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def add_parser(sub: Any) -> None:
+    """Register ``circuit`` on the subcommand parsers ``sub``."""
+    c = sub.add_parser(
+        "circuit", help="a task's circuit: edge attribution (EAP / EAP-IG) and faithfulness",
+        description="Run a task (prompt pairs with an answer and a distractor) and score every "
+        "writer -> reader edge of the residual-stream graph (embeddings, heads, MLPs -> each "
+        "head's Q, K / V of each KV group, MLPs, logits) by edge attribution patching, check "
+        "the top-n circuits by real intervention (faithfulness) and EAP against single-edge "
+        "patching. Needs a runnable model. Cached like GET /api/circuit.")
+    c.add_argument("model", help="registry name (demo, smollm2, ...) or a local checkpoint folder")
+    c.add_argument("--task", default="induction",
+                   help=f"a bundled task ({', '.join(BUNDLED_TASKS)}), a task uploaded to the "
+                        "cache, or a JSONL file of {clean, corrupt, answer, distractor} rows")
+    c.add_argument("--method", default=DEFAULT_METHOD, choices=list(CIRCUIT_METHODS))
+    c.add_argument("--steps", type=int, default=DEFAULT_STEPS,
+                   help=f"EAP-IG's integration steps (1..{MAX_STEPS}; eap: 1)")
+    c.add_argument("--top", type=int, default=DEFAULT_CLI_TOP,
+                   help=f"edges listed, strongest first (1..{TOP_MAX})")
+    c.add_argument("--json", action="store_true", help="one JSON object instead of the text")
+    cache_opt(c)
+    c.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if not 1 <= args.top <= TOP_MAX:
+        return fail(f"--top must be in 1..{TOP_MAX}, got {args.top}")
+    if not 1 <= args.steps <= MAX_STEPS:
+        return fail(f"--steps must be in 1..{MAX_STEPS}, got {args.steps}")
+    jsonl = None
+    name = args.task
+    path = Path(args.task).expanduser()
+    if args.task.endswith(".jsonl") or path.is_file():
+        try:
+            jsonl = path.read_bytes().decode("utf-8-sig")
+        except OSError as err:
+            return fail(f"cannot read {args.task}: {err.strerror or err}")
+        except UnicodeDecodeError as err:
+            return fail(f"{args.task} is not UTF-8 text (byte {err.start})")
+        name = re.sub(r"[^A-Za-z0-9_.\-]", "-", path.stem)[:64].lstrip("-_.") or "file"
+        if not re.match(TASK_NAME_PATTERN, name):
+            name = "file"
+    services = services_for(args)
+    ref = resolve_model(services, args.model)
+    steps = args.steps if args.method == "eap-ig" else 1
+    report = services.circuits.answer(ref, name, args.method, steps, args.top, jsonl=jsonl)
+    sys.stdout.write(json.dumps(report) + "\n" if args.json else circuit_text(report))
+    sys.stdout.flush()
+    return 0

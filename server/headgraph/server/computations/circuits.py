@@ -1,0 +1,124 @@
+"""The registered task-circuit computation (core.circuits).
+
+``circuit`` runs one task on one model's runnable copy: the task's metrics, every edge's
+attribution (EAP or EAP-IG), the faithfulness curve of the top-n circuits (real
+intervention, corrupt ablation) and EAP against real single-edge patching on a sample of
+edges (Spearman). Its key is the model's weights (the store key's fingerprint), the task's
+name and content (``bundled-n32-seed0`` for a bundled task, whose prompts are a function of
+the name and the model's tokenizer; the sha256 of the JSONL for an uploaded one), the method
+and the steps, so a task replaced under the same name is a new result.
+
+The payload keeps every edge, strongest first, as arrays (writer index, reader index,
+score) beside the writer and reader names: a few hundred KB for SmolLM2's ~70,000 edges.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import TYPE_CHECKING, Any
+
+from headgraph.core.errors import UnsupportedModel
+from headgraph.server.errors import Invalid
+
+if TYPE_CHECKING:  # the CLI's parser reads the constants below without importing torch
+    from headgraph.server.compute.registry import Computation, Inputs
+
+BUNDLED_TASKS: tuple[str, ...] = ("ioi", "induction", "successor")  # core.circuits.tasks.BUNDLED
+CIRCUIT_METHODS: tuple[str, ...] = ("eap", "eap-ig")  # core.circuits.attribution.METHODS
+DEFAULT_METHOD = "eap-ig"
+DEFAULT_STEPS = 5
+MAX_STEPS = 64
+BUNDLED_PAIRS = 32  # prompt pairs of a bundled task
+BUNDLED_SEED = 0
+PATCHED_EDGES = 24  # edges checked by real patching (Spearman against EAP)
+CIRCUIT_SHARE = 0.8  # the share of the metric gap the shown circuit recovers
+DEFAULT_TOP = 50
+TOP_MAX = 2000
+TASK_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"
+
+
+def check_task_name(value: Any) -> str:
+    if not isinstance(value, str) or not re.match(TASK_NAME_PATTERN, value):
+        raise Invalid(f"a task name matches {TASK_NAME_PATTERN}, got {str(value)[:40]!r}")
+    return value
+
+
+def check_jsonl(value: Any) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise Invalid("an uploaded task's JSONL must be text")
+    return value
+
+
+def check_method(value: Any) -> str:
+    if value not in CIRCUIT_METHODS:
+        raise Invalid(f"unknown method {value!r}; allowed: {list(CIRCUIT_METHODS)}",
+                      allowed=list(CIRCUIT_METHODS))
+    return value
+
+
+def check_steps(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_STEPS:
+        raise Invalid(f"steps must be an integer in 1..{MAX_STEPS}, got {value!r}")
+    return value
+
+
+def task_content(task: str, jsonl: str | None) -> str:
+    """What a task's prompts are made of, for the cache key (module docstring)."""
+    if jsonl is None:
+        return f"bundled-n{BUNDLED_PAIRS}-seed{BUNDLED_SEED}"
+    return "sha256-" + hashlib.sha256(jsonl.encode()).hexdigest()[:16]
+
+
+def build_task(source: Any, task: str, jsonl: str | None) -> Any:
+    """core.circuits.tasks.Task of a bundled name (``jsonl`` None) or of uploaded JSONL, in
+    ``source``'s token ids."""
+    from headgraph.core.circuits.tasks import bundled_task, parse_jsonl
+
+    if jsonl is None:
+        return bundled_task(task, source, n=BUNDLED_PAIRS, seed=BUNDLED_SEED)
+    return parse_jsonl(jsonl, source, name=task)
+
+
+def circuit(src: Inputs, *, task: str, jsonl: str | None, method: str, steps: int
+            ) -> dict[str, Any]:
+    """Task metrics, every edge's attribution, the faithfulness curve and the EAP vs patching
+    check of ``task`` on ``src``'s runnable model (module docstring)."""
+    import numpy as np
+
+    from headgraph.core.circuits.attribution import attribute
+    from headgraph.core.circuits.faithfulness import faithfulness, patching_check
+    from headgraph.server.computations.convert import jsonable
+
+    source = src.patterns
+    if source is None:
+        raise UnsupportedModel(f"{src.info.name} cannot be run here (weights read without a "
+                               "runnable model), so it has no task circuits")
+    t = build_task(source, task, jsonl)
+    att = attribute(source, t, method=method, steps=steps)
+    curve = faithfulness(source, t, att, share=CIRCUIT_SHARE)
+    check = patching_check(source, t, att, n=PATCHED_EDGES)
+    order = att.order()
+    return {"task": jsonable(t.to_dict()), "content": task_content(task, jsonl),
+            "bundled": jsonl is None, "method": att.method, "steps": att.steps,
+            "metrics": jsonable(att.metrics.to_dict()), "n_edges": att.n_edges,
+            "layer_indices": list(att.layer_indices),
+            "writers": [n.to_dict() for n in att.graph.writers],
+            "readers": [n.to_dict() for n in att.graph.readers],
+            "edge_writer": att.writer[order].numpy().astype(np.int32),
+            "edge_reader": att.reader[order].numpy().astype(np.int32),
+            "edge_score": att.scores[order].numpy().astype(np.float64),
+            "faithfulness": jsonable(curve.to_dict()), "patching": jsonable(check.to_dict())}
+
+
+def _key(p: dict[str, Any]) -> dict[str, Any]:
+    return {"task": p["task"], "content": task_content(p["task"], p["jsonl"]),
+            "method": p["method"], "steps": p["steps"] if p["method"] == "eap-ig" else 1}
+
+
+def circuit_computations() -> list[Computation]:
+    from headgraph.server.compute.registry import Computation
+
+    return [Computation("circuit", circuit,
+                        {"task": check_task_name, "jsonl": check_jsonl, "method": check_method,
+                         "steps": check_steps}, key=_key)]

@@ -1,0 +1,129 @@
+"""Task circuits: GET /api/tasks (bundled and uploaded), POST /api/tasks (a JSONL upload),
+GET /api/circuit (a task's metric, all-edge attribution, circuit, faithfulness curve and the
+EAP vs patching check; core.circuits).
+
+Listing tasks never loads a model. An upload is checked row by row (UTF-8, JSON, the four
+keys, at most core.circuits.tasks.MAX_ROWS rows; with ``model=`` also in that model's
+tokens), a bad row a 422 naming its line, and nothing stored; in lab mode it needs the
+token. A cold circuit is computed like every other result (a compute process, once; in lab
+mode only with the token) and cached under the model, the task's content, the method and
+the steps.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.concurrency import run_in_threadpool
+
+from headgraph.server.computations.circuits import (
+    CIRCUIT_METHODS,
+    DEFAULT_METHOD,
+    DEFAULT_STEPS,
+    DEFAULT_TOP,
+    MAX_STEPS,
+    TASK_NAME_PATTERN,
+    TOP_MAX,
+)
+from headgraph.server.errors import Invalid
+from headgraph.server.http.deps import (
+    MODEL_PATTERN,
+    TOKEN_PROTECTED,
+    CatalogDep,
+    ModelDep,
+    _service,
+    require_token,
+)
+from headgraph.server.http.params import ERRORS
+from headgraph.server.http.responses import warm_json
+from headgraph.server.http.schemas.circuits import CircuitOut, TaskList, TaskSummary
+from headgraph.server.http.schemas.common import ErrorBody
+from headgraph.server.services.circuits import MAX_TASK_BYTES, CircuitService
+
+router = APIRouter(prefix="/api", tags=["circuits"])
+CircuitsDep = Annotated[CircuitService, Depends(_service("circuits"))]
+METHOD_PATTERN = "^(" + "|".join(m.replace("-", r"\-") for m in CIRCUIT_METHODS) + ")$"
+
+UPLOAD_BODY = {
+    "requestBody": {
+        "required": True,
+        "description": "the task as JSONL: one object a line, {\"clean\": str, \"corrupt\": "
+                       "str, \"answer\": str, \"distractor\": str} (clean and corrupt the same "
+                       "length in tokens, answer and distractor one token each); or a "
+                       "multipart form with a 'file' part",
+        "content": {"application/x-ndjson": {"schema": {"type": "string"}},
+                    "text/plain": {"schema": {"type": "string"}}},
+    }
+}
+
+
+@router.get("/tasks", response_model=TaskList, summary="Bundled and uploaded tasks")
+async def list_tasks(*, circuits: CircuitsDep) -> Any:
+    return {"tasks": await run_in_threadpool(circuits.tasks)}
+
+
+@router.post("/tasks", status_code=201, response_model=TaskSummary,
+             openapi_extra={**UPLOAD_BODY, **TOKEN_PROTECTED},
+             responses={401: {"model": ErrorBody}, 403: {"model": ErrorBody},
+                        404: {"model": ErrorBody}, 409: {"model": ErrorBody},
+                        413: {"model": ErrorBody}, 422: {"model": ErrorBody}},
+             dependencies=[Depends(require_token)],
+             summary="Upload a task (JSONL); a bad row -> 422 naming its line, nothing stored")
+async def upload_task(*, request: Request,
+                      name: str = Query(..., pattern=TASK_NAME_PATTERN, description="task name"),
+                      description: str = Query("", max_length=1000),
+                      model: str | None = Query(None, min_length=1, max_length=512,
+                                                pattern=MODEL_PATTERN,
+                                                description="also check every row in this "
+                                                            "model's tokens (loads it)"),
+                      replace: bool = Query(False, description="replace a stored task of the "
+                                                               "same name (otherwise 409)"),
+                      circuits: CircuitsDep, catalog: CatalogDep) -> Any:
+    content_type = request.headers.get("content-type", "").lower()
+    if content_type.startswith("multipart/form-data"):
+        try:
+            form = await request.form(max_files=1, max_fields=10, max_part_size=MAX_TASK_BYTES)
+        except Exception as err:
+            raise Invalid(f"malformed multipart body: {err}") from None
+        part = form.get("file")
+        if part is None or isinstance(part, str):
+            raise Invalid("multipart upload needs a 'file' part")
+        raw = await part.read(MAX_TASK_BYTES + 1)
+    else:
+        raw = await request.body()
+    if len(raw) > MAX_TASK_BYTES:
+        raise Invalid(f"a task is at most {MAX_TASK_BYTES} bytes")
+
+    def save() -> Any:
+        ref = catalog.resolve(model) if model else None
+        return circuits.save_task(name, raw, description=description, ref=ref, replace=replace)
+
+    return await run_in_threadpool(save)
+
+
+@router.get("/circuit", response_model=CircuitOut, responses=ERRORS,
+            summary="A task's circuit: metric, all-edge attribution (EAP / EAP-IG), "
+                    "faithfulness curve, EAP vs patching")
+async def get_circuit(request: Request, *, ref: ModelDep,
+                      task: str = Query("induction", pattern=TASK_NAME_PATTERN,
+                                        description="a task from GET /api/tasks"),
+                      method: str = Query(DEFAULT_METHOD, pattern=METHOD_PATTERN,
+                                          description="eap: edge attribution patching; eap-ig: "
+                                                      "with integrated gradients over steps"),
+                      steps: int = Query(DEFAULT_STEPS, ge=1, le=MAX_STEPS,
+                                         description="EAP-IG's integration steps (eap: 1)"),
+                      top: int = Query(DEFAULT_TOP, ge=1, le=TOP_MAX,
+                                       description="edges listed, strongest first"),
+                      circuits: CircuitsDep) -> Any:
+    _, jsonl = await run_in_threadpool(circuits.task_source, task)
+    variant = None if jsonl is None else circuits_content(jsonl)
+    return await warm_json(request, CircuitOut, ref,
+                           lambda: circuits.answer(ref, task, method, steps, top), variant=variant)
+
+
+def circuits_content(jsonl: str) -> str:
+    """An uploaded task's content: the kept response changes when the task is replaced."""
+    from headgraph.server.computations.circuits import task_content
+
+    return task_content("", jsonl)

@@ -1,0 +1,99 @@
+"""GET/POST /api/tasks and GET /api/circuit: tasks and their circuits."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+
+class TaskSummary(BaseModel):
+    name: str
+    bundled: bool = Field(description="shipped with headgraph (its prompts are built for each "
+                                      "model's tokenizer); false: uploaded as JSONL")
+    description: str
+    n_rows: int | None = Field(description="prompt pairs")
+    content: str | None = Field(description="an uploaded task's content hash (sha256-...), "
+                                            "part of its circuits' cache keys; null: bundled")
+
+
+class TaskList(BaseModel):
+    tasks: list[TaskSummary]
+
+
+class TaskMetricsOut(BaseModel):
+    clean: float | None = Field(description="mean logit difference answer - distractor at the "
+                                            "last position, clean prompts")
+    corrupt: float | None
+    clean_accuracy: float | None = Field(description="share of clean prompts whose answer "
+                                                     "beats the distractor")
+    corrupt_accuracy: float | None
+    n_pairs: int
+    gap: float | None = Field(description="clean - corrupt")
+    able: bool = Field(description="the model does the task: clean accuracy > 0.5 and clean "
+                                   "above corrupt; false: its circuit explains little")
+
+
+class CircuitEdge(BaseModel):
+    rank: int = Field(description="1 = the largest |score|")
+    writer: str = Field(description="'embed', a head 'L3H2' or an MLP 'L3MLP'")
+    reader: str = Field(description="'L5H1.Q', a K / V input ('L5KV0.K' on grouped-query "
+                                    "models, one per KV group), 'L5MLP' or 'logits'")
+    path: str = Field(description="Q | K | V | MLP | logits")
+    writer_kind: str
+    writer_layer: int | None = Field(description="attention-layer position (not the block "
+                                                 "number); null for embed")
+    writer_head: int | None
+    reader_layer: int | None
+    reader_head: int | None = Field(description="a query head (Q) or a KV head (K, V)")
+    score: float | None = Field(description="attribution in metric units: the estimated change "
+                                            "of the metric when this edge alone goes from "
+                                            "corrupt to clean")
+    in_circuit: bool = Field(description="among the circuit's circuit_size edges")
+
+
+class FaithfulnessOut(BaseModel):
+    sizes: list[int] = Field(description="circuit sizes n (the top-n edges by |score|)")
+    metrics: list[float | None] = Field(description="mean metric with only those edges clean")
+    recovered: list[float | None] = Field(description="(metric - corrupt) / (clean - corrupt)")
+    clean: float | None
+    corrupt: float | None
+    share: float
+    circuit_size: int | None = Field(description="the smallest n reaching share; null: none")
+    total_edges: int
+    ablation: str = Field(description="'corrupt': an edge outside the circuit carries its "
+                                      "writer's corrupt output (real intervention)")
+
+
+class PatchedEdge(BaseModel):
+    writer: str
+    reader: str
+    score: float | None
+    patched: float | None = Field(description="metric change when only this edge is patched "
+                                              "from corrupt to clean (real intervention)")
+
+
+class PatchingOut(BaseModel):
+    n_edges: int
+    spearman: float | None = Field(description="rank correlation of score and patched over "
+                                               "the sample; null with a constant side")
+    edges: list[PatchedEdge]
+
+
+class CircuitOut(BaseModel):
+    model: str
+    task: dict[str, Any] = Field(description="name, description, n_pairs, hash (of its token "
+                                             "ids), lengths, examples")
+    bundled: bool
+    content: str
+    method: str = Field(description="eap | eap-ig")
+    steps: int
+    metrics: TaskMetricsOut
+    n_edges: int
+    layer_indices: list[int]
+    share: float = Field(description="the share of the metric gap the circuit recovers")
+    circuit_size: int | None
+    edges: list[CircuitEdge] = Field(description="the top edges by |score|")
+    circuit: list[CircuitEdge] = Field(description="the circuit's edges (the top circuit_size)")
+    faithfulness: FaithfulnessOut
+    patching: PatchingOut

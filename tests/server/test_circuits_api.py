@@ -1,0 +1,135 @@
+"""Task circuits through the server (core's side is tests/core/test_circuits.py): GET/POST
+/api/tasks and GET /api/circuit on a real lab-mode server (a token) serving the demo,
+checked against core.circuits run here, and ``headgraph circuit``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from headgraph.core.circuits.attribution import attribute
+from headgraph.core.circuits.faithfulness import faithfulness
+from headgraph.core.circuits.tasks import induction, parse_jsonl
+from headgraph.core.models.demo import load_demo_model
+
+from api_support import err, ok
+
+pytestmark = pytest.mark.slow  # a real server computing circuits (attribution, curve, patching)
+
+TOKEN = "circuits-test-token-0123456789"
+SIGNED = {"Authorization": f"Bearer {TOKEN}"}
+ROW = {"clean": "t01 t02 t03 t01", "corrupt": "t05 t06 t07 t01", "answer": "t02",
+       "distractor": "t09"}
+ROW2 = {"clean": "t04 t08 t03 t04", "corrupt": "t05 t06 t07 t04", "answer": "t08",
+        "distractor": "t09"}
+
+
+def jsonl(*rows: dict) -> bytes:
+    return ("\n".join(json.dumps(r) for r in rows) + "\n").encode()
+
+
+@pytest.fixture(scope="module")
+def http(launch_server, tmp_path_factory):
+    env = {"HEADGRAPH_API_TOKEN": TOKEN, "HEADGRAPH_MODELS": "demo", "HEADGRAPH_DEVICE": "cpu"}
+    with launch_server(tmp_path_factory.mktemp("circuits") / "cache", env=env,
+                       check_errors=True) as srv, \
+            httpx.Client(base_url=srv.url, timeout=600) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def demo():
+    return load_demo_model()
+
+
+def test_tasks_list_the_bundled_ones_anonymously(http):
+    tasks = {t["name"]: t for t in ok(http.get("/api/tasks"))["tasks"]}
+    assert {"ioi", "induction", "successor"} <= set(tasks)
+    assert all(tasks[n]["bundled"] and tasks[n]["n_rows"] == 32 for n in ("ioi", "induction"))
+
+
+def test_upload_needs_the_token_and_names_bad_rows(http):
+    r = http.post("/api/tasks", params={"name": "mine"}, content=jsonl(ROW))
+    err(r, 401)
+    bad = jsonl(ROW, {**ROW, "corrupt": "t05 t06 t01"})
+    msg = err(http.post("/api/tasks", params={"name": "bad", "model": "demo"}, content=bad,
+                        headers=SIGNED), 422)
+    assert msg.startswith("line 2: clean and corrupt are 4 and 3 tokens"), msg
+    msg = err(http.post("/api/tasks", params={"name": "bad"}, headers=SIGNED,
+                        content=jsonl(ROW) + b'{"clean": "\xff"}\n'), 422)
+    assert msg.startswith("line 2: not UTF-8"), msg
+    msg = err(http.post("/api/tasks", params={"name": "bad", "model": "demo"}, headers=SIGNED,
+                        content=jsonl({**ROW, "answer": "t02 t03"})), 422)
+    assert msg.startswith("line 1: answer 't02 t03' is 2 tokens"), msg
+    assert "bad" not in {t["name"] for t in ok(http.get("/api/tasks"))["tasks"]}  # nothing stored
+    err(http.post("/api/tasks", params={"name": "ioi"}, content=jsonl(ROW), headers=SIGNED), 409)
+    r = http.post("/api/tasks", params={"name": "mine", "model": "demo", "description": "two"},
+                  content=jsonl(ROW, ROW2), headers=SIGNED)
+    assert r.status_code == 201, r.text
+    assert r.json()["n_rows"] == 2 and r.json()["content"].startswith("sha256-")
+    err(http.post("/api/tasks", params={"name": "mine"}, content=jsonl(ROW), headers=SIGNED), 409)
+    listed = {t["name"]: t for t in ok(http.get("/api/tasks"))["tasks"]}
+    assert listed["mine"]["n_rows"] == 2 and not listed["mine"]["bundled"]
+
+
+def test_circuit_cold_needs_the_token_then_reads_anonymously(http, demo):
+    params = {"model": "demo", "task": "induction", "method": "eap-ig", "steps": 2, "top": 30}
+    err(http.get("/api/circuit", params=params), 401)
+    body = ok(http.get("/api/circuit", params=params, headers=SIGNED))
+    task = induction(demo, n=32)
+    att = attribute(demo, task, method="eap-ig", steps=2)
+    assert body["task"]["hash"] == task.content_hash() and body["n_edges"] == att.n_edges == 257
+    m = body["metrics"]
+    assert m["clean"] == pytest.approx(att.metrics.clean, rel=1e-6) and m["able"]
+    assert m["corrupt_accuracy"] == pytest.approx(att.metrics.corrupt_accuracy)
+    order = att.order()[:30].tolist()
+    assert [(e["writer"], e["reader"]) for e in body["edges"]] == \
+        [(w.name, r.name) for w, r in (att.edge(e) for e in order)]
+    for row, e in zip(body["edges"], order):
+        assert row["score"] == pytest.approx(float(att.scores[e]), rel=1e-6, abs=1e-9)
+    curve = body["faithfulness"]
+    assert curve["recovered"][0] == pytest.approx(0, abs=1e-6)
+    assert curve["recovered"][-1] == pytest.approx(1, abs=1e-6)
+    size = body["circuit_size"]
+    assert size is not None and len(body["circuit"]) == size and body["share"] == 0.8
+    assert curve["recovered"][curve["sizes"].index(size)] >= 0.8
+    direct = faithfulness(demo, task, att, sizes=[size])
+    assert direct.recovered[0] == pytest.approx(curve["recovered"][curve["sizes"].index(size)],
+                                                abs=1e-6)
+    assert body["patching"]["n_edges"] == 24 and body["patching"]["spearman"] is not None
+    assert ok(http.get("/api/circuit", params=params)) == body  # cached: anonymous reads it
+
+
+def test_circuit_of_an_uploaded_task_and_unknown_names(http, demo):
+    params = {"model": "demo", "task": "mine", "method": "eap"}
+    body = ok(http.get("/api/circuit", params=params, headers=SIGNED))
+    task = parse_jsonl(jsonl(ROW, ROW2), demo, name="mine")
+    assert body["task"]["hash"] == task.content_hash() and body["metrics"]["n_pairs"] == 2
+    assert body["steps"] == 1 and body["bundled"] is False
+    att = attribute(demo, task, method="eap")
+    assert body["edges"][0]["score"] == pytest.approx(float(att.scores[att.order()[0]]), rel=1e-6)
+    err(http.get("/api/circuit", params={"model": "demo", "task": "nope"}), 404)
+    err(http.get("/api/circuit", params={"model": "demo", "task": "x", "method": "ig"}), 422)
+
+
+def test_cli_circuit_of_a_file(tmp_path, capsys):
+    from headgraph.server.cli.main import main
+
+    path = tmp_path / "my-task.jsonl"
+    path.write_bytes(jsonl(ROW, ROW2))
+    code = main(["circuit", "demo", "--task", str(path), "--method", "eap", "--top", "5",
+                 "--json", "--cache-dir", str(tmp_path / "cache")])
+    assert code == 0
+    body = json.loads(capsys.readouterr().out)
+    assert body["task"]["name"] == "my-task" and len(body["edges"]) == 5
+    assert main(["circuit", "demo", "--task", str(path), "--method", "eap", "--top", "3",
+                 "--cache-dir", str(tmp_path / "cache")]) == 0
+    text = capsys.readouterr().out
+    assert "circuit:" in text and "Spearman" in text and text.count("logits") >= 1
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(jsonl({**ROW, "corrupt": "t01"}))
+    assert main(["circuit", "demo", "--task", str(bad), "--cache-dir", str(tmp_path / "c")]) == 2
+    assert "line 1: clean and corrupt are 4 and 1 tokens" in capsys.readouterr().err
