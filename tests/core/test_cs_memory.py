@@ -106,3 +106,27 @@ def test_factored_operands_equal_their_dense_bases(method):
     for key, (s, t) in want.items():
         ref = torch.einsum("ahdr,bkds->ahbkrs", s, t).square().sum(dim=(-2, -1))
         assert (got[key] - ref).abs().max() < 1e-4 * ref.abs().max()
+
+
+def test_pair_detail_factorizes_two_heads_and_bases_can_be_released(make_heads):
+    """pair_detail reads only the two heads' bases (the same as the role's cached ones), and
+    release_bases drops every cached basis while PK results stay."""
+    from headgraph.core.scores.pk import pair_detail, projection_kernel
+    from headgraph.core.scores.subspaces import release_bases, role_bases
+
+    W_Q, W_K, W_V, W_O = _gqa_weights(torch.float32, seed=8)
+    lone = pair_detail(make_heads(W_Q, W_K, W_V, W_O), "OK", 0, 4, 2, 1)
+    heads = make_heads(W_Q, W_K, W_V, W_O)
+    cold = pair_detail(heads, "OV", 0, 2, 1, 1)  # target: the rank-deficient KV group
+    assert not any(k[0] == "bases" for k in heads._cache)
+    pk = projection_kernel(heads, "OK")
+    warm = pair_detail(heads, "OK", 0, 4, 2, 1)
+    assert abs(warm.pk - lone.pk) < 1e-6 and abs(warm.pk - float(pk.scores[0, 4, 2, 1])) < 1e-5
+    assert torch.allclose(warm.cosines, lone.cosines, atol=1e-6) and warm.ranks == lone.ranks
+    assert cold.ranks == (4, 3)
+    full = role_bases(heads, "V")
+    again = pair_detail(heads, "OV", 0, 2, 1, 1)  # now from the cached bases
+    assert abs(again.pk - cold.pk) < 1e-6 and torch.allclose(again.cosines, cold.cosines, atol=1e-6)
+    assert release_bases(heads) >= full.U.nbytes
+    assert not any(k[0] == "bases" for k in heads._cache)
+    assert projection_kernel(heads, "OK") is pk

@@ -20,7 +20,7 @@ from headgraph.core.errors import InvalidInput
 from headgraph.core.names import PAIRINGS, check_pairing, head_label
 from headgraph.core.scores.layer_order import check_order, layer_mask
 from headgraph.core.scores.overlaps import sq_overlaps
-from headgraph.core.scores.subspaces import effective_ranks, role_bases, roles_bases
+from headgraph.core.scores.subspaces import effective_ranks, head_basis, roles_bases
 from headgraph.core.types import HeadWeights, PairScores
 
 
@@ -163,18 +163,19 @@ def pair_detail(
 ) -> PairDetail:
     """PK, normalized PK and principal angles of one pair (layer args are positions 0..L-1)."""
     s_role, t_role = parse_pairing(pairing)
-    sb = role_bases(heads, s_role, rank=rank, rtol=rtol)
-    tb = role_bases(heads, t_role, rank=rank, rtol=rtol)
-    for name, value, size in (
-        ("source_layer", source_layer, sb.U.shape[0]), ("source_head", source_head, sb.U.shape[1]),
-        ("target_layer", target_layer, tb.U.shape[0]), ("target_head", target_head, tb.U.shape[1]),
-    ):
+    sizes = {"source_layer": heads.role(s_role).shape[0], "source_head": heads.role(s_role).shape[1],
+             "target_layer": heads.role(t_role).shape[0], "target_head": heads.role(t_role).shape[1]}
+    for name, value in (("source_layer", source_layer), ("source_head", source_head),
+                        ("target_layer", target_layer), ("target_head", target_head)):
+        size = sizes[name]
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < size:
             raise InvalidInput(f"{name} must be an integer position in [0, {size}), got {value!r}")
-    r_s = int(effective_ranks(sb)[source_layer, source_head])
-    r_t = int(effective_ranks(tb)[target_layer, target_head])
-    u_s = sb.U[source_layer, source_head, :, :r_s].to(torch.float64)
-    u_t = tb.U[target_layer, target_head, :, :r_t].to(torch.float64)
+    # The two heads' bases only (from the role's cached bases when present).
+    u_s, m_s = head_basis(heads, s_role, source_layer, source_head, rank=rank, rtol=rtol)
+    u_t, m_t = head_basis(heads, t_role, target_layer, target_head, rank=rank, rtol=rtol)
+    r_s, r_t = min(m_s, u_s.shape[-1]), min(m_t, u_t.shape[-1])
+    u_s = u_s[:, :r_s].to(torch.float64)
+    u_t = u_t[:, :r_t].to(torch.float64)
     overlap = u_s.transpose(0, 1) @ u_t
     if min(r_s, r_t) == 0:
         cosines = overlap.new_zeros(0)

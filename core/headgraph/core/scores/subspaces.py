@@ -312,6 +312,46 @@ def _role_bases(heads: HeadWeights, role: str, rank: int | None, rtol: float | N
     return bases
 
 
+def head_basis(heads: HeadWeights, role: str, layer: int, head: int, *, rank: int | None = None,
+               rtol: float | None = None) -> tuple[torch.Tensor, int]:
+    """One head's basis [d_model, r] and measured rank, as :func:`role_bases` holds them: read
+    from the cached bases of the role when they exist, else factorized alone (the same rule,
+    so a pair panel never factorizes, nor keeps, every head of a large model)."""
+    check_role(role)
+    cached = heads._cache.get(("bases", role, rank, rtol))
+    if cached is not None:
+        return cached.U[layer, head], int(cached.ranks[layer, head])
+    w = heads.role(role)
+    _, _, d_model, d_head = w.shape
+    width = min(d_model, d_head)
+    eff_rtol = _check_rtol(rtol, d_model, d_head, w.dtype)
+    want = _check_rank(rank, width)
+    try:
+        u, ranks = _factorize(w[layer, head].detach()[None], compute_dtype(w.dtype), eff_rtol, want)
+    except UnsupportedModel as err:
+        raise UnsupportedModel(f"role {role}: {err}") from err
+    measured = int(ranks[0])
+    if want is not None:
+        if measured < want:
+            raise InvalidInput(
+                f"requested rank {want} exceeds measured rank {measured} of role {role} "
+                f"at layer {heads.info.layer_indices[layer]}, head {head} (rtol {eff_rtol:.3g})")
+        return u[0, :, :want], measured
+    if measured < width:
+        u[0, :, measured:] = 0.0
+    return u[0], measured
+
+
+def release_bases(heads: HeadWeights) -> int:
+    """Drop every role's cached bases from ``heads._cache`` (results computed from them stay);
+    returns the bytes released. A server calls it once a stage's results are stored: bases of
+    a 7B-class model hold 2 GiB per role."""
+    freed = 0
+    for key in [k for k in heads._cache if isinstance(k, tuple) and k and k[0] == "bases"]:
+        freed += heads._cache.pop(key).U.nbytes
+    return freed
+
+
 def singular_values(heads: HeadWeights, role: str) -> torch.Tensor:
     """Singular values of every head's weights of ``role`` [L, H, min(d_model, d_head)],
     descending, in the compute dtype (as the rank rule sees them): one batched SVD, computed on

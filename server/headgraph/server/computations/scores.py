@@ -24,6 +24,7 @@ from headgraph.core.readout.tokens import top_tokens
 from headgraph.core.scores.composition_score import composition_score
 from headgraph.core.scores.pk import all_pairings, pair_detail, projection_kernel
 from headgraph.core.scores.ranking import compare_metrics
+from headgraph.core.scores.subspaces import release_bases
 from headgraph.core.stats.nulls import (
     anisotropic_null,
     benjamini_hochberg,
@@ -50,7 +51,9 @@ FDR_ALPHA = 0.05
 
 def pk(src: Inputs, *, pairing: str, order: str) -> dict[str, Any]:
     """Projection Kernel of one pairing (core.scores.pk.projection_kernel)."""
-    return pair_scores_payload(projection_kernel(src.heads, pairing, order=order))
+    result = projection_kernel(src.heads, pairing, order=order)
+    release_bases(src.heads)
+    return pair_scores_payload(result)
 
 
 def pk_batch(src: Inputs, params: list[dict[str, Any]]) -> None:
@@ -61,6 +64,7 @@ def pk_batch(src: Inputs, params: list[dict[str, Any]]) -> None:
         orders.setdefault(p["order"], []).append(p["pairing"])
     for order, pairings in orders.items():
         all_pairings(src.heads, pairings=pairings, order=order)
+    release_bases(src.heads)  # the PK results stay; 2 GiB per role of a 7B model need not
 
 
 def cs(src: Inputs, *, mode: str, order: str) -> dict[str, Any]:
@@ -120,7 +124,9 @@ def reference(src: Inputs, *, samples: int) -> dict[str, Any]:
 def tokens(src: Inputs, *, role: str, k: int) -> dict[str, Any]:
     """Top-k token table of one role for every head, each list flagged against the
     random-subspace baseline of its rank (core.readout.tokens.top_tokens)."""
-    return jsonable(top_tokens(src.heads, role, k=k).to_dict())
+    table = top_tokens(src.heads, role, k=k)
+    release_bases(src.heads)
+    return jsonable(table.to_dict())
 
 
 def patterns(src: Inputs) -> dict[str, Any]:
