@@ -120,17 +120,22 @@ DATA_PK_PAIRINGS = O_PAIRINGS
 def data_pk_rows(d: dict[str, Any]) -> list[tuple[str, Any, str]]:
     """The pair panel's data-weighted PK rows of an O -> Q/K/V pair: out / in share per prompt
     set as /api/pair gives them (only read from the cache there), "not computed" for a set it
-    lacks; [] for other pairings."""
+    lacks, or "unavailable" with the reason for a set the model cannot give; [] for other
+    pairings."""
     if d.get("pairing") not in DATA_PK_PAIRINGS:
         return []
     sets = d.get("data_pk") or {}
+    failed = d.get("data_pk_unavailable") or {}
     rows = []
     for key, name in DATA_PK_SETS:
         cell = sets.get(key)
         for share in ("out_share", "in_share"):
             label = f"data-PK {share[:-6]} ({name})"
             cid = f"pair-datapk-{share[:-6]}-{key}"
-            if cell is None:
+            if cell is None and key in failed:
+                rows.append((label, html.Span(f"unavailable: {failed[key]}", className="error-note",
+                                              **{"data-value": ""}), cid))
+            elif cell is None:
                 rows.append((label, html.Span("not computed", className="hint", **{"data-value": ""}), cid))
             else:
                 v = cell.get(share)

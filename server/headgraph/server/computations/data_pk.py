@@ -104,6 +104,23 @@ def cached_data_pk_sets(cache: ResultCache, ref: ModelRef, pairing: str) -> tupl
                  if cache.has(ref, "data_pk", pairing=pairing, prompts=p))
 
 
+def data_pk_failures(cache: ResultCache, ref: ModelRef, pairing: str) -> dict[str, str]:
+    """``{prompt set: why it cannot be computed}`` for the sets whose data-weighted PK of
+    ``pairing`` failed for the model's own reasons (a post-attention norm, no runnable
+    model), as remembered by the cache; never loads a model. One forward pass serves the
+    three pairings of a set, so a failure remembered for any of them counts."""
+    if pairing not in DATA_PK_PAIRINGS:
+        return {}
+    out: dict[str, str] = {}
+    for p in DATA_PK_PROMPTS:
+        for each in (pairing, *(q for q in DATA_PK_PAIRINGS if q != pairing)):
+            failed = cache.failure(ref, "data_pk", pairing=each, prompts=p)
+            if failed is not None:
+                out[p] = failed["message"]
+                break
+    return out
+
+
 def pair_data_pk(cache: ResultCache, ref: ModelRef, pairing: str, sl: int, sh: int, tl: int,
                  th: int, sets: tuple[str, ...]) -> dict[str, Any] | None:
     """``{prompt set: {out_share, in_share, out_share_baseline, in_share_baseline}}`` of one

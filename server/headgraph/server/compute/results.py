@@ -114,6 +114,13 @@ class ResultCache:
             self.store.remember_failure(key, type(err).__name__, one_line(err, 1000))
             raise
 
+    def failure(self, ref: ModelRef, name: str, **params: Any) -> dict[str, str] | None:
+        """The remembered failure ({cls, message}) of computation ``name`` of ``ref``; None when
+        there is none or the model's identity is not known yet (never loads a model)."""
+        if self.catalog.known_identity(ref) is None:
+            return None
+        return self.store.failure(self.key(ref, name, **params))
+
     def forget_failures(self, ref: ModelRef) -> int:
         """Forget ``ref``'s remembered failures (a user asked to compute it again)."""
         ident = self.catalog.known_identity(ref)

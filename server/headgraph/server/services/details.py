@@ -40,11 +40,12 @@ class DetailService:
         return self.cache.get(ref, "pair", pairing=pairing, sl=sl, sh=sh, tl=tl, th=th)
 
     def pair(self, ref: ModelRef, pairing: str, source: str, target: str,
-             labels: str | None, k: int = 5, data_pk_sets: tuple[str, ...] = ()
-             ) -> dict[str, Any]:
+             labels: str | None, k: int = 5, data_pk_sets: tuple[str, ...] = (),
+             data_pk_unavailable: dict[str, str] | None = None) -> dict[str, Any]:
         """Everything about one head pair: PK with principal angles, CS, z, p-values, classes,
         tokens, and the data-weighted PK of the prompt sets ``data_pk_sets`` (cached ones:
-        server.computations.data_pk.cached_data_pk_sets)."""
+        server.computations.data_pk.cached_data_pk_sets), or why a set cannot be computed
+        (``data_pk_unavailable``: data_pk_failures)."""
         check_pairing(pairing)
         info = self.catalog.model_info(ref)
         s_role, t_role = pairing[0], pairing[1]
@@ -93,6 +94,7 @@ class DetailService:
             detail[f"{side}_tokens"] = self._head_tokens(ref, info, role, name, k)
         detail["labels"] = None if label_set is None else label_set.name
         detail["data_pk"] = pair_data_pk(self.cache, ref, pairing, sl, sh, tl, th, data_pk_sets)
+        detail["data_pk_unavailable"] = data_pk_unavailable or None
         return detail
 
     def _head_tokens(self, ref: ModelRef, info: ModelInfo, role: str, name: str, k: int
