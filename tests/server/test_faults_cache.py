@@ -261,9 +261,8 @@ def test_records_in_meta_are_checksummed_and_a_damaged_one_reads_missing(tmp_pat
     damage_value(tmp_path / "c" / "meta", "labels:mine", "flip")
     store = Store(tmp_path / "c")
     labels = LabelService(store, scores=None)  # type: ignore[arg-type]
-    with caplog.at_level(logging.WARNING):
-        with pytest.raises(NotFound):
-            labels.label_set("mine")
+    with caplog.at_level(logging.WARNING), pytest.raises(NotFound):
+        labels.label_set("mine")
     assert "labels:mine" in caplog.text and "checksum" in caplog.text
     assert "mine" not in labels.label_sets()
     store.close()
