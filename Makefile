@@ -50,12 +50,16 @@ check: install-test docs
 docs: install-test
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir build/site
 
+# Test files spread over two workers (pytest-xdist; a file's tests and module fixtures stay on
+# one worker): the servers, compute processes and chromium of one file wait on I/O and
+# subprocesses while the other worker computes. TEST_WORKERS=0 runs them in this process.
+TEST_WORKERS ?= 2
 test: install-test browser check
-	$(BIN)/python -m pytest -q --durations=30
+	$(BIN)/python -m pytest -q --durations=30 -n $(TEST_WORKERS) --dist loadfile
 
 # Everything except the browser tier and the tests marked slow (no chromium needed): under 3 min.
 test-fast: install-test
-	$(BIN)/python -m pytest -q -m "not browser and not slow"
+	$(BIN)/python -m pytest -q -m "not browser and not slow" -n $(TEST_WORKERS) --dist loadfile
 
 bench: install-test
 	$(BIN)/python benchmarks/bench_core.py
