@@ -80,3 +80,56 @@ def test_the_vectorized_resample_statistic_is_scipys_spearman() -> None:
     got = _spearman_along(x, y)
     assert got == pytest.approx([spearmanr(a, b).statistic for a, b in zip(x, y)])
     assert np.isnan(_spearman_along(np.ones((1, 5)), np.arange(5.0)[None]))[0]
+
+
+def test_paired_differences_are_the_paired_bootstrap_on_the_rows_both_metrics_define() -> None:
+    from headgraph.core.activations.validation import paired_differences
+    from headgraph.core.stats.verdicts import paired_spearman_difference
+
+    rng = np.random.default_rng(7)
+    effects = rng.random(80)
+    pk = effects + rng.normal(scale=0.3, size=80)
+    cs = effects + rng.normal(scale=0.6, size=80)
+    cs[[3, 11]] = np.nan  # undefined cells: left out of that comparison only
+    sample = np.arange(70)
+    out = {d.metric_b: d for d in paired_differences({"PK": pk, "CS": cs, "noise": rng.random(80)}, effects,
+                                                     sample, seed=2)}
+    assert set(out) == {"CS", "noise"} and all(d.metric_a == "PK" for d in out.values())
+    rows = np.array([i for i in range(70) if i not in (3, 11)])
+    want = paired_spearman_difference(pk[rows], cs[rows], effects[rows], names=("PK", "CS"), seed=2)
+    assert out["CS"] == want and out["CS"].n == 68
+    assert out["CS"].difference == pytest.approx(spearmanr(pk[rows], effects[rows]).statistic
+                                                 - spearmanr(cs[rows], effects[rows]).statistic)
+    assert out["noise"].verdict == "A"  # PK clearly better than noise
+    assert paired_differences({"CS": cs}, effects, sample) == ()  # no PK: nothing to compare
+
+
+def test_the_paired_rule_decides_where_marginal_intervals_overlap() -> None:
+    """Two metrics sharing most of their noise: their marginal intervals overlap, but on the
+    same pairs one is better every time; the paired interval sees it."""
+    from headgraph.core.activations.validation import paired_differences
+
+    rng = np.random.default_rng(3)
+    effects = rng.normal(size=200)
+    shared = rng.normal(size=200)
+    a = effects + shared
+    b = effects + 1.25 * shared
+    sample = np.arange(200)
+    ra, rb = spearman_ci(a, effects), spearman_ci(b, effects)
+    assert ra.low < rb.high  # overlapping marginal intervals: the old rule says no difference
+    (d,) = paired_differences({"PK": a, "CS": b}, effects, sample)
+    assert d.verdict == "A" and d.low > 0
+
+
+def test_sample_power_is_the_spearman_power_of_the_pairs_drawn() -> None:
+    from headgraph.core.activations.validation import forward_pair_count, sample_power
+    from headgraph.core.stats.verdicts import spearman_power
+
+    _, valid = grid()
+    available = forward_pair_count(valid)
+    assert available == len(sample_forward_pairs(valid, 10_000))
+    p = sample_power(200, min(200, available), available)
+    assert p.n == available < 200 and p.power == pytest.approx(spearman_power(available, 0.3))
+    full = sample_power(200, 200, 5000)
+    assert full.power == pytest.approx(spearman_power(200, 0.3)) and full.power > 0.95
+    assert full.n_for_80 == 90 and sample_power(200, 3, 3).power is None

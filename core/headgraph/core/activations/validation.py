@@ -8,7 +8,9 @@ metric (PK, CS, data-weighted PK, ...) rank the pairs' path-ablation effects
 * **random sample**: ``n`` forward pairs drawn uniformly (seeded); per metric the Spearman
   correlation between its value and the effect — how well it ranks pairs in general;
 * **top-k**: per metric its ``k`` highest pairs; their mean effect (do the pairs a metric
-  puts first matter?) and the Spearman within them.
+  puts first matter?) and the Spearman within them;
+* **paired differences** (the decision rule): rho(PK) - rho(other metric) on the same random
+  pairs with a paired bootstrap interval (core.stats.verdicts), and the sample's power.
 
 Pure numpy / scipy on arrays: choosing pairs (``sample_forward_pairs``, ``top_pairs_of``) and
 summarising values against effects (``spearman_ci``, ``mean_ci``, ``validation_summary``).
@@ -26,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from headgraph.core.errors import InvalidInput
+from headgraph.core.stats.verdicts import PairedDifference, paired_spearman_difference, pairs_for_power, spearman_power
 
 CONFIDENCE = 0.95
 N_RESAMPLES = 2000
@@ -172,3 +175,56 @@ def validation_summary(values: Mapping[str, np.ndarray], effects: np.ndarray, sa
             metric=name, random_rho=spearman_ci(v[s], effects[s], seed=seed),
             top_mean_effect=mean_ci(effects[t], seed=seed), top_rho=spearman_ci(v[t], effects[t], seed=seed)))
     return tuple(out)
+
+
+def paired_differences(values: Mapping[str, np.ndarray], effects: np.ndarray, sample: np.ndarray, *,
+                       against: str = "PK", seed: int = 0,
+                       n_resamples: int = N_RESAMPLES) -> tuple[PairedDifference, ...]:
+    """``against`` minus every other metric: rho(against, effect) - rho(metric, effect) over the
+    ``sample`` rows where both are finite, with a paired bootstrap interval and its verdict
+    (core.stats.verdicts.paired_spearman_difference: the decision rule, "A" when the interval
+    lies above 0). Empty when ``against`` is not among ``values``."""
+    if against not in values:
+        return ()
+    effects = np.asarray(effects, dtype=np.float64)
+    s = np.asarray(sample, dtype=np.int64)
+    a = np.asarray(values[against], dtype=np.float64)
+    out = []
+    for name, v in values.items():
+        if name == against:
+            continue
+        v = np.asarray(v, dtype=np.float64)
+        rows = s[np.isfinite(a[s]) & np.isfinite(v[s]) & np.isfinite(effects[s])]
+        out.append(paired_spearman_difference(a[rows], v[rows], effects[rows], names=(against, name),
+                                              n_resamples=n_resamples, seed=seed))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class SamplePower:
+    """The random sample's power: ``n`` pairs measured of ``requested`` (fewer when the model
+    has fewer valid forward pairs, ``available``; None when not known yet), the power of a
+    level-``alpha`` Spearman test to detect ``rho`` with them, and the pairs that reach 80% power."""
+
+    requested: int
+    n: int
+    available: int | None
+    rho: float
+    alpha: float
+    power: float | None
+    n_for_80: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def sample_power(requested: int, n: int, available: int | None, *, rho: float = 0.3, alpha: float = 0.05) -> SamplePower:
+    """:class:`SamplePower` from core.stats.verdicts.spearman_power (None below 4 pairs)."""
+    return SamplePower(requested=requested, n=n, available=available, rho=rho, alpha=alpha,
+                       power=spearman_power(n, rho, alpha=alpha) if n >= 4 else None,
+                       n_for_80=pairs_for_power(0.8, rho, alpha=alpha))
+
+
+def forward_pair_count(valid: np.ndarray) -> int:
+    """How many valid forward pairs a grid has (the most a random sample can draw)."""
+    return len(_positions(valid))

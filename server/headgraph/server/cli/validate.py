@@ -26,7 +26,7 @@ def validation_text(report: dict[str, Any]) -> str:
     """Per prompt set and metric: Spearman over the random sample, mean effect and Spearman of its top-k."""
     lines = [f"model: {report['model']}  pairing: {report['pairing']}  random forward pairs: "
              f"{report['n_sample']} (seed {report['seed']})  top-k: {report['k']}",
-             report["method"]]
+             power_text(report.get("power")), report["method"]]
     for prompt_set, rows in report["summary"].items():
         cells = [(r["metric"], _ci(r["random_rho"]), _ci(r["top_mean_effect"]), _ci(r["top_rho"])) for r in rows]
         heads = (f"{prompt_set} prompts", "rho (random sample)", f"mean effect of top {report['k']}",
@@ -35,7 +35,24 @@ def validation_text(report: dict[str, Any]) -> str:
         lines.append("")
         lines.append("  ".join(h.ljust(w) for h, w in zip(heads, widths)))
         lines += ["  ".join(v.ljust(w) for v, w in zip(c, widths)) for c in cells]
+        for d in (report.get("paired") or {}).get(prompt_set, []):
+            diff = _ci({"value": d["difference"], "low": d["low"], "high": d["high"]})
+            lines.append(f"  {d['metric_a']} - {d['metric_b']}: {diff} (paired, n = {d['n']}): "
+                         + VERDICT_WORDS.get(d["verdict"], "undefined").format(a=d["metric_a"], b=d["metric_b"]))
     return "\n".join(lines) + "\n"
+
+
+VERDICT_WORDS = {"A": "{a} better", "B": "{b} better", "tie": "no difference"}
+
+
+def power_text(power: dict[str, Any] | None) -> str:
+    """"64 of 200 requested pairs (all the model has): power 0.65 for rho = 0.3 (90 reach 0.8)"."""
+    if not power:
+        return ""
+    short = " (all the model has)" if power["n"] < power["requested"] else ""
+    value = "undefined" if power["power"] is None else f"{power['power']:.2f}"
+    return (f"{power['n']} of {power['requested']} requested pairs{short}: power {value} for rho = "
+            f"{power['rho']:g} at alpha {power['alpha']:g} ({power['n_for_80']} pairs reach 0.8)")
 
 
 def add_parser(sub: Any) -> None:
@@ -44,11 +61,13 @@ def add_parser(sub: Any) -> None:
         "validate", help="PK, CS and data-weighted PK against path-ablation effects, with bootstrap CIs",
         description="Draw random forward O -> Q/K/V pairs and each metric's top pairs, measure their "
         "path-ablation effects on the bundled text prompts and on repeated random tokens, and print "
-        "per metric the Spearman against the effect and the mean effect of its top-k, with bootstrap "
-        "95%% intervals. Needs a runnable model. Cached like GET /api/validation.")
+        "per metric (and the layer-gap and source-variance baselines) the Spearman against the effect "
+        "and the mean effect of its top-k, with bootstrap 95%% intervals, PK minus each other metric "
+        "with a paired bootstrap interval (the decision rule) and the sample's power for rho = 0.3. "
+        "Needs a runnable model. Cached like GET /api/validation.")
     v.add_argument("model", help="registry name (demo, smollm2, ...) or a local checkpoint folder")
     v.add_argument("--pairing", default="OK", choices=list(ABLATION_PAIRINGS))
-    v.add_argument("--n", type=int, default=DEFAULT_SAMPLE, help=f"random forward pairs (1..{SAMPLE_MAX})")
+    v.add_argument("--n", type=int, default=DEFAULT_SAMPLE, help=f"random forward pairs (1..{SAMPLE_MAX}; all of them when fewer)")
     v.add_argument("--k", type=int, default=DEFAULT_TOP, help=f"top pairs per metric (1..{TOP_MAX})")
     v.add_argument("--seed", type=int, default=0)
     v.add_argument("--json", action="store_true", help="the whole answer as one JSON object")

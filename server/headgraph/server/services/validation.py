@@ -7,7 +7,7 @@ from typing import Any
 
 from headgraph.server.cache.cold_miss import CACHE_ONLY, ColdMiss
 from headgraph.server.computations.ablation import check_ablation_pairing
-from headgraph.server.computations.validation import SAMPLE_MAX, TOP_MAX, bounded, check_seed
+from headgraph.server.computations.validation import POWER_RHO, RULE, SAMPLE_MAX, TOP_MAX, bounded, check_seed
 from headgraph.server.models.offered import ModelRef
 from headgraph.server.services.scores import ScoresService
 
@@ -23,8 +23,9 @@ class ValidationService:
         """The API / CLI answer: the cached (or computed) validation of one pairing.
 
         ``cached``: only read (cache_only.CACHE_ONLY): a validation not cached, or a model whose
-        identity is not known yet, answers ``computed: false`` with no summary; nothing is ever
-        computed or loaded (what the dashboard shows before anyone asks)."""
+        identity is not known yet, answers ``computed: false`` with no summary and the power of
+        the requested sample (how many pairs the model has is not known before it is loaded);
+        nothing is ever computed or loaded (what the dashboard shows before anyone asks)."""
         check_ablation_pairing(pairing)
         for name, value, hi in (("n", n, SAMPLE_MAX), ("k", k, TOP_MAX)):
             bounded(name, hi)(value)
@@ -36,8 +37,12 @@ class ValidationService:
         try:
             result = self.scores.cache.get(ref, "validation", pairing=pairing, n=n, k=k, seed=seed)
         except ColdMiss:
+            from headgraph.core.activations.validation import sample_power
+
             return {"model": ref.id, "pairing": pairing, "n_sample": n, "k": k, "seed": seed, "metrics": [],
-                    "summary": {}, "edges": [], "method": "not computed", "computed": False, "cached_only": True}
+                    "baselines": [], "summary": {}, "paired": {}, "rule": RULE,
+                    "power": sample_power(n, n, None, rho=POWER_RHO).to_dict(), "edges": [],
+                    "method": "not computed", "computed": False, "cached_only": True}
         finally:
             CACHE_ONLY.reset(token)
         return {"model": ref.id, **result, "computed": True, "cached_only": True}

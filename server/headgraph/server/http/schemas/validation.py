@@ -21,14 +21,45 @@ class MetricSummary(BaseModel):
     top_rho: Interval = Field(description="Spearman within the metric's top-k pairs")
 
 
+class PairedDifference(BaseModel):
+    metric_a: str = Field(description="PK")
+    metric_b: str = Field(description="the metric PK is compared with")
+    rho_a: float | None
+    rho_b: float | None
+    difference: float | None = Field(description="rho_a - rho_b on the same random pairs")
+    low: float | None = Field(description="paired bootstrap 95% percentile interval, low end")
+    high: float | None
+    n: int = Field(description="random pairs where both metrics are defined")
+    confidence: float
+    verdict: str | None = Field(description="the decision rule: 'A' (PK better: interval above 0), "
+                                            "'B' (below 0), 'tie' (holds 0); null when undefined")
+
+
+class SamplePower(BaseModel):
+    requested: int = Field(description="random pairs asked for (n)")
+    n: int = Field(description="random pairs drawn: min(n, available)")
+    available: int | None = Field(description="valid forward pairs of the pairing (null: not known yet)")
+    rho: float
+    alpha: float
+    power: float | None = Field(description="power of a two-sided level-alpha Spearman test to detect rho "
+                                            "with n pairs")
+    n_for_80: int = Field(description="random pairs that reach 80% power")
+
+
 class ValidationOut(BaseModel):
     model: str
     pairing: str
     n_sample: int
     k: int
     seed: int
-    metrics: list[str]
+    metrics: list[str] = Field(description="the metrics, then the trivial baselines")
+    baselines: list[str] = Field([], description="which of metrics are trivial baselines (no top-k): "
+                                                 "layer gap, source variance")
     summary: dict[str, list[MetricSummary]] = Field(description="per prompt set (text, random)")
+    paired: dict[str, list[PairedDifference]] = Field(
+        {}, description="per prompt set: PK minus every other metric's Spearman, paired bootstrap")
+    power: SamplePower | None = Field(None, description="the random sample's power for rho = 0.3")
+    rule: str = Field("", description="the decision rule's version (part of the cache key)")
     edges: list[dict[str, Any]] = Field(description="every measured pair: source, target, in_sample, "
                                                     "top_of (metrics), effect_text, effect_random, "
                                                     "and each metric's value")
