@@ -91,10 +91,43 @@ def test_the_forest_plot_and_scatter_carry_the_apis_numbers(api: ApiClient) -> N
     assert len(exports.validation_edges_csv(data).splitlines()) == 1 + len(data["edges"])
     words = validation_words(data)
     assert f"{data['n_sample']} forward pairs" in words[0] and f"top-{data['k']}" in words[0]
-    for prompts, line in zip(("text", "random"), words[1:]):
+    power = data["power"]
+    assert f"8 random pairs of the 8 asked for: power {power['power']:.2f} to detect ρ = 0.3" in words[1]
+    for prompts, line in zip(("text", "random"), words[2:]):
         rho = {r["metric"]: r["random_rho"] for r in data["summary"][prompts]}
         best = max((m for m in rho if rho[m]["value"] is not None), key=lambda m: rho[m]["value"])
         assert f"Spearman with the effect highest for {best} ({rho[best]['value']:.2f}" in line
+        pk_cs = next(d for d in data["paired"][prompts] if d["metric_b"] == "CS")
+        want = {"A": "PK better", "B": "CS better", "tie": "no difference", None: "undefined"}[pk_cs["verdict"]]
+        assert f"on the same {pk_cs['n']} pairs (paired bootstrap): {want}" in line
+
+
+@pytest.mark.slow  # the default validation measures all 64 of the demo's OK pairs (~30 s)
+def test_the_view_shows_the_paired_verdicts_and_the_power(in_app: None, api: ApiClient) -> None:
+    """The computed view (the API's default sample: 200 asked for, the demo's 64 OK pairs
+    drawn) says how many pairs it drew of how many, their power, and every paired verdict."""
+    from headgraph.core.stats.verdicts import spearman_power
+
+    params = view_params(parse_query("?model=demo&view=validation&pairing=OK", VOCAB), "validation", None)
+    before = validation_view(params)  # not computed yet: the planned sample's power
+    planned = find(before[3], "validation-power").children
+    assert f"200 random pairs asked for: power {spearman_power(200):.2f} to detect ρ = 0.3" in planned
+    assert float(getattr(find(before[2], "stat-val-power"), "data-value")) == pytest.approx(spearman_power(200))
+    data = api.validation("demo", "OK")  # computes the default validation (~40 s on two shared cores)
+    assert (data["n_sample"], data["power"]["requested"], data["power"]["available"]) == (64, 200, 64)
+    _fig, _scatter, chips_, words, run_box, _box = validation_view(params)
+    assert run_box == HIDE
+    assert getattr(find(chips_, "stat-val-n"), "data-value") == "64"
+    assert getattr(find(chips_, "stat-val-requested"), "data-value") == "200"
+    assert float(getattr(find(chips_, "stat-val-power"), "data-value")) == data["power"]["power"]
+    assert "(all the model's 64 valid forward pairs)" in find(words, "validation-power").children
+    table = find(words, "validation-paired")
+    for prompts in ("text", "random"):
+        for d in data["paired"][prompts]:
+            row = find(table, f"paired-{prompts}-{d['metric_b'].replace(' ', '-')}")
+            assert getattr(row, "data-verdict") == (d["verdict"] or "")
+            assert getattr(row, "data-difference") == ("" if d["difference"] is None else repr(d["difference"]))
+    assert "(baseline)" in str(find(table, "paired-text-source-variance").children[1].children)
 
 
 def test_the_comparison_names_the_intervals_that_lie_below_the_best() -> None:

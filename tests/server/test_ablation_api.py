@@ -109,11 +109,34 @@ def test_api_validation_summarises_the_measured_pairs(api):
     import numpy as np
     from scipy.stats import spearmanr
 
-    body = ok(api.get("/api/validation", params={"model": "demo", "pairing": "OK", "n": 20, "k": 5}))
-    assert body["metrics"][:2] == ["PK", "CS"] and body["n_sample"] == 20
+    from headgraph.core.stats.verdicts import paired_spearman_difference, spearman_power
+
+    # 100 asked for, the demo has 64 forward OK pairs: all of them are drawn, and the answer says so
+    body = ok(api.get("/api/validation", params={"model": "demo", "pairing": "OK", "n": 100, "k": 5}))
+    assert body["metrics"][:2] == ["PK", "CS"] and body["n_sample"] == 64
+    assert body["baselines"] == ["layer gap", "source variance"] == body["metrics"][-2:]
+    power = body["power"]
+    assert (power["requested"], power["n"], power["available"], power["rho"]) == (100, 64, 64, 0.3)
+    assert power["power"] == pytest.approx(spearman_power(64, 0.3)) and power["n_for_80"] == 90
     edges = body["edges"]
     sample = [e for e in edges if e["in_sample"]]
-    assert len(sample) == 20
+    assert len(sample) == 64
+    assert not any(e["top_of"] and set(e["top_of"]) & set(body["baselines"]) for e in edges)  # no top-k
+    # The decision rule: PK minus each other metric on the same random pairs (paired bootstrap).
+    for prompts in ("text", "random"):
+        paired = {d["metric_b"]: d for d in body["paired"][prompts]}
+        assert set(paired) == set(body["metrics"]) - {"PK"}
+        eff = [e[f"effect_{prompts}"] for e in sample]
+        cs = paired["CS"]
+        want = paired_spearman_difference([e["PK"] for e in sample], [e["CS"] for e in sample], eff,
+                                          names=("PK", "CS"), seed=0)
+        assert cs == pytest.approx(want.to_dict())
+        assert cs["difference"] == pytest.approx(spearmanr([e["PK"] for e in sample], eff).statistic
+                                                 - spearmanr([e["CS"] for e in sample], eff).statistic)
+        assert paired["layer gap"]["verdict"] is None  # the demo's pairs are all one layer apart
+        assert all(e["layer gap"] == -1.0 for e in sample)
+        share = paired["source variance"]
+        assert share["rho_b"] == pytest.approx(spearmanr([e["source variance"] for e in sample], eff).statistic)
     top = ok(api.get("/api/top", params={"model": "demo", "pairing": "OK", "k": 5}))["pairs"]
     assert {(e["source"], e["target"]) for e in edges if "PK" in e["top_of"]} == \
         {(p["source"], p["target"]) for p in top}
@@ -133,7 +156,7 @@ def test_api_validation_summarises_the_measured_pairs(api):
 
 
 @pytest.mark.parametrize(("params", "status", "text"), [
-    ({"pairing": "QK"}, 422, "pairing"), ({"n": 0}, 422, "n"), ({"k": 21}, 422, "k"),
+    ({"pairing": "QK"}, 422, "pairing"), ({"n": 0}, 422, "n"), ({"n": 1001}, 422, "n"), ({"k": 21}, 422, "k"),
     ({"model": "nope"}, 404, "nope"),
 ])
 @pytest.mark.slow  # on this module's real server (a uvicorn start and cold computes, ~15 s a module)

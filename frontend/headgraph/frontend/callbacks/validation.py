@@ -25,17 +25,22 @@ from headgraph.frontend.callbacks.router import view_callback
 from headgraph.frontend.figures import empty_figure
 from headgraph.frontend.figures.graph_filters import ABLATION_PAIRINGS
 from headgraph.frontend.figures.validation import (
+    PROMPT_LABELS,
+    interval_text,
+    paired_rows,
+    power_text,
     validation_figure,
     validation_scatter_figure,
     validation_words,
+    verdict_text,
 )
 from headgraph.frontend.state.readiness import view_params
 
 SHOW = {"display": "flex"}
 HIDE = {"display": "none"}
 NOT_COMPUTED = ("not computed: no one has validated this pairing's metrics against path ablation yet. "
-                "“run validation” measures the sampled pairs (computes: seconds on the demo, minutes on a "
-                "real model; in a lab it needs your token).")
+                "“run validation” measures the sampled pairs (computes: under a minute on the demo, minutes "
+                "on a real model; in a lab it needs your token).")
 # The browser counts the seconds while the run button's request is open.
 ELAPSED_JS = """
 function(n, started) {
@@ -57,16 +62,42 @@ def cached_state(params: dict[str, Any]) -> bool | None:
 
 
 def chips(data: dict[str, Any]) -> list[Any]:
-    """Summary chips: computed or not, the sample size, k, seed and the pairs measured."""
+    """Summary chips: computed or not, the sample size (of the requested), its power for
+    ρ = 0.3, k, seed and the pairs measured."""
     computed = bool(data.get("computed"))
+    power = data.get("power") or {}
     out = [html.Span("computed" if computed else "not computed", id="validation-state",
                      className="badge verdict verdict-" + ("verified" if computed else "not-measured"),
                      **{"data-computed": "true" if computed else "false"})]
     if computed:
-        out += [stat("random pairs", data.get("n_sample"), "val-n"), stat("top-k", data.get("k"), "val-k"),
-                stat("seed", data.get("seed"), "val-seed"),
+        out += [stat("random pairs", data.get("n_sample"), "val-n"),
+                stat("asked for", power.get("requested"), "val-requested"),
+                stat(f"power (ρ = {power.get('rho', 0.3):g})", power.get("power"), "val-power", "{:.2f}"),
+                stat("top-k", data.get("k"), "val-k"), stat("seed", data.get("seed"), "val-seed"),
                 stat("pairs measured", len(data.get("edges") or []), "val-edges")]
+    elif power:
+        out += [stat("random pairs asked for", power.get("requested"), "val-requested"),
+                stat(f"power (ρ = {power.get('rho', 0.3):g})", power.get("power"), "val-power", "{:.2f}")]
     return out
+
+
+def paired_table(data: dict[str, Any]) -> html.Table:
+    """The decision rule's table (id "validation-paired"): per prompt set, PK minus each other
+    metric's Spearman on the same random pairs with its paired bootstrap 95% interval and
+    verdict; a row's data-verdict / data-difference carry the API's values."""
+    head = html.Tr([html.Th(h) for h in ("prompts", "comparison", "difference [95%]", "pairs", "verdict")])
+    rows = []
+    for r in paired_rows(data):
+        name = f"{r['metric_a']} − {r['metric_b']}" + (" (baseline)" if r["baseline"] else "")
+        rows.append(html.Tr([
+            html.Td(PROMPT_LABELS.get(r["prompts"], r["prompts"])), html.Td(name),
+            html.Td(interval_text({"value": r["difference"], "low": r["low"], "high": r["high"]})),
+            html.Td(str(r["n"])),
+            html.Td(verdict_text(r), className="paired-verdict paired-" + (r["verdict"] or "none"))],
+            id=f"paired-{r['prompts']}-{r['metric_b'].replace(' ', '-')}", className="paired-row",
+            **{"data-verdict": r["verdict"] or "", "data-difference": "" if r["difference"] is None
+               else repr(r["difference"])}))
+    return html.Table([html.Thead(head), html.Tbody(rows)], id="validation-paired", className="paired-table")
 
 
 @view_callback("validation", Output("validation", "figure"), Output("validation-scatter", "figure"),
@@ -95,9 +126,19 @@ def validation_view(params: dict[str, Any] | None) -> tuple:
         return empty_figure(err.message), empty_figure(""), [error_note(err.message)], [], HIDE, HIDE
     if not data.get("computed"):
         note = html.P(NOT_COMPUTED, id="validation-not-computed", className="validation-note")
-        return (empty_figure(f"{pairing}: not computed", 220), empty_figure(""), chips(data), [note],
+        planned = html.P(f"The sample to run: {power_text(data)}; a model with fewer valid forward pairs draws all of "
+                         "them (the answer then states their power).",
+                         id="validation-power", className="validation-note")
+        return (empty_figure(f"{pairing}: not computed", 220), empty_figure(""), chips(data), [note, planned],
                 SHOW, HIDE)
-    words = [html.P(line, className="validation-line") for line in validation_words(data)]
+    lines = validation_words(data)
+    words = [html.P(lines[0], className="validation-line"),
+             html.P(lines[1], id="validation-power", className="validation-line"),
+             *[html.P(line, className="validation-line") for line in lines[2:]],
+             html.P("Decision rule: PK minus each metric's Spearman with the effect on the same random pairs, "
+                    "with a paired bootstrap 95% interval; a metric is better only when that interval "
+                    "excludes 0.", className="validation-note"),
+             paired_table(data)]
     return (validation_figure(data), validation_scatter_figure(data), chips(data), words, HIDE,
             {"display": "block"})
 

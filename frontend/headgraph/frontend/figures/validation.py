@@ -1,10 +1,12 @@
 """The validation view's figures: do the weight metrics predict the path-ablation effect?
 
 From a GET /api/validation answer (``summary``: per prompt set, per metric, ``random_rho`` and
-``top_mean_effect`` as ``{"value", "low", "high", "n"}``; ``edges``: every measured pair with
-its metric values and effects): a forest plot of each metric's Spearman over the random
-sample and its top-k's mean effect with their bootstrap 95% intervals, a scatter of metric
-against effect, and the comparison in words. Pure functions of that JSON (no HTTP, no Dash).
+``top_mean_effect`` as ``{"value", "low", "high", "n"}``; ``paired``: per prompt set, PK minus
+each other metric's Spearman with its paired bootstrap interval and verdict; ``power``: the
+random sample's size and power; ``edges``: every measured pair with its metric values and
+effects): a forest plot of each metric's Spearman over the random sample and its top-k's mean
+effect with their bootstrap 95% intervals, a scatter of metric against effect, and the
+comparison in words, decided by the paired rule. Pure functions of that JSON (no HTTP, no Dash).
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from headgraph.frontend.figures.common import CLASS_PALETTE, base_layout, fmt_va
 
 PROMPT_LABELS: dict[str, str] = {"text": "text prompts", "random": "repeated random tokens"}
 METRIC_COLORS: dict[str, str] = {"PK": "#1f77b4", "CS": "#ff7f0e", "data-PK out": "#9467bd",
-                                 "data-PK in": "#d62728"}
+                                 "data-PK in": "#d62728", "layer gap": "#8c8c8c", "source variance": "#b0a48a"}
+# The paired rule's verdicts (core.stats.verdicts): "A" = PK better, "B" = the other metric.
+VERDICT_WORDS: dict[str, str] = {"A": "PK better", "B": "{b} better", "tie": "no difference"}
 # The forest plot's two columns: (summary key, what its x axis is).
 STATS: tuple[tuple[str, str], ...] = (("random_rho", "Spearman ρ with the effect, random pairs"),
                                       ("top_mean_effect", "mean effect of the metric's top-k"))
@@ -147,14 +151,50 @@ def comparison(stats: dict[str, dict[str, Any] | None]) -> tuple[str | None, lis
     return best, below
 
 
+def power_text(data: dict[str, Any]) -> str:
+    """The sample's size and power in words: "64 random pairs of the 200 asked for (all the
+    model's valid forward pairs): power 0.65 to detect ρ = 0.3 (90 pairs reach 0.8)"."""
+    p = data.get("power") or {}
+    if not p:
+        return f"{data.get('n_sample')} random pairs (power not stated by this answer)"
+    if p.get("available") is None:  # not drawn yet: the model's pair count is not known
+        size = f"{p['requested']} random pairs asked for"
+    else:
+        short = f" (all the model's {p['available']} valid forward pairs)" if p["n"] < p["requested"] else ""
+        size = f"{p['n']} random pairs of the {p['requested']} asked for{short}"
+    value = "undefined" if p.get("power") is None else f"{p['power']:.2f}"
+    return (f"{size}: power {value} to detect "
+            f"ρ = {p['rho']:g} (two-sided, α = {p['alpha']:g}; {p['n_for_80']} pairs reach 0.8)")
+
+
+def verdict_text(d: dict[str, Any]) -> str:
+    """One paired comparison's outcome: "PK better", "CS better", "no difference" or "undefined"."""
+    return VERDICT_WORDS.get(d.get("verdict") or "", "undefined").format(b=d.get("metric_b"))
+
+
+def paired_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every paired comparison of the answer, prompt sets in display order: {prompts, metric_a,
+    metric_b, difference, low, high, n, verdict, baseline (metric_b is a trivial baseline)}."""
+    baselines = set(data.get("baselines") or ())
+    return [{"prompts": prompts, **{f: d.get(f) for f in ("metric_a", "metric_b", "difference", "low", "high",
+                                                           "n", "verdict")},
+             "baseline": d.get("metric_b") in baselines}
+            for prompts in prompt_sets(data) for d in (data.get("paired") or {}).get(prompts, [])]
+
+
 def validation_words(data: dict[str, Any]) -> list[str]:
-    """The answer in words, a sentence per prompt set: which metric's Spearman is highest,
-    whose intervals lie below its interval (or that all overlap), and the same for the
-    top-k's mean effect."""
+    """The answer in words: the sample (and its power), then a sentence per prompt set: the
+    paired verdict of PK against CS (the decision rule), which metric's Spearman is highest,
+    and the top-k's mean effect."""
     out = [f"{data.get('pairing')}: {data.get('n_sample')} forward pairs drawn at random (seed {data.get('seed')}) "
-           f"plus each metric's top-{data.get('k')}, {len(data.get('edges') or [])} pairs measured by path ablation."]
+           f"plus each metric's top-{data.get('k')}, {len(data.get('edges') or [])} pairs measured by path ablation.",
+           power_text(data) + "."]
     for prompts in prompt_sets(data):
         parts = []
+        pk_cs = next((d for d in (data.get("paired") or {}).get(prompts, []) if d.get("metric_b") == "CS"), None)
+        if pk_cs is not None:
+            parts.append(f"PK − CS = {interval_text({'value': pk_cs['difference'], 'low': pk_cs['low'], 'high': pk_cs['high']})} "
+                         f"on the same {pk_cs['n']} pairs (paired bootstrap): {verdict_text(pk_cs)}")
         for key, what in (("random_rho", "Spearman with the effect"), ("top_mean_effect", f"top-{data.get('k')} mean effect")):
             stats = {r["metric"]: r.get(key) for r in data["summary"][prompts]}
             best, below = comparison(stats)
@@ -162,7 +202,10 @@ def validation_words(data: dict[str, Any]) -> list[str]:
                 parts.append(f"{what}: undefined")
                 continue
             text = f"{what} highest for {best} ({interval_text(stats[best])})"
-            others = [m for m in stats if m != best]
+            others = [m for m in stats if m != best and (stats[m] or {}).get("value") is not None]
+            if key == "random_rho":  # marginal intervals decide nothing; the paired rule above does
+                parts.append(text)
+                continue
             if below and len(below) == len(others):
                 text += f", its interval above every other metric's ({', '.join(below)})"
             elif below:
