@@ -16,6 +16,7 @@ import httpx
 BUSY_POLL_S = 0.25  # how often a GET answered 429 (busy) is tried again
 ABLATION_TIMEOUT_S = 600.0  # measuring edges of a real model: loading it, then forward passes
 VALIDATION_TIMEOUT_S = 3600.0  # ~40-100 pairs measured on two prompt sets: minutes on a real model
+RECOVERY_TIMEOUT_S = 900.0  # a cold table computes CKA and Procrustes of one pairing: a minute or more
 
 
 class ApiError(Exception):
@@ -198,6 +199,13 @@ class ApiClient:
         params = {"model": model, "pairing": pairing, **sample, "cached": "true" if cached else None}
         extra = {} if cached else {"timeout": VALIDATION_TIMEOUT_S}
         return self.request("GET", "/api/validation", params=params, **extra).json()
+
+    def recovery(self, model: str, pairing: str, labels: str, k: int = 20) -> dict[str, Any]:
+        """GET /api/recovery: every metric's recovery of the label set ``labels``'s heads on
+        ``pairing`` (endpoint share, precision@k, ROC-AUC with bootstrap intervals and paired
+        differences vs PK). Cold work (CKA, Procrustes): needs the token in lab mode."""
+        params = {"model": model, "pairing": pairing, "labels": labels, "k": k}
+        return self.request("GET", "/api/recovery", params=params, timeout=RECOVERY_TIMEOUT_S).json()
 
     def labels(self) -> list[dict[str, Any]]:
         data = self.get("/api/labels")

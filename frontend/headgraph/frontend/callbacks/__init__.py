@@ -23,6 +23,7 @@ from headgraph.frontend.callbacks import (  # noqa: F401
     model,
     navigation,
     panels,
+    recovery,
     reference,
     router,
     scatter,

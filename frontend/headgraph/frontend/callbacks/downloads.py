@@ -18,6 +18,8 @@ from headgraph.frontend.callbacks.define import callback
 from headgraph.frontend.callbacks.graph import load_graph, shown_graph
 from headgraph.frontend.callbacks.heatmap import metric_grid
 from headgraph.frontend.figures import export as exports
+from headgraph.frontend.figures.recovery import K_MAX as RECOVERY_K
+from headgraph.frontend.figures.recovery import recovery_csv
 from headgraph.frontend.layout.page import DOWNLOADABLE, FILTERED
 from headgraph.frontend.state.readiness import view_params
 
@@ -26,7 +28,7 @@ CsvMaker = Callable[[ApiClient, dict[str, Any]], tuple[str, str]]
 PARAMS_OF = {"graph": "graph", "heatmap": "heatmap", "head-grid": "head-grid", "scatter": "scatter",
              "kl-grid": "reference", "ref-hist": "reference", "null-fig": "reference",
              "token-grid": "tokens", "patterns": "tokens", "cosines": "pair-panel",
-             "validation": "validation", "validation-scatter": "validation"}
+             "validation": "validation", "validation-scatter": "validation", "recovery": "recovery"}
 
 
 def _stem(*parts: Any) -> str:
@@ -64,6 +66,8 @@ CSV_MAKERS: dict[str, CsvMaker] = {
     "validation-scatter": lambda c, p: (exports.validation_edges_csv(c.validation(p["model"], p["pairing"],
                                                                                   cached=True)),
                                         _stem(p["model"], "validation-pairs", p["pairing"])),
+    "recovery": lambda c, p: (recovery_csv(c.recovery(p["model"], p["pairing"], p["overlay"], min(p["k"], RECOVERY_K))),
+                              _stem(p["model"], "recovery", p["pairing"], p["overlay"])),
 }
 
 # "CSV (all)": the whole API answer behind a filtered view (layout.page.FILTERED).

@@ -30,7 +30,8 @@ from headgraph.frontend.state.url import (
 
 VIEW_LABELS: dict[str, str] = {"graph": "Head graph", "heatmap": "Heatmaps", "scatter": "PK vs CS",
                                "reference": "Random reference", "tokens": "Tokens & patterns",
-                               "validation": "Validation", "compare": "Compare", "timeline": "Timeline"}
+                               "validation": "Validation", "recovery": "Recovery", "compare": "Compare",
+                               "timeline": "Timeline"}
 # Which control groups each view shows.
 VIEW_CONTROLS: dict[str, tuple[str, ...]] = {
     # the rule group holds the graph's scales; "filter": layer range and head search
@@ -40,11 +41,12 @@ VIEW_CONTROLS: dict[str, tuple[str, ...]] = {
     "reference": ("pairing",),
     "tokens": ("role",),
     "validation": ("pairing",),
+    "recovery": ("pairing", "overlay", "recovery"),  # the label set is the class overlay; top-k
     "compare": ("pairing", "compare"),  # model A / B and top-k
     "timeline": ("pairing", "series"),  # the series and top-k (the step slider is in the view)
 }
 CONTROL_GROUPS = ("pairing", "pairings", "rule", "metric", "grain", "layout", "direction", "top_percent",
-                  "role", "overlay", "verification", "filter", "compare", "series")
+                  "role", "overlay", "verification", "filter", "recovery", "compare", "series")
 METRIC_LABELS = {"raw": "raw", "normalized": "normalized", "z": "z", "cs": "CS"}
 # The graph's scales (the API's threshold_on): no CS, which GET /api/graph cannot rank by.
 RANK_LABELS = {"pk": "raw PK", "normalized": "normalized", "z": "z"}
@@ -52,6 +54,7 @@ THRESHOLD_LABELS = {"normalized": "normalized", "z": "z", "pk": "raw PK", "fdr":
 VERIFICATION_LABELS = {"off": "off", "colour": "colour", "verified": "verified only"}
 UNAVAILABLE = "not available offline"
 HIDE = {"display": "none"}
+RECOVERY_K_MAX = 200  # GET /api/recovery's most top edges per metric
 
 
 def model_options(models: list[dict[str, Any]] | None, current: str | None) -> list[dict[str, Any]]:
@@ -194,10 +197,10 @@ def control_groups(state: ViewState | None, vocab: Vocabulary | None,
         _group("role", "role", "role" in shown, dcc.RadioItems(
             id="role-radio", value=state.role if state else None, inline=True,
             options=_opts(vocab.roles if vocab else ()))),
-        _group("overlay", "classes", "overlay" in shown, dcc.Dropdown(
-            id="overlay-select", options=overlay_options(label_sets, state.overlay if state else None),
-            value=(state.overlay or None) if state else None, placeholder="no overlay",
-            className="overlay-dd")),
+        _group("overlay", "reference" if state and state.view == "recovery" else "classes", "overlay" in shown,
+               dcc.Dropdown(id="overlay-select", options=overlay_options(label_sets, state.overlay if state else None),
+                            value=(state.overlay or None) if state else None, placeholder="no overlay",
+                            className="overlay-dd")),
         _group("verification", "verification", "verification" in shown, dcc.RadioItems(
             id="verification-radio", value=state.verification if state else None, inline=True,
             options=_opts(VERIFICATION_MODES, VERIFICATION_LABELS))),
@@ -207,7 +210,11 @@ def control_groups(state: ViewState | None, vocab: Vocabulary | None,
                          title="only heads of these blocks (both ends of an edge in the range)"),
                html.Span("find", className="ctl-label"),
                html.Span(dcc.Input(id="find-input", type="text", value=state.find if state else "",
-                                   placeholder="L17H3 · L17KV1 · L17", debounce=True, className="text-input"),
-                         title="highlight a head or a layer's heads; a head name opens its panel")),
+                                   placeholder="L17H3 · L17 · induction", debounce=True, className="text-input"),
+                         title="highlight a head, a layer's heads (L17) or a class's heads (a class of "
+                               "the overlay, e.g. induction); a head name opens its panel")),
+        _group("recovery", "top-k", "recovery" in shown, dcc.Input(
+            id="recovery-k-input", type="number", min=1, max=RECOVERY_K_MAX, step=1,
+            value=min(state.k, RECOVERY_K_MAX) if state else None, debounce=True, className="num-input")),
         *comparison_groups(state, vocab, _group),
     ]

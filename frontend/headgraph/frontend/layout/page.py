@@ -3,7 +3,8 @@
 Element ids are stable (tests and screenshots find them): "model-select", "compute-btn",
 "progress", "copy-link", "graph", "heatmap", "head-grid", "scatter", "kl-grid", "ref-hist",
 "null-fig", "token-grid", "patterns", "validation", "validation-scatter", "head-panel",
-"pair-panel", "overlay-upload", "upload-error", "tab-<view>", and "<view>-summary" text blocks that carry the rendered values.
+"pair-panel", "overlay-upload", "upload-error", "recovery", "recovery-body", "tab-<view>", and "<view>-summary"
+text blocks that carry the rendered values.
 The tabs, the model dropdown and the controls are placeholders here: ``render_controls``
 builds them from the URL (controls.py).
 """
@@ -22,7 +23,8 @@ GRAPH_CONFIG = {"displaylogo": False, "toImageButtonOptions": {"format": "png", 
                 "modeBarButtonsToRemove": ["select2d", "lasso2d"]}
 # Figures with PNG / SVG / CSV buttons.
 DOWNLOADABLE: tuple[str, ...] = ("graph", "heatmap", "head-grid", "scatter", "kl-grid", "ref-hist",
-                                 "null-fig", "token-grid", "patterns", "cosines", "validation", "validation-scatter")
+                                 "null-fig", "token-grid", "patterns", "cosines", "validation", "validation-scatter",
+                                 "recovery")
 
 # Figures whose view filters its data: CSV is what the view shows, "CSV (all)" the whole answer.
 FILTERED: tuple[str, ...] = ("graph",)
@@ -131,6 +133,9 @@ def views(shown: str | None = None) -> html.Div:
                   figure_block("validation"),
                   html.Div(figure_block("validation-scatter"), id="validation-scatter-box", style={"display": "none"})],
                  id="view-validation", className="view", style=view_style("validation", shown)),
+        html.Div([html.Div(id="recovery-summary", className="summary"),
+                  html.Div(id="recovery-body", className="validation-words"), figure_block("recovery")],
+                 id="view-recovery", className="view", style=view_style("recovery", shown)),
         compare_view(view_style("compare", shown)),
         timeline_view(view_style("timeline", shown)),
     ], className="views")

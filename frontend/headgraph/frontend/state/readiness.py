@@ -22,6 +22,8 @@ VIEW_PARAMS: dict[str, tuple[str, ...]] = {
     "tokens": ("model", "role", "overlay"),
     # GET /api/validation?cached=true of the pairing (the API's n, k and seed): read only.
     "validation": ("model", "pairing"),
+    # GET /api/recovery of the pairing, the class overlay's label set as the reference, top-k.
+    "recovery": ("model", "pairing", "overlay", "k"),
     # GET /api/compare of A (or the model) and B; GET /api/timeline of the series (k <= 50).
     "compare": ("model", "a", "b", "pairing", "k"),
     "timeline": ("series", "pairing", "k", "checkpoint"),
@@ -35,7 +37,7 @@ ROUTED_PARTS: tuple[str, ...] = ("search", "ready", "labels", "rendered")
 # The tab each figure block belongs to (panels show on every tab).
 TAB_OF = {"graph": "graph", "heatmap": "heatmap", "head-grid": "heatmap", "scatter": "scatter",
           "reference": "reference", "tokens": "tokens", "validation": "validation",
-          "compare": "compare", "timeline": "timeline"}
+          "recovery": "recovery", "compare": "compare", "timeline": "timeline"}
 # Views that read no result of the model's job (only their own cache entries): they render
 # while it runs, or with no job at all, never waiting for the ready record.
 JOB_FREE_VIEWS: tuple[str, ...] = ("validation", "compare", "timeline")
@@ -68,6 +70,8 @@ def needed_stages(state: ViewState, view: str) -> tuple[str, ...] | None:
         return ("reference", "null ")
     if view == "tokens":
         return ("tokens ", "patterns")
+    if view == "recovery":  # PK and CS from the job; CKA / Procrustes are the request's own
+        return base + overlay
     return None
 
 

@@ -55,6 +55,7 @@ CONTROL_FIELDS: dict[str, str] = {
     "compare-a-input": "a",
     "compare-b-input": "b",
     "compare-k-input": "k",
+    "recovery-k-input": "k",
     "series-input": "series",
     "timeline-k-input": "k",
     "step-slider": "checkpoint",
@@ -180,6 +181,9 @@ def apply_click(state: ViewState, source: str, click: Any, vocab: Vocabulary) ->
     if source == "graph":
         if data[0] == "node" and len(data) >= 2 and is_head(str(data[1])):
             return state.with_(head=str(data[1]), pair=None)
+        if data[0] == "layers" and len(data) >= 3:  # a cell of the layer-aggregated graph
+            layers = parse_layers(f"{data[1]}-{data[2]}")
+            return state.with_(layers=layers) if layers else state
         if data[0] == "edge" and len(data) >= 4 and str(data[3]) in vocab.pairings \
                 and is_head(str(data[1])) and is_head(str(data[2])):
             return state.with_(pair=(str(data[1]), str(data[2])), pairing=str(data[3]), head=None)

@@ -18,8 +18,8 @@ from urllib.parse import parse_qs, urlencode
 from headgraph.frontend.api.names import Vocabulary
 
 # Frontend-only lists (what the dashboard shows; the API's names come from the vocabulary).
-VIEWS: tuple[str, ...] = ("graph", "heatmap", "scatter", "reference", "tokens", "validation", "compare",
-                          "timeline")
+VIEWS: tuple[str, ...] = ("graph", "heatmap", "scatter", "reference", "tokens", "validation", "recovery",
+                          "compare", "timeline")
 LAYOUTS: tuple[str, ...] = ("grid", "force")
 RULES: tuple[str, ...] = ("topk", "threshold")
 DIRECTIONS: tuple[str, ...] = ("out", "in")
@@ -97,7 +97,7 @@ class ViewState:
     zoom: tuple[str, str] | None = None  # heatmap drill-down: (source layer, target layer), "L3"
     verification: str = "off"  # graph edges by ablation verdict (VERIFICATION_MODES)
     layers: tuple[int, int] | None = None  # graph: only heads of blocks lo..hi (both ends in it)
-    find: str = ""  # graph: a head name ("L17H3", "L17KV1") or a layer ("L17") to highlight
+    find: str = ""  # graph: a head name ("L17H3", "L17KV1"), a layer ("L17") or a class ("induction")
     a: str = ""  # compare: model A ("" = ``model``)
     b: str = ""  # compare: model B ("" = none picked yet)
     series: str = DEFAULT_SERIES  # timeline: a named series or a comma list of model ids
@@ -175,11 +175,20 @@ def format_layers(layers: tuple[int, int] | None) -> str:
     return str(layers[0]) if layers[0] == layers[1] else f"{layers[0]}-{layers[1]}"
 
 
+FIND_MAX = 64  # the longest class name a search takes (the API's class names: 64 characters)
+
+
 def parse_find(value: str | None, vocab: Vocabulary) -> str:
-    """A graph search term, upper-cased: a head name (``vocab.is_head``: "L17H3", "L17KV1")
-    or a layer ("L17"); "" for anything else."""
-    text = (value or "").strip().upper()
-    return text if text and (vocab.is_head(text) or _LAYER_RE.match(text)) else ""
+    """A graph search term: a head name (``vocab.is_head``: "L17H3", "L17KV1") or a layer
+    ("L17"), upper-cased; else a class name ("induction", "previous token") as typed, blanks
+    trimmed and collapsed; "" for a blank, an over-long term or control characters."""
+    text = " ".join((value or "").split())
+    if not text or len(text) > FIND_MAX or any(ord(c) < 32 or ord(c) == 127 for c in text):
+        return ""
+    upper = text.upper()
+    if vocab.is_head(upper) or _LAYER_RE.match(upper):
+        return upper
+    return text if any(c.isalpha() for c in text) else ""
 
 
 def _legacy_on(metric: str | None) -> str:
