@@ -47,7 +47,7 @@ def grid_json(pairing: str, n_tgt: int, *, kv: bool, kind: str = "pk", labels: l
 
 # -- node placement ---------------------------------------------------------------------------
 
-def test_kv_nodes_sit_over_the_query_heads_they_serve() -> None:
+def test_kv_nodes_sit_on_their_layer_between_the_query_heads_they_serve() -> None:
     backdrop = {"nodes": all_head_nodes(INFO)}
     kv_nodes = [n for n in backdrop["nodes"] if n["kind"] == "kv_group"]
     assert [n["id"] for n in kv_nodes] == names(True)

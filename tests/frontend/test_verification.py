@@ -36,7 +36,7 @@ def test_verification_layers_and_find_round_trip_through_the_url() -> None:
     loose = parse_query("?layers=20 - 10&find=l17&verification=verified", VOCAB)
     assert (loose.layers, loose.find, loose.verification) == ((10, 20), "L17", "verified")
     assert parse_query("?layers=7", VOCAB).layers == (7, 7)
-    bad = parse_query("?layers=a-b&find=head0&verification=maybe", VOCAB)
+    bad = parse_query("?layers=a-b&find=12&verification=maybe", VOCAB)  # no letter: no head, layer or class
     assert (bad.layers, bad.find, bad.verification) == (None, "", "off")
     assert "layers=" not in to_query(default_state(VOCAB)) and "find=" not in to_query(default_state(VOCAB))
 
@@ -47,7 +47,7 @@ def test_typing_a_head_name_opens_its_panel_and_a_layer_only_highlights() -> Non
     assert (exact.find, exact.head, exact.pair) == ("L1H3", "L1H3", None)
     layer = next_state(state, "find-input", "L1", VOCAB)
     assert (layer.find, layer.head, layer.pair) == ("L1", None, ("L0H0", "L1H3"))
-    assert next_state(layer, "find-input", "not a head", VOCAB) == layer  # malformed: unchanged
+    assert next_state(layer, "find-input", "%%", VOCAB) == layer  # no head, layer or class: unchanged
     assert next_state(layer, "find-input", "", VOCAB).find == ""
     ranged = next_state(state, "layers-input", "3-1", VOCAB)
     assert ranged.layers == (1, 3) and next_state(ranged, "layers-input", "x", VOCAB) == ranged

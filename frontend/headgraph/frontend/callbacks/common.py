@@ -14,12 +14,13 @@ from dash import html
 from headgraph.frontend.api.client import ApiClient, ApiError
 from headgraph.frontend.api.context import api, vocab
 from headgraph.frontend.callbacks.router import mark_error
+from headgraph.frontend.figures.palette import label_set_order
 from headgraph.frontend.layout.controls import UNAVAILABLE
 from headgraph.frontend.state.url import PATTERN_OVERLAY, ViewState, parse_query
 
 T = TypeVar("T")
 
-__all__ = ["UNAVAILABLE", "WAITING", "api", "error_note", "overlay_classes", "stat", "state_of", "vocab",
+__all__ = ["UNAVAILABLE", "WAITING", "api", "class_order", "error_note", "overlay_classes", "stat", "state_of", "vocab",
            "with_overlay"]
 WAITING = "waiting for the model's results (see the progress bar above)…"
 
@@ -38,6 +39,19 @@ def overlay_classes(client: ApiClient, overlay: str | None, model: str | None = 
         return dict(client.get(f"/api/labels/{overlay}", model=model).get("classes", {}))
     except ApiError:
         return {}
+
+
+def class_order(client: Any, overlay: str | None, label_sets: list[dict[str, Any]] | None = None) -> tuple[str, ...]:
+    """The class order of the overlay (its colours, figures.palette), from the label-set list
+    (``label_sets``, else GET /api/labels); () without an overlay or when it is not listed."""
+    if not overlay:
+        return ()
+    if label_sets is None:
+        try:
+            label_sets = client.labels()
+        except ApiError:
+            return ()
+    return label_set_order(label_sets, overlay)
 
 
 def with_overlay(call: Callable[[str | None], T], overlay: str | None) -> tuple[T, str | None]:

@@ -1,6 +1,8 @@
 """Head graph view: top-k or threshold edges per pairing, class overlay, hubs, two layouts; a
-layer range, a head search and edges by path-ablation verdict (graph_filters), the verdicts
-read from the cache only (GET /api/ablation?cached=true: rendering never starts a computation).
+layer range, a search (head, layer or class) and edges by path-ablation verdict (graph_filters),
+the verdicts read from the cache only (GET /api/ablation?cached=true: rendering never starts a
+computation). Class colours follow the overlay's class order (figures.palette); a graph of more
+than EDGE_DRAW_LIMIT edges is drawn as edges per layer pair (figures.graph_layers).
 """
 
 from __future__ import annotations
@@ -14,7 +16,16 @@ from dash import Input, Output, html, no_update
 
 from headgraph.frontend.api.client import ApiError
 from headgraph.frontend.api.names import head_label
-from headgraph.frontend.callbacks.common import WAITING, api, error_note, stat, state_of, with_overlay
+from headgraph.frontend.callbacks.common import (
+    WAITING,
+    api,
+    class_order,
+    error_note,
+    overlay_classes,
+    stat,
+    state_of,
+    with_overlay,
+)
 from headgraph.frontend.callbacks.router import view_callback
 from headgraph.frontend.figures import empty_figure, graph_figure
 from headgraph.frontend.figures.graph_filters import (
@@ -25,11 +36,14 @@ from headgraph.frontend.figures.graph_filters import (
     filter_layers,
     find_matches,
     in_layers,
+    is_head_or_layer,
     keep_verified,
     verdict_counts,
     verdict_map,
     verify_k,
 )
+from headgraph.frontend.figures.graph_layers import EDGE_DRAW_LIMIT, layer_graph_figure, too_many_note
+from headgraph.frontend.figures.palette import JOINED
 from headgraph.frontend.figures.positions import grid_positions, positions
 from headgraph.frontend.state.readiness import view_params
 from headgraph.frontend.state.url import (
@@ -268,11 +282,31 @@ def shown_graph(client: Any, params: dict[str, Any]) -> dict[str, Any]:
                triggers=(Input("ablation-token", "data"),), variant=ablation_digest)
 def render_graph(search: str | None, ready: dict | None, label_sets: list | None) -> tuple:
     """The head graph of the URL's pairings, rule, metric, layout, overlay and selection."""
-    return graph_view(view_params(state_of(search, label_sets), "graph", ready))
+    return graph_view(view_params(state_of(search, label_sets), "graph", ready), label_sets)
 
 
-def graph_view(params: dict[str, Any] | None) -> tuple:
-    """(figure, summary, slider range, edge count, hubs) for graph params (None: waiting)."""
+def search_classes(client: Any, params: dict[str, Any], nodes: list[dict[str, Any]],
+                   backdrop: list[dict[str, Any]]) -> dict[str, str]:
+    """head -> class for a class search: the graph nodes' classes, the overlay's for heads
+    without edges (a KV group: its query heads' classes joined); {} for a head or layer search."""
+    find = params.get("find") or ""
+    if not find or is_head_or_layer(find):
+        return {}
+    out = {str(n["id"]): str(n["head_class"]) for n in nodes if n.get("head_class")}
+    overlay = overlay_classes(client, params.get("overlay"), params["model"])
+    for n in backdrop:
+        name = str(n["id"])
+        if name in out:
+            continue
+        members = [overlay[h] for h in str(n.get("heads") or name).split(",") if h in overlay]
+        if members:
+            out[name] = JOINED.join(dict.fromkeys(members))
+    return out
+
+
+def graph_view(params: dict[str, Any] | None, label_sets: list[dict[str, Any]] | None = None) -> tuple:
+    """(figure, summary, slider range, edge count, hubs) for graph params (None: waiting);
+    ``label_sets``: the API's label-set list (the overlay's class order; read when None)."""
     if not params:
         return (empty_figure(WAITING), [], no_update, None, None)
     pairings = list(params["pairings"])
@@ -294,19 +328,28 @@ def graph_view(params: dict[str, Any] | None) -> tuple:
     else:
         pos = positions(node_link, "force")
         head_pos = None
+    classes = search_classes(client, params, node_link.get("nodes", []), backdrop["nodes"])
     found = find_matches(list(pos) + [n["id"] for n in backdrop["nodes"] if head_pos and n["id"] not in pos],
-                         params.get("find") or "")
+                         params.get("find") or "", classes)
     shown_edges = node_link.get("edges", [])
-    fig = graph_figure({**data, "graph": node_link, "layer_indices": layer_indices,
-                        "edge_counts": edge_counts(shown_edges, pairings)}, pos, layout=params["layout"],
-                       all_heads=[n["id"] for n in backdrop["nodes"]], head_pos=head_pos,
-                       backdrop=backdrop["nodes"],
-                       selected=params.get("head"),
-                       selected_edge=(*params["pair"], params["pairing"]) if params.get("pair") else None,
-                       verdicts=verdicts, highlight=found)
+    too_many = len(shown_edges) > EDGE_DRAW_LIMIT
+    if too_many:
+        fig = layer_graph_figure(shown_edges, layer_indices, rule=str(data.get("rule", "")))
+    else:
+        fig = graph_figure({**data, "graph": node_link, "layer_indices": layer_indices,
+                            "edge_counts": edge_counts(shown_edges, pairings)}, pos, layout=params["layout"],
+                           all_heads=[n["id"] for n in backdrop["nodes"]], head_pos=head_pos,
+                           backdrop=backdrop["nodes"],
+                           selected=params.get("head"),
+                           selected_edge=(*params["pair"], params["pairing"]) if params.get("pair") else None,
+                           verdicts=verdicts, highlight=found,
+                           class_order=class_order(client, params.get("overlay"), label_sets))
     total = sum(counts.values())
     hubs = ",".join(data.get("hubs", {}).get("hubs", []))
     chips = filter_chips(params, len(shown_edges), total, found,
                          None if verdicts is None else verdict_counts(in_range.get("edges", []), verdicts), rule)
+    if too_many:
+        chips.append(html.Span(too_many_note(len(shown_edges)), className="hint warn", id="graph-aggregated",
+                               **{"data-edges": str(len(shown_edges))}))
     return (fig, summary(data, threshold, graph_on(params)) + chips, no_update if slider is None else slider,
             str(total), hubs)

@@ -10,6 +10,7 @@ from headgraph.frontend.api.client import ApiClient, ApiError
 from headgraph.frontend.callbacks.common import (
     WAITING,
     api,
+    class_order,
     error_note,
     overlay_classes,
     stat,
@@ -50,11 +51,12 @@ def hover_grids(client: ApiClient, model: str, pairing: str, metric: str) -> dic
 def render_heatmap(search: str | None, ready: dict | None, label_sets: list | None) -> tuple:
     """The full pair grid of the URL's pairing and metric (when the heatmap tab shows), its
     layer overview, or one layer block of it."""
-    return heatmap_view(view_params(state_of(search, label_sets), "heatmap", ready))
+    return heatmap_view(view_params(state_of(search, label_sets), "heatmap", ready), label_sets)
 
 
-def heatmap_view(params: dict[str, Any] | None) -> tuple:
-    """(figure, summary chips, cell count) for heatmap params (None: a waiting note)."""
+def heatmap_view(params: dict[str, Any] | None, label_sets: list[dict[str, Any]] | None = None) -> tuple:
+    """(figure, summary chips, cell count) for heatmap params (None: a waiting note);
+    ``label_sets``: the API's label-set list (the overlay's class order; read when None)."""
     if not params or not params.get("ready"):
         return empty_figure(WAITING), [], None
     client = api()
@@ -73,7 +75,8 @@ def heatmap_view(params: dict[str, Any] | None) -> tuple:
         message = err.message if isinstance(err, ApiError) else str(err.args[0])
         return empty_figure(message), [error_note(message)], None
     classes = overlay_classes(client, params.get("overlay"), model)
-    fig = score_heatmap(grid, metric=metric, hover_grids=extra, classes=classes)
+    order = class_order(client, params.get("overlay"), label_sets) if classes else ()
+    fig = score_heatmap(grid, metric=metric, hover_grids=extra, classes=classes, class_order=order)
     rows, cols = len(grid["source_labels"]), len(grid["target_labels"])
     n_valid = sum(v for a in grid["valid"] for b in a for c in b for v in c)
     chips = [stat("cells", rows * cols, "cells"), stat("valid", n_valid, "valid"),

@@ -13,11 +13,13 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from headgraph.frontend.figures.palette import CLASS_PALETTE, NO_CLASS_COLOR, class_palette
+
+__all__ = ["CLASS_PALETTE", "FONT", "METRIC_TITLES", "NO_CLASS_COLOR", "OTHER_PAIRING_COLOR", "PAIRING_COLORS",
+           "TEMPLATE", "base_layout", "class_colors", "empty_figure", "fitted_margins", "fmt_value",
+           "pairing_color", "slim_template"]
 PAIRING_COLORS: dict[str, str] = {"OQ": "#d62728", "OK": "#2ca02c", "OV": "#1f77b4"}
 OTHER_PAIRING_COLOR = "#7f7f7f"
-CLASS_PALETTE: tuple[str, ...] = ("#9467bd", "#ff7f0e", "#17becf", "#e377c2", "#bcbd22",
-                                  "#8c564b", "#1f77b4", "#d62728", "#2ca02c", "#7f7f7f")
-NO_CLASS_COLOR = "#8c9bb0"
 METRIC_TITLES = {"raw": "PK", "normalized": "normalized PK", "z": "z-score (Haar)", "cs": "CS"}
 FONT = dict(family="Inter, Segoe UI, Helvetica, Arial, sans-serif", size=12)
 _KEPT_TRACES = ("heatmap", "scatter", "scattergl", "bar")
@@ -128,8 +130,8 @@ def pairing_color(pairing: str, alpha: float = 1.0) -> str:
 
 
 def class_colors(classes: Sequence[str]) -> dict[str, str]:
-    """Stable colour per class name (order of first appearance)."""
-    return {c: CLASS_PALETTE[i % len(CLASS_PALETTE)] for i, c in enumerate(dict.fromkeys(classes))}
+    """Colour per class name with ``classes`` as the label set's class order (figures.palette)."""
+    return class_palette(classes)
 
 
 def fmt_value(v: Any, digits: int = 3) -> str:

@@ -1,6 +1,10 @@
 """The head graph figure: heads as nodes (coloured by class, hubs starred), edges coloured by pairing.
 
-Edges carry invisible click handles so Dash callbacks can open an edge's detail panel.
+Edges carry invisible click handles so Dash callbacks can open an edge's detail panel, and an
+arrowhead at their target in every layout. A node's hover lists its strongest incoming and
+outgoing edges per pairing. Above LABEL_ALL_MAX nodes only the heads that matter are labelled:
+hubs, the endpoints of each pairing's strongest edges, and the pinned ones (selected, found).
+Class colours come from figures.palette (the label set's class order).
 """
 
 from __future__ import annotations
@@ -11,27 +15,24 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from headgraph.frontend.figures.common import (
-    NO_CLASS_COLOR,
-    base_layout,
-    class_colors,
-    fmt_value,
-    pairing_color,
-)
+from headgraph.frontend.figures.common import base_layout, fmt_value, pairing_color
 from headgraph.frontend.figures.graph_filters import EdgeKey, edge_key, verdict_counts, verdict_of
 from headgraph.frontend.figures.handles import place_handles
-from headgraph.frontend.figures.positions import KV_ROW_OFFSET, Positions, grid_row, is_kv_node
+from headgraph.frontend.figures.palette import LEGEND_SYMBOL, NO_CLASS_COLOR, class_palette
+from headgraph.frontend.figures.positions import Positions, grid_row, is_kv_node
 from headgraph.frontend.figures.verdicts import verdict_hover, verdict_legend, verdict_line
 
-KV_NOTE = (f"<br>KV group: shared keys/values of %s<br>(drawn {KV_ROW_OFFSET:g} row under "
-           "its layer, at the mean column of those query heads)")
+KV_NOTE = ("<br>KV group: shared keys/values of %s<br>(drawn on its layer's row, between "
+           "those query heads)")
+LABEL_ALL_MAX = 48   # up to this many nodes every node is labelled
+LABEL_TOP_EDGES = 3  # above it: the endpoints of each pairing's this-many strongest edges
+HOVER_EDGES = 3      # a node's hover: its strongest incoming / outgoing edges per pairing
+ARROW_PX = 9         # arrowhead marker size
 
 # Pixels. Plotly hovers, among the markers under the pointer, the one with the smallest radius,
-# so markers must not cover each other's centres: rows get enough height for a KV sub-row
-# between them, node sizes are capped below that, and edge handles go where they cover no
-# node (figures.handles).
-ROW_PX = 36            # grid pixels per layer row (KV_ROW_PX with KV sub-rows)
-KV_ROW_PX = 46
+# so markers must not cover each other's centres: node sizes are capped below a row's height,
+# and edge handles go where they cover no node (figures.handles).
+ROW_PX = 36            # grid pixels per layer row
 MARGIN_Y_PX = 110      # top + bottom margins (base_layout)
 MIN_PLOT_WIDTH_PX = 560  # the narrowest plot area assumed when converting x to pixels
 BACKDROP_SIZE = 7      # marker diameter of a head without edges
@@ -45,10 +46,9 @@ def node_size(node: dict[str, Any]) -> float:
 
 
 def grid_height(pos: Positions) -> int:
-    """Figure height (px) of the grid layout: at least 600, ROW_PX per row (KV_ROW_PX with KV)."""
+    """Figure height (px) of the grid layout: at least 600, ROW_PX per row."""
     rows = {grid_row(p[1]) for p in pos.values()}
-    row_px = KV_ROW_PX if any("KV" in n for n in pos) else ROW_PX
-    return max(600, int((len(rows) + 1.4) * row_px + MARGIN_Y_PX))
+    return max(600, int((len(rows) + 1.4) * ROW_PX + MARGIN_Y_PX))
 
 
 def _pixel_scale(pos: Positions, height: int, layout: str) -> tuple[float, float]:
@@ -105,13 +105,86 @@ def _offset(p0: tuple[float, float], p1: tuple[float, float], shift: float) -> t
     return (p0[0] + ox, p0[1] + oy), (p1[0] + ox, p1[1] + oy)
 
 
+def _strength(edge: dict[str, Any]) -> tuple[float, float]:
+    """Sort key, strongest first: the API's rank within its pairing, then the score."""
+    rank = edge.get("rank")
+    return (float(rank) if isinstance(rank, (int, float)) else math.inf, -float(edge.get("score") or 0.0))
+
+
+def strongest_edges(edges: Sequence[dict[str, Any]], per_pairing: int = LABEL_TOP_EDGES) -> list[dict[str, Any]]:
+    """Each pairing's ``per_pairing`` strongest edges (the API's rank, then the score)."""
+    by_pairing: dict[str, list[dict[str, Any]]] = {}
+    for e in edges:
+        by_pairing.setdefault(str(e.get("pairing", e.get("key", ""))), []).append(e)
+    return [e for p in sorted(by_pairing) for e in sorted(by_pairing[p], key=_strength)[:per_pairing]]
+
+
+def labelled_nodes(nodes: Sequence[dict[str, Any]], edges: Sequence[dict[str, Any]],
+                   pinned: Sequence[str] = ()) -> set[str]:
+    """The nodes that carry their name: all of them up to LABEL_ALL_MAX nodes; above that the
+    hubs, the endpoints of each pairing's LABEL_TOP_EDGES strongest edges, and ``pinned``."""
+    ids = {str(n["id"]) for n in nodes}
+    if len(ids) <= LABEL_ALL_MAX:
+        return ids
+    out = {str(n["id"]) for n in nodes if n.get("is_hub")}
+    for e in strongest_edges(edges):
+        out |= {str(e["source"]), str(e["target"])}
+    return (out | set(pinned)) & ids
+
+
+def edge_line(edge: dict[str, Any], other: str, arrow: str, verdicts: dict[EdgeKey, dict[str, Any]] | None) -> str:
+    """One hover line of a node's edge: the other head, PK, normalized PK, the verdict if measured."""
+    text = f"{arrow} {other}: PK {fmt_value(edge.get('score'))} · norm {fmt_value(edge.get('normalized'))}"
+    if verdicts is not None and edge_key(edge) in verdicts:
+        text += f" · {verdict_of(edge, verdicts)}"
+    return text
+
+
+def edge_lists(edges: Sequence[dict[str, Any]], verdicts: dict[EdgeKey, dict[str, Any]] | None = None,
+               per: int = HOVER_EDGES) -> dict[str, str]:
+    """node -> hover lines of its ``per`` strongest outgoing and incoming edges per pairing
+    (strongest first, by the API's rank), with how many more it has."""
+    rows: dict[str, dict[tuple[str, str], list[dict[str, Any]]]] = {}
+    for e in edges:
+        p = str(e.get("pairing", e.get("key", "")))
+        rows.setdefault(str(e["source"]), {}).setdefault((p, "out"), []).append(e)
+        rows.setdefault(str(e["target"]), {}).setdefault((p, "in"), []).append(e)
+    out: dict[str, str] = {}
+    for node, groups in rows.items():
+        lines = []
+        for (p, direction) in sorted(groups, key=lambda k: (k[0], k[1] != "out")):
+            ranked = sorted(groups[(p, direction)], key=_strength)
+            lines.append(f"<b>{p} {direction}</b> ({len(ranked)})")
+            for e in ranked[:per]:
+                other, arrow = (e["target"], "→") if direction == "out" else (e["source"], "←")
+                lines.append("&nbsp;&nbsp;" + edge_line(e, str(other), arrow, verdicts))
+            if len(ranked) > per:
+                lines.append(f"&nbsp;&nbsp;… {len(ranked) - per} more")
+        out[node] = "<br>" + "<br>".join(lines)
+    return out
+
+
+def arrow_end(a: tuple[float, float], b: tuple[float, float], gap_px: float,
+              scale: tuple[float, float]) -> tuple[float, float]:
+    """The point ``gap_px`` pixels before ``b`` on segment a-b (where the target's arrowhead
+    goes, outside its node), never past the segment's middle."""
+    sx, sy = scale
+    dx, dy = b[0] - a[0], b[1] - a[1]
+    length = math.hypot(dx * sx, dy * sy)
+    if length <= 0:
+        return b
+    t = min(0.5, gap_px / length)
+    return (b[0] - t * dx, b[1] - t * dy)
+
+
 def graph_figure(data: dict[str, Any], pos: Positions, *, layout: str,
                  classes: dict[str, str] | None = None, all_heads: Sequence[str] = (),
                  head_pos: Positions | None = None, selected: str | None = None,
                  selected_edge: tuple[str, str, str] | None = None,
                  backdrop: Sequence[dict[str, Any]] = (),
                  verdicts: dict[EdgeKey, dict[str, Any]] | None = None,
-                 highlight: Sequence[str] = ()) -> go.Figure:
+                 highlight: Sequence[str] = (), class_order: Sequence[str] = (),
+                 pinned: Sequence[str] = ()) -> go.Figure:
     """The head graph: edges coloured by pairing with opacity = score / max, hubs marked.
 
     Each edge gets an invisible marker on it (customdata ["edge", source, target, pairing]) so it
@@ -121,6 +194,8 @@ def graph_figure(data: dict[str, Any], pos: Positions, *, layout: str,
     ``backdrop``: node records of ``all_heads`` (their KV members for the hover).
     ``verdicts``: edges drawn by their path-ablation verdict (figures.verdicts; customdata
     gains the verdict, a legend entry per verdict); ``highlight``: nodes ringed (a search).
+    ``class_order``: the overlay's class order (figures.palette: a class's colour);
+    ``pinned``: nodes labelled whatever the graph's size (besides the selected and found ones).
     """
     g = data["graph"]
     nodes = g.get("nodes", [])
@@ -134,6 +209,7 @@ def graph_figure(data: dict[str, Any], pos: Positions, *, layout: str,
     fig = go.Figure()
     # Edges: one trace per (pairing, opacity bucket) keeps the trace count bounded.
     buckets: dict[tuple[str, int, bool, str], tuple[list[float | None], list[float | None]]] = {}
+    arrows: dict[tuple[str, int, bool, str], tuple[list[float | None], list[float | None]]] = {}
     mids: dict[str, dict[str, list[Any]]] = {}
     # Click handles sit at a fraction of the edge that depends on the source node, so edges that
     # cross at their midpoints (same layer pair, same head sum) still get distinct handles.
@@ -146,6 +222,7 @@ def graph_figure(data: dict[str, Any], pos: Positions, *, layout: str,
         if h not in obstacles and h in head_pos:
             obstacles[h] = BACKDROP_SIZE / 2
     where = {**(head_pos or {}), **pos}
+    node_classes = {str(n["id"]): classes.get(n["id"]) or n.get("head_class") or "" for n in nodes}
     handles = place_handles(segments, [0.3 + 0.4 * order[e["source"]] / max(1, len(order) - 1) for e in drawn],
                             [where[n] for n in obstacles], list(obstacles.values()), scale)
     for i, e in enumerate(drawn):
@@ -157,13 +234,19 @@ def graph_figure(data: dict[str, Any], pos: Positions, *, layout: str,
         xs, ys = buckets.setdefault((p, alpha_bucket, sink, verdict), ([], []))
         xs += [a[0], b[0], None]
         ys += [a[1], b[1], None]
+        ax, ay = arrows.setdefault((p, alpha_bucket, sink, verdict), ([], []))
+        tip = arrow_end(a, b, obstacles.get(t, BACKDROP_SIZE / 2) + ARROW_PX / 2 + 1, scale)
+        ax += [a[0], tip[0], None]
+        ay += [a[1], tip[1], None]
         m = mids.setdefault(p, {"x": [], "y": [], "size": [], "custom": [], "text": []})
         m["x"].append(handles.x[i])
         m["y"].append(handles.y[i])
         m["size"].append(round(handles.size[i], 1))
         m["custom"].append(["edge", s, t, p] + ([verdict] if verdicts is not None else []))
-        m["text"].append(f"{p} {s} → {t}<br>PK {fmt_value(e.get('score'))} · normalized "
-                         f"{fmt_value(e.get('normalized'))}<br>CS {fmt_value(e.get('cs'))} · "
+        extra = "".join(f" · {k} {fmt_value(e.get(k))}" for k in ("z", "q") if e.get(k) is not None)
+        m["text"].append(f"<b>{p} {s} → {t}</b><br>{node_classes.get(s) or 'no class'} → "
+                         f"{node_classes.get(t) or 'no class'}<br>PK {fmt_value(e.get('score'))} · normalized "
+                         f"{fmt_value(e.get('normalized'))}{extra}<br>CS {fmt_value(e.get('cs'))} · "
                          f"rank {e.get('rank', '–')}<br>opacity {fmt_value(e.get('opacity'))}"
                          + sink_note(e) + ("" if verdicts is None else verdict_hover(verdicts.get(edge_key(e)))))
     pairings = list(dict.fromkeys(list(data.get("pairings", [])) + [p for p, _, _, _ in sorted(buckets)]))
@@ -179,6 +262,14 @@ def graph_figure(data: dict[str, Any], pos: Positions, *, layout: str,
                 continue
             line = (dict(color=pairing_color(p, bucket / 10), width=2.2, dash="dot" if sink else "solid")
                     if verdicts is None else verdict_line(p, bucket / 10, verdict, sink))
+            # Arrowheads at the targets: markers at the end of an invisible copy of each edge
+            # that stops short of its target's node (angleref "previous": along the edge).
+            ax, ay = arrows[(bp, bucket, sink, verdict)]
+            fig.add_trace(go.Scatter(x=ax, y=ay, mode="lines+markers", hoverinfo="skip",
+                                     line=dict(color="rgba(0,0,0,0)", width=0),
+                                     marker=dict(symbol="arrow", angleref="previous", color=line["color"],
+                                                 size=[0, ARROW_PX, 0] * (len(ax) // 3), line=dict(width=0)),
+                                     name=f"{p} arrows", legendgroup=p, showlegend=False))
             fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", hoverinfo="skip", line=line,
                                      name=f"{p} ({counts.get(p, '')})", legendgroup=p,
                                      showlegend=first, legendrank=1,
@@ -215,10 +306,20 @@ def graph_figure(data: dict[str, Any], pos: Positions, *, layout: str,
     for n in nodes:
         cls = classes.get(n["id"]) or n.get("head_class") or ""
         by_class.setdefault(cls, []).append(n)
-    colors = class_colors(sorted(c for c in by_class if c))
-    show_all_text = len(nodes) <= 48
-    bottom = min((grid_row(p[1]) for p in pos.values()), default=0)  # KV sub-rows count as their row
-    for cls in sorted(by_class, key=lambda c: (c == "", c)):
+    colors = class_palette(class_order, by_class)
+    named = labelled_nodes(nodes, drawn, [*pinned, *([selected] if selected else []), *highlight])
+    hover_edges = edge_lists(drawn, verdicts)
+    bottom = min((grid_row(p[1]) for p in pos.values()), default=0)
+    order_of = {c: i for i, c in enumerate(colors)}
+    for cls in sorted(by_class, key=lambda c: (c == "", order_of.get(c, len(order_of)), c)):
+        # The class's legend entry: a circle in its colour (the node traces' glyphs vary: a KV
+        # group's diamond, a hub's star, so none of them stands for the class in the legend).
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", hoverinfo="skip",
+                                 marker=dict(size=10, color=colors.get(cls, NO_CLASS_COLOR),
+                                             symbol=LEGEND_SYMBOL, line=dict(color="white", width=1)),
+                                 name=f"{cls or 'no class'} ({len(by_class[cls])})",
+                                 legendgroup="class:" + (cls or "-"), showlegend=True, legendrank=2,
+                                 meta="class-legend"))
         for hub in (False, True):
             group = [n for n in by_class[cls] if bool(n.get("is_hub")) == hub]
             if not group and hub:
@@ -226,7 +327,7 @@ def graph_figure(data: dict[str, Any], pos: Positions, *, layout: str,
             fig.add_trace(go.Scatter(
                 x=[pos[n["id"]][0] for n in group], y=[pos[n["id"]][1] for n in group],
                 mode="markers+text",
-                text=[(n["id"] + (" ★ hub" if hub else "")) if (show_all_text or hub) else "" for n in group],
+                text=[(n["id"] + (" ★ hub" if hub else "")) if n["id"] in named else "" for n in group],
                 # Grid layout: labels below the first row, where no edge arrives; above elsewhere.
                 textposition=["bottom center" if layout == "grid" and grid_row(pos[n["id"]][1]) == bottom
                               else "top center" for n in group],
@@ -234,11 +335,11 @@ def graph_figure(data: dict[str, Any], pos: Positions, *, layout: str,
                 cliponaxis=False,  # labels of the top and bottom rows are never cut off
                 customdata=[["node", n["id"], n.get("degree", 0), n.get("in_degree", 0),
                              n.get("out_degree", 0), "yes" if hub else "no", cls or "–", kv_note(n),
-                             what_note(n)]
+                             what_note(n), hover_edges.get(str(n["id"]), "")]
                             for n in group],
-                hovertemplate=("%{customdata[1]}<br>class: %{customdata[6]}<br>degree %{customdata[2]} "
+                hovertemplate=("<b>%{customdata[1]}</b><br>class: %{customdata[6]}<br>degree %{customdata[2]} "
                                "(in %{customdata[3]}, out %{customdata[4]})<br>hub: %{customdata[5]}"
-                               "%{customdata[8]}%{customdata[7]}<extra></extra>"),
+                               "%{customdata[8]}%{customdata[7]}%{customdata[9]}<extra></extra>"),
                 marker=dict(size=[node_size(n) for n in group],
                             color=colors.get(cls, NO_CLASS_COLOR),
                             line=dict(color=["#111" if hub else SINK_COLOR if n.get("sink") else "white"
@@ -247,7 +348,7 @@ def graph_figure(data: dict[str, Any], pos: Positions, *, layout: str,
                             symbol=["star" if hub else "diamond" if is_kv_node(n) else "circle" for n in group],
                             opacity=1),
                 name=(cls or "no class") + (" (hub)" if hub else ""), legendgroup="class:" + (cls or "-"),
-                showlegend=not hub, legendrank=2))
+                showlegend=False, legendrank=2))
     found = [(where[n], n) for n in highlight if n in where]
     if found:
         fig.add_trace(go.Scatter(x=[xy[0] for xy, _ in found], y=[xy[1] for xy, _ in found], mode="markers",
@@ -265,7 +366,8 @@ def graph_figure(data: dict[str, Any], pos: Positions, *, layout: str,
         rows = sorted({grid_row(p[1]) for p in grid_pos.values()})
         layer_names = data.get("layer_indices") or rows
         has_kv = any("KV" in n for n in list(grid_pos) + list(pos))
-        fig.update_xaxes(title="head" + (" (◆ KV group: under the query heads it serves)" if has_kv else ""),
+        fig.update_xaxes(title="head" + (" (◆ KV group: on its layer, between the query heads it serves)"
+                                         if has_kv else ""),
                          tickmode="array", tickvals=heads,
                          ticktext=[f"H{h}" for h in heads], showgrid=False, zeroline=False)
         fig.update_yaxes(title="layer (deeper ↑)", tickmode="array", tickvals=rows,

@@ -2,18 +2,19 @@
 
 Pure functions over the API's node-link JSON and its GET /api/ablation answers, so a test can
 check them without a browser. A layer range keeps the heads of blocks lo..hi and the edges
-whose both ends lie in it; a search term is a head name (``L17H3``, ``L17KV1``) or a layer
-(``L17``); an edge's verdict is the API's ("verified" / "no effect" / "not measured"), read
+whose both ends lie in it; a search term is a head name (``L17H3``, ``L17KV1``), a layer
+(``L17``) or a class of the overlay (``induction``, any case); an edge's verdict is the API's ("verified" / "no effect" / "not measured"), read
 from the cache only, and "not measured" for an edge no cached ablation covers.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from headgraph.frontend.api.names import O_PAIRINGS
+from headgraph.frontend.figures.palette import class_key, class_parts
 
 ABLATION_PAIRINGS = O_PAIRINGS  # pairings whose edges path ablation measures
 VERIFY_TOP_MAX = 50  # the API's bound on top (ablation_computations.ABLATION_TOP_MAX)
@@ -55,9 +56,17 @@ def head_order(name: str) -> tuple[int, int, int]:
     return (int(m.group(1)), int(m.group(2) == "KV"), int(m.group(3))) if m else (1 << 30, 0, 0)
 
 
-def find_matches(names: Iterable[str], find: str) -> list[str]:
+def is_head_or_layer(find: str) -> bool:
+    """True for a head name ("L17H3", "L17KV1") or a layer ("L17"), any case."""
+    term = (find or "").strip().upper()
+    return bool(_NAME_RE.match(term) or re.match(r"^L\d+$", term))
+
+
+def find_matches(names: Iterable[str], find: str, classes: Mapping[str, str] | None = None) -> list[str]:
     """The names a search term matches, sorted (head_order): an exact head name matches itself
-    (when shown), a layer ("L17") every head and KV group of that block; "" matches none."""
+    (when shown), a layer ("L17") every head and KV group of that block, anything else the
+    heads whose class (``classes``: name -> class) is that class (class_key: any case, "-"
+    or "_" as a blank; a KV group's joined class when one of its parts is); "" matches none."""
     term = (find or "").strip().upper()
     if not term:
         return []
@@ -66,7 +75,9 @@ def find_matches(names: Iterable[str], find: str) -> list[str]:
     if re.match(r"^L\d+$", term):
         layer = int(term[1:])
         return sorted({n for n in names if layer_of(n) == layer}, key=head_order)
-    return []
+    key = class_key(find)
+    return sorted({n for n in names if any(class_key(c) == key for c in class_parts((classes or {}).get(n)))},
+                  key=head_order)
 
 
 def verify_k(pairings: Iterable[str], rule: str, k: int, edge_counts: dict[str, int]) -> dict[str, int]:

@@ -16,7 +16,8 @@ import numpy as np
 import plotly.graph_objects as go
 
 from headgraph.frontend.api.names import head_label
-from headgraph.frontend.figures.common import METRIC_TITLES, NO_CLASS_COLOR, base_layout, class_colors
+from headgraph.frontend.figures.common import METRIC_TITLES, base_layout
+from headgraph.frontend.figures.palette import NO_CLASS, class_palette
 
 _NAME_RE = re.compile(r"^L(\d+)(H|KV)(\d+)$")
 
@@ -143,13 +144,17 @@ def grid_height(rows: int) -> int:
     return int(max(560, min(2000, 160 + 3 * rows)))
 
 
-def class_strips(fig: go.Figure, src: Sequence[str], tgt: Sequence[str], classes: dict[str, str]) -> None:
+def class_strips(fig: go.Figure, src: Sequence[str], tgt: Sequence[str], classes: dict[str, str],
+                 order: Sequence[str] = ()) -> None:
     """The head-class overlay as two thin strips beside the grid: one cell per source head
-    (left) and per target head (top), coloured by class, hovering the class name. Per head,
-    not per cell: a 270 x 90 grid carries 360 class names, not 24,300."""
-    names = list(dict.fromkeys(classes.get(h, "no class") for h in [*src, *tgt]))
-    colors = class_colors([n for n in names if n != "no class"])
-    colors["no class"] = NO_CLASS_COLOR
+    (left) and per target head (top), coloured by class (figures.palette, ``order``: the label
+    set's class order), hovering the class name, with a legend of the classes shown (a square
+    each, under the figure). Per head, not per cell: a 270 x 90 grid carries 360 class names,
+    not 24,300."""
+    present = set(classes.get(h, NO_CLASS) for h in [*src, *tgt])
+    colors = class_palette(order, present)
+    rank = {c: i for i, c in enumerate(colors)}
+    names = sorted(present, key=lambda c: (c == NO_CLASS, rank.get(c, len(rank)), c))
     n = len(names)
     scale = [[edge, colors[name]] for k, name in enumerate(names)
              for edge in (k / n, (k + 1) / n)]
@@ -163,6 +168,13 @@ def class_strips(fig: go.Figure, src: Sequence[str], tgt: Sequence[str], classes
         z=np.array([[code[classes.get(h, "no class")] for h in tgt]], dtype=np.int16), x=list(tgt), y=["class"],
         text=[[classes.get(h, "no class") for h in tgt]], xaxis="x", yaxis="y2",
         hovertemplate="%{x}: %{text}<extra>class</extra>", name="target class", **common))
+    counts = {c: sum(classes.get(h, NO_CLASS) == c for h in dict.fromkeys([*src, *tgt])) for c in names}
+    for c in names:  # the strips' legend (a heatmap has none): one square per class shown
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", hoverinfo="skip", name=f"{c} ({counts[c]})",
+                                 marker=dict(symbol="square", size=11, color=colors[c]), showlegend=True,
+                                 legendgroup="class:" + c, meta="class-legend"))
+    fig.update_layout(legend=dict(orientation="h", yref="container", y=0.0, yanchor="bottom", x=0.0,
+                                  title=dict(text="class")))
     # The source axis is anchored on the strip, so its labels and title sit left of it, in
     # the margin, not in the narrow gap between the strip and the grid (where they overlapped).
     fig.update_layout(xaxis=dict(domain=[0.035, 1.0]), yaxis=dict(domain=[0.0, 0.965], anchor="x2"),
@@ -173,14 +185,14 @@ def class_strips(fig: go.Figure, src: Sequence[str], tgt: Sequence[str], classes
 
 
 def score_heatmap(grid: dict[str, Any], *, metric: str, hover_grids: dict[str, dict[str, Any]] | None = None,
-                  classes: dict[str, str] | None = None) -> go.Figure:
+                  classes: dict[str, str] | None = None, class_order: Sequence[str] = ()) -> go.Figure:
     """Full source-head x target-head grid of one pairing, blocked by layer with layer ticks.
 
     ``grid`` is a /api/pk or /api/cs answer; ``hover_grids`` adds other metrics to the hover
     (e.g. {"CS": cs_json, "PK": pk_json}); invalid cells are blank. The cells travel as
     binary float32 arrays (z, and the other metrics as numeric customdata [rows, cols, k]),
     not per-cell strings: exact values are in the pair panel and the downloads. ``classes``
-    (head -> class) draws the class strips (:func:`class_strips`).
+    (head -> class) draws the class strips (:func:`class_strips`) in ``class_order``'s colours.
     """
     grid = grid_labels(grid)
     src, tgt = grid["source_labels"], grid["target_labels"]
@@ -213,7 +225,7 @@ def score_heatmap(grid: dict[str, Any], *, metric: str, hover_grids: dict[str, d
             shapes += [dict(y0=a - 0.5, y1=a - 0.5, x0=-0.5, x1=len(tgt) - 0.5, **line) for _, a, _ in blocks[1:]]
     fig.update_layout(shapes=shapes)
     if classes:
-        class_strips(fig, src, tgt, classes)
+        class_strips(fig, src, tgt, classes, class_order)
     fig.update_layout(plot_bgcolor="#f1f3f6")
     title = f"{grid['pairing']}: {label} of every (source, target) head pair ({grid['model']}, {grid['order']})"
     if grid.get("kind") == "cs":

@@ -1,8 +1,8 @@
 """Node positions for the head graph, computed from the API's node-link JSON.
 
 Two layouts: "grid" (x = head index, y = layer position, so deeper layers sit higher, as in the
-paper's figures; a grouped-query model's KV-group nodes on a sub-row under the query heads
-they serve) and "force" (networkx spring layout, seeded so a link reproduces the picture).
+paper's figures; a grouped-query model's KV-group nodes on their layer's row, between the query
+heads they serve) and "force" (networkx spring layout, seeded so a link reproduces the picture).
 """
 
 from __future__ import annotations
@@ -16,10 +16,12 @@ Positions = dict[str, tuple[float, float]]
 
 
 # Grid layout of a grouped-query model: a KV-group node (kind "kv_group", e.g. L6KV1 serving
-# L6H3-L6H5) sits at the mean column of the query heads it serves, on its own sub-row half way
-# between its layer's row and the one below, so it never covers a query-head node (the figure
-# gives every row enough pixels for that, figures.graph.grid_height).
-KV_ROW_OFFSET = 0.5
+# L6H3-L6H5) sits on its own layer's row (an edge into it from the layer below reads as going
+# up a layer, not along one), between the columns of the query heads it serves: at their mean
+# column, moved half a column right when that mean is a query head's column (an odd group), so
+# it never covers a query-head node. KV_ROW_OFFSET (rows below its layer's) is 0.
+KV_ROW_OFFSET = 0.0
+KV_COLUMN_SHIFT = 0.5
 
 
 def is_kv_node(node: dict[str, Any]) -> bool:
@@ -37,16 +39,25 @@ def member_columns(node: dict[str, Any]) -> list[int]:
     return cols
 
 
+def kv_column(cols: list[int], default: float) -> float:
+    """The grid column of a KV group serving query-head columns ``cols``: their mean, plus
+    KV_COLUMN_SHIFT when the mean is itself a head's column; ``default`` without members."""
+    if not cols:
+        return default
+    mean = sum(cols) / len(cols)
+    return mean + KV_COLUMN_SHIFT if float(mean).is_integer() else mean
+
+
 def grid_row(y: float) -> int:
-    """The layer row a grid y belongs to (a KV sub-row, half a row down, counts as its layer's)."""
+    """The layer row a grid y belongs to (the nearest row)."""
     return math.floor(y + 0.5 + 1e-9)
 
 
 def grid_positions(node_link: dict[str, Any], layer_indices: list[int] | None = None) -> Positions:
     """(x, y) = (head index, layer position); roles of one head spread a little along x.
 
-    A KV-group node: x = mean column of the query heads it serves, y = its layer's row minus
-    ``KV_ROW_OFFSET`` (a sub-row between its layer and the one below).
+    A KV-group node: y = its layer's row, x = between the query heads it serves
+    (:func:`kv_column`).
     """
     layers = sorted({int(n.get("layer", 0)) for n in node_link.get("nodes", [])} | set(layer_indices or []))
     row = {layer: i for i, layer in enumerate(layers)}
@@ -56,8 +67,7 @@ def grid_positions(node_link: dict[str, Any], layer_indices: list[int] | None = 
         y = float(row.get(int(n.get("layer", 0)), 0))
         x = float(n.get("head", 0))
         if is_kv_node(n):
-            cols = member_columns(n)
-            x = sum(cols) / len(cols) if cols else x
+            x = kv_column(member_columns(n), x)
             y -= KV_ROW_OFFSET
         pos[n["id"]] = (x + role_dx.get(str(n.get("role", "")), 0.0), y)
     return pos

@@ -22,6 +22,7 @@ from headgraph.frontend.figures.common import base_layout
 from headgraph.frontend.figures.export import browser_path
 from headgraph.frontend.figures.graph import graph_figure
 from headgraph.frontend.figures.graph_filters import verdict_map
+from headgraph.frontend.figures.palette import class_palette
 from headgraph.frontend.figures.positions import grid_positions
 from headgraph.frontend.figures.reference import kl_grid_figure, null_summary, reference_figure
 from headgraph.frontend.report.numbers import GRAPH_PAIRINGS, available
@@ -41,16 +42,39 @@ class Chart:
     width: int = WIDTH_PX
 
 
-def head_classes(graph: dict[str, Any]) -> dict[str, str]:
-    """Node id -> its attention-pattern description (the graph colours nodes by it); empty
-    when the API has no pattern scores for the model."""
-    return {n["id"]: str(n["description"]) for n in graph["graph"].get("nodes", [])
-            if n.get("description")}
+def head_classes(numbers: dict[str, Any]) -> dict[str, str]:
+    """Node id -> its class in the dashboard's default overlay (numbers.overlay; a KV group:
+    its query heads' classes joined, as the API's graph does); empty without that overlay."""
+    overlay = numbers.get("overlay")
+    if not available(overlay) or not overlay:
+        return {}
+    classes = overlay["classes"]
+    out = {}
+    for n in numbers["graph"]["graph"].get("nodes", []):
+        found = [classes[h] for h in str(n.get("heads") or n["id"]).split(",") if h in classes]
+        if found:
+            out[str(n["id"])] = " / ".join(dict.fromkeys(found))
+    return out
+
+
+def report_palette(numbers: dict[str, Any]) -> dict[str, str]:
+    """class -> colour of the report's graph: figures.palette over the overlay's class order,
+    so a class has the colour the dashboard gives it ({} without an overlay)."""
+    overlay = numbers.get("overlay")
+    if not available(overlay) or not overlay:
+        return {}
+    return {c: v for c, v in class_palette(overlay["order"], overlay["classes"].values()).items() if c}
+
+
+def class_order(numbers: dict[str, Any]) -> list[str]:
+    overlay = numbers.get("overlay")
+    return list(overlay["order"]) if available(overlay) and overlay else []
 
 
 def graph_chart(numbers: dict[str, Any]) -> Chart:
     """The paper's head graph (top-20 PK edges per pairing, grid layout), nodes coloured by
-    pattern description, the ablated top OK edges drawn by verdict."""
+    their class in the dashboard's default overlay (its class colours), the ablated top OK
+    edges drawn by verdict."""
     graph = numbers["graph"]
     info = numbers["info"]["info"]
     layers = list(info["layer_indices"])
@@ -58,13 +82,18 @@ def graph_chart(numbers: dict[str, Any]) -> Chart:
     ablation = numbers.get("ablation")
     verdicts = verdict_map([ablation]) if available(ablation) and ablation else None
     fig = graph_figure({**graph, "layer_indices": layers}, grid_positions(graph["graph"], layers),
-                       layout="grid", classes=head_classes(graph), all_heads=[n["id"] for n in backdrop],
+                       layout="grid", classes=head_classes(numbers), class_order=class_order(numbers),
+                       all_heads=[n["id"] for n in backdrop],
                        head_pos=grid_positions({"nodes": backdrop}, layers), backdrop=backdrop,
                        verdicts=verdicts)
     fig.update_layout(title=dict(text=f"{numbers['model']}: head graph, top-{graph_k(graph)} PK edges "
                                       "per pairing (OQ red, OK green, OV blue; hubs starred)"))
+    overlay = numbers.get("overlay")
+    colours = (f"Nodes are coloured by their class in the label set {overlay['name']} (the dashboard's "
+               "default overlay, in its class colours)" if available(overlay) and overlay
+               else "Nodes are grey (no class overlay for this model)")
     return Chart("graph.png", "The paper's head graph from the weights (the dashboard's graph view). "
-                 "Nodes are coloured by their attention-pattern description; the top OK edges that "
+                 + colours + "; arrows point from source to target; the top OK edges that "
                  "were path-ablated are drawn by verdict (bold: verified, dashed grey: no effect).",
                  fig, width=1000)
 

@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from headgraph.frontend.report.charts import Chart
+from headgraph.frontend.figures.palette import NO_CLASS
+from headgraph.frontend.report.charts import Chart, report_palette
 from headgraph.frontend.report.claims import FAILS, HOLDS, KL_MIN, NA, PARTLY, Verdict, sink_edges
 from headgraph.frontend.report.numbers import available
 
@@ -164,6 +165,10 @@ def hub_section(v: Verdict, numbers: dict[str, Any], charts: dict[str, Chart], f
                     "The hub rule itself transfers; which kind of head becomes the hub depends on the model.")
     if "graph.png" in charts:
         text.append(figure(folder, charts["graph.png"]))
+        palette = report_palette(numbers)
+        if palette:
+            text.append(f"Class colours (label set {code(numbers['overlay']['name'])}, as the dashboard draws "
+                        "them): " + ", ".join(f"{c} {code(v)}" for c, v in palette.items() if c != NO_CLASS) + ".")
     return "\n\n".join(text)
 
 

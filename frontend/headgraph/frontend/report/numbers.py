@@ -1,7 +1,8 @@
 """Every number of a findings report, read from the headgraph HTTP API (never computed here).
 
 ``collect`` asks a running server for the model's info, reference (KL grid, nulls), pattern
-scores, the paper's head graph (top-k per pairing, hubs, sink flags), the top tokens of each
+scores, the paper's head graph (top-k per pairing, hubs, sink flags), the class overlay the
+dashboard opens the model with (its label set, for the graph's class colours), the top tokens of each
 role, the path ablation of the top OK edges and the validation of PK / CS / data-PK against
 those effects. Cold results are computed by that server (minutes for a real model).
 ``LocalServer`` starts ``headgraph serve`` as a subprocess on a free loopback port: the
@@ -23,6 +24,7 @@ from typing import Any
 import httpx
 
 from headgraph.frontend.api.names import O_PAIRINGS
+from headgraph.frontend.state.url import default_overlay
 
 ROLES = ("Q", "K", "V", "O")
 GRAPH_PAIRINGS = O_PAIRINGS
@@ -126,6 +128,8 @@ def collect(client: httpx.Client, model: str, *, ablation_top: int = 10,
     out["patterns"] = optional(client, "/api/patterns", model=model)
     say(f"head graph (top-{PAPER_K} per pairing) and hubs")
     out["graph"] = get(client, "/api/graph", model=model, pairings=",".join(GRAPH_PAIRINGS), k=PAPER_K)
+    say("class overlay (the dashboard's default label set)")
+    out["overlay"] = overlay(client, model)
     say("top tokens per role")
     out["tokens"] = {role: optional(client, "/api/tokens", model=model, role=role, k=TOKENS_K)
                      for role in ROLES}
@@ -134,6 +138,19 @@ def collect(client: httpx.Client, model: str, *, ablation_top: int = 10,
     say(f"validation of the metrics against ablation ({validation_pairing})")
     out["validation"] = optional(client, "/api/validation", model=model, pairing=validation_pairing)
     return out
+
+
+def overlay(client: httpx.Client, model: str) -> dict[str, Any]:
+    """The label set the dashboard opens ``model`` with (state.url.default_overlay): its name,
+    class order (GET /api/labels) and head -> class map (GET /api/labels/NAME), or an
+    ``unavailable`` marker (e.g. no pattern scores for a model that cannot be run)."""
+    sets = get(client, "/api/labels").get("label_sets", [])
+    name = default_overlay(model, sets)
+    answer = optional(client, f"/api/labels/{name}", model=model)
+    if not available(answer) or answer is None:
+        return answer or {"unavailable": f"label set {name}"}
+    order = next((list(s.get("classes") or []) for s in sets if s.get("name") == name), [])
+    return {"name": name, "order": order, "classes": dict(answer.get("classes") or {})}
 
 
 def available(answer: dict[str, Any] | None) -> bool:
