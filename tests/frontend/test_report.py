@@ -209,25 +209,43 @@ def test_tokens_rule_boundaries(numbers: dict[str, Any]) -> None:
     assert claims.claim_tokens(n).verdict == NA
 
 
-def _stat(n: dict[str, Any], prompts: str, metric: str) -> dict[str, Any]:
-    return next(r for r in n["validation"]["summary"][prompts] if r["metric"] == metric)["random_rho"]
+def _paired(n: dict[str, Any], prompts: str) -> dict[str, Any]:
+    return next(d for d in n["validation"]["paired"][prompts] if d["metric_b"] == "CS")
 
 
 @pytest.mark.slow  # needs the report run (`headgraph report demo`, ~25 s)
-def test_pk_vs_cs_rule_boundaries(numbers: dict[str, Any]) -> None:
+def test_pk_vs_cs_rule_is_the_paired_difference(numbers: dict[str, Any]) -> None:
+    from headgraph.core.stats.verdicts import paired_spearman_difference
+
     v = claims.claim_pk_beats_cs(numbers)
-    assert v.verdict == FAILS  # the demo's PK and CS intervals overlap
+    val = numbers["validation"]
+    sample = [e for e in val["edges"] if e["in_sample"]]
+    for prompts in ("text", "random"):  # the evidence is the API's paired bootstrap, recomputed here
+        eff = [e[f"effect_{prompts}"] for e in sample]
+        want = paired_spearman_difference([e["PK"] for e in sample], [e["CS"] for e in sample], eff,
+                                          names=("PK", "CS"), seed=val["seed"])
+        assert v.evidence["paired"][prompts] == pytest.approx(want.to_dict())
+    verdicts = {d["verdict"] for d in v.evidence["paired"].values()}
+    assert v.verdict == (FAILS if "B" in verdicts or "A" not in verdicts else HOLDS if verdicts == {"A"} else PARTLY)
     n = copy.deepcopy(numbers)
-    pk, cs = _stat(n, "text", "PK"), _stat(n, "text", "CS")
-    pk["low"] = cs["high"]  # touching is not above
+    for prompts in ("text", "random"):
+        _paired(n, prompts).update(verdict="A", low=0.01)
+    assert claims.claim_pk_beats_cs(n).verdict == HOLDS
+    _paired(n, "random").update(verdict="tie", low=-0.01)
+    v = claims.claim_pk_beats_cs(n)
+    assert v.verdict == PARTLY and v.evidence["pk_better_on"] == ["text"]
+    _paired(n, "random").update(verdict="B", high=-0.01)
+    v = claims.claim_pk_beats_cs(n)
+    assert v.verdict == FAILS and v.evidence["cs_better_on"] == ["random"] and "CS better" in v.because
+    # Non-overlapping marginal intervals decide nothing any more: only the paired interval does.
+    n = copy.deepcopy(numbers)
+    for prompts in ("text", "random"):
+        _paired(n, prompts).update(verdict="tie")
+        rows = {r["metric"]: r for r in n["validation"]["summary"][prompts]}
+        rows["PK"]["random_rho"]["low"] = rows["CS"]["random_rho"]["high"] + 0.1
     assert claims.claim_pk_beats_cs(n).verdict == FAILS
-    pk["low"] = cs["high"] + 1e-6
-    v = claims.claim_pk_beats_cs(n)
-    assert v.verdict == HOLDS and v.evidence["pk_above_cs"] == ["text random_rho"]
-    n = copy.deepcopy(numbers)
-    _stat(n, "random", "CS")["low"] = _stat(n, "random", "PK")["high"] + 1e-6
-    v = claims.claim_pk_beats_cs(n)
-    assert v.verdict == FAILS and v.evidence["cs_above_pk"] == ["random random_rho"]
+    n["validation"].pop("paired")  # an answer cached before the paired rule: not decided
+    assert claims.claim_pk_beats_cs(n).verdict == NA
     n["validation"] = {"unavailable": "x: this GGUF cannot be run here"}
     v = claims.claim_pk_beats_cs(n)
     assert v.verdict == NA and v.because == "this model could not be run: x: this GGUF cannot be run here"

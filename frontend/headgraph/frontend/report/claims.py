@@ -133,51 +133,45 @@ def claim_tokens(numbers: dict[str, Any]) -> Verdict:
                    f"{above} of {total} lists ({share:.0%}) above the random baseline")
 
 
-def _summary(validation: dict[str, Any], prompts: str, metric: str) -> dict[str, Any] | None:
-    """One metric's summary row of a validation answer for one prompt set."""
-    for row in validation["summary"].get(prompts, []):
-        if row["metric"] == metric:
-            return row
-    return None
-
-
-def _above(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    """True when interval ``a`` ({value, low, high}) lies wholly above interval ``b``."""
-    return a["low"] is not None and b["high"] is not None and a["low"] > b["high"]
-
-
-STATS = ("random_rho", "top_mean_effect")
-
-
-def interval_wins(validation: dict[str, Any], a: str, b: str) -> list[str]:
-    """'<prompts> <stat>' for each prompt set and statistic where metric ``a``'s 95% interval
-    lies wholly above metric ``b``'s."""
-    wins = []
-    for prompts in validation["summary"]:
-        ra, rb = _summary(validation, prompts, a), _summary(validation, prompts, b)
-        if ra is not None and rb is not None:
-            wins += [f"{prompts} {stat}" for stat in STATS if _above(ra[stat], rb[stat])]
-    return wins
+def paired_pk_cs(validation: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per prompt set, the answer's paired comparison PK - CS (``paired``: difference, interval,
+    verdict "A" = PK better / "B" = CS better / "tie")."""
+    out = {}
+    for prompts, rows in (validation.get("paired") or {}).items():
+        row = next((d for d in rows if d.get("metric_a") == "PK" and d.get("metric_b") == "CS"), None)
+        if row is not None:
+            out[prompts] = row
+    return out
 
 
 def claim_pk_beats_cs(numbers: dict[str, Any]) -> Verdict:
-    """The PK-over-CS claim, judged against path-ablation effects (GET /api/validation)."""
+    """The PK-over-CS claim, judged against path-ablation effects by the paired rule
+    (GET /api/validation's ``paired``: rho(PK) - rho(CS) on the same random pairs)."""
     v = numbers.get("validation")
     claim = ("PK finds the edges that matter better than CS (paper: it recovers the IOI circuit of "
              "GPT-2 small better; here: against path-ablation effects).")
-    rule = ("on GET /api/validation, holds when on some prompt set PK's bootstrap 95% interval lies "
-            "wholly above CS's, for the Spearman ρ against the effect over the random sample or "
-            "for the mean effect of the top-k; does not hold otherwise (equal or overlapping); "
-            "not applicable for a model that cannot run")
-    if not available(v) or not v or not any(_summary(v, p, "PK") and _summary(v, p, "CS") for p in v["summary"]):
+    rule = ("on GET /api/validation, PK's Spearman ρ with the effect minus CS's on the same random pairs, "
+            "with a paired bootstrap 95% interval (2,000 resamples), per prompt set: holds when the "
+            "interval lies above 0 on every prompt set, partly holds when above 0 on some and holding 0 "
+            "on the rest, does not hold when it holds 0 everywhere or lies below 0 on some set; not "
+            "applicable for a model that cannot run")
+    if not available(v) or not v or not v.get("summary"):
         return Verdict("pk_vs_cs", claim, rule, NA, {}, why_missing(v, "no path ablation for this model"))
-    rows = {p: {"PK": _summary(v, p, "PK"), "CS": _summary(v, p, "CS")} for p in v["summary"]}
-    wins, losses = interval_wins(v, "PK", "CS"), interval_wins(v, "CS", "PK")
-    because = f"PK above CS on: {', '.join(wins)}" if wins else "PK's intervals never lie above CS's"
-    if losses:
-        because += f"; CS above PK on: {', '.join(losses)}"
-    return Verdict("pk_vs_cs", claim, rule, HOLDS if wins else FAILS,
-                   {"summary": rows, "pk_above_cs": wins, "cs_above_pk": losses}, because)
+    paired = paired_pk_cs(v)
+    decided = {p: d for p, d in paired.items() if d.get("verdict") is not None}
+    if not decided:
+        because = ("the validation answer has no paired PK − CS comparison (computed before the paired "
+                   "rule, or ρ undefined)")
+        return Verdict("pk_vs_cs", claim, rule, NA, {"paired": paired, "power": v.get("power")}, because)
+    wins = [p for p, d in decided.items() if d["verdict"] == "A"]
+    losses = [p for p, d in decided.items() if d["verdict"] == "B"]
+    verdict = (FAILS if losses or not wins else HOLDS if len(wins) == len(decided) else PARTLY)
+    because = "; ".join(f"{p}: PK − CS = {d['difference']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}] "
+                        f"(n = {d['n']}, {'PK better' if d['verdict'] == 'A' else 'CS better' if d['verdict'] == 'B' else 'no difference'})"
+                        for p, d in decided.items())
+    return Verdict("pk_vs_cs", claim, rule, verdict,
+                   {"paired": paired, "pk_better_on": wins, "cs_better_on": losses, "power": v.get("power")},
+                   because)
 
 
 def induction_check(numbers: dict[str, Any]) -> Verdict:

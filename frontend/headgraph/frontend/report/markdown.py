@@ -197,10 +197,34 @@ def tokens_section(v: Verdict, numbers: dict[str, Any]) -> str:
     return "\n\n".join(text)
 
 
+def _signed_ci(d: dict[str, Any]) -> str:
+    if d.get("difference") is None:
+        return "n/a"
+    return f"{d['difference']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}]"
+
+
+PAIRED_WORDS = {"A": "PK better", "B": "{b} better", "tie": "no difference", None: "undefined"}
+
+
 def pk_cs_section(v: Verdict, numbers: dict[str, Any], charts: dict[str, Chart], folder: str) -> str:
-    """PK-vs-CS claim: every metric's validation statistics with intervals, the figure."""
+    """PK-vs-CS claim: the sample's power, the paired differences (the rule), every metric's
+    and baseline's validation statistics with intervals, the figure."""
     text = [f"## 4. {TITLES['pk_vs_cs']}", _head(v)]
     val = numbers.get("validation")
+    if available(val) and val and val.get("power"):
+        p = val["power"]
+        short = (f", all the model's {p['available']} valid forward pairs" if p.get("available") is not None
+                 and p["n"] < p["requested"] else "")
+        text.append(f"Sample: {p['n']} random {val['pairing']} pairs of the {p['requested']} asked for{short} "
+                    f"(seed {val['seed']}): power {fmt(p['power'], 2)} to detect ρ = {p['rho']:g} "
+                    f"(two-sided α = {p['alpha']:g}; {p['n_for_80']} pairs reach 0.8).")
+    if available(val) and val and val.get("paired"):
+        rows = [(pr, f"PK − {d['metric_b']}", _signed_ci(d), d["n"],
+                 PAIRED_WORDS.get(d["verdict"], "undefined").format(b=d["metric_b"]))
+                for pr, ds in val["paired"].items() for d in ds]
+        text.append("Paired differences (the decision rule: PK's ρ minus the other metric's on the same pairs, "
+                    "paired bootstrap 95% interval; a metric is better only when the interval excludes 0):")
+        text.append(table(("prompts", "comparison", "difference [95%]", "pairs", "verdict"), rows))
     if available(val) and val:
         rows = [(p, r["metric"], fmt_ci(r["random_rho"]), fmt_ci(r["top_mean_effect"]))
                 for p, rs in val["summary"].items() for r in rs]
@@ -208,9 +232,11 @@ def pk_cs_section(v: Verdict, numbers: dict[str, Any], charts: dict[str, Chart],
                            f"mean effect of the metric's top-{val['k']}"), rows))
         best = {p: max((r for r in rs if r["random_rho"]["value"] is not None),
                        key=lambda r: r["random_rho"]["value"], default=None) for p, rs in val["summary"].items()}
-        text.append("Best predictor over the random sample: " + "; ".join(
+        text.append("Highest ρ over the random sample: " + "; ".join(
             f"{p}: {r['metric']} (ρ {fmt_ci(r['random_rho'])})" for p, r in best.items() if r)
-            + ". data-PK (weights × this model's activations) is beyond the paper; PK and CS read weights only.")
+            + ". data-PK (weights × this model's activations) is beyond the paper; PK and CS read weights only. "
+            + "The trivial baselines (" + ", ".join(val.get("baselines") or ["none"]) + ") have no top-k: "
+            "a metric that does not beat them in the paired table adds nothing they do not say.")
         above_zero = {p: [r["metric"] for r in rs if (r["random_rho"].get("low") or 0) > 0]
                       for p, rs in val["summary"].items()}
         text.append("Metrics whose ρ interval lies wholly above 0 (a correlation with the effect the sample "
@@ -244,6 +270,37 @@ def induction_section(v: Verdict, numbers: dict[str, Any], charts: dict[str, Cha
     return "\n\n".join(text)
 
 
+def recovery_section(numbers: dict[str, Any]) -> str:
+    """The recovery tables (the paper's Tables 1 and 2) of the model's label set, per pairing."""
+    rec = numbers.get("recovery") or {}
+    text = ["## 6. Recovery of the model's label set (the paper's Tables 1 and 2)"]
+    if not rec:
+        return "\n\n".join([*text, "Not collected."])
+    text.append(f"Reference: the heads of the label set `{rec['labels']}`; an edge is in it when both its "
+                f"heads are. Per metric over all valid forward pairs: the share of its top-{rec['k']} edges' "
+                "endpoints on reference heads (Table 1), precision@k, and ROC-AUC at separating reference "
+                "edges (Table 2), with 95% stratified bootstrap intervals; the last column is the paired "
+                "difference to PK on the same resamples (layer gap and random are trivial baselines).")
+    for pairing, data in (rec.get("pairings") or {}).items():
+        if not available(data) or not data:
+            text.append(f"**{pairing}**: not available: {(data or {}).get('unavailable', 'no answer')}.")
+            continue
+        head = (f"**{pairing}**: {data['n_reference']} of {data['n_valid']} valid pairs join two of its "
+                f"{len(data['reference_heads'])} heads (base rate {fmt(data['base_rate'], 2)}).")
+        if not data["n_reference"]:
+            text.append(head + " The label set names no edge of this pairing: nothing to recover.")
+            continue
+        rows = [(r["metric"], fmt_ci(r["endpoint_share"]), fmt_ci(r["precision"]), fmt_ci(r["auc"]),
+                 "—" if r["auc_diff"] is None else _signed_ci({"difference": r["auc_diff"]["value"],
+                                                               "low": r["auc_diff"]["low"],
+                                                               "high": r["auc_diff"]["high"]}))
+                for r in data["rows"]]
+        text.append(head)
+        text.append(table(("metric", f"endpoint share (top-{data['k']})", f"precision@{data['k']}", "ROC-AUC",
+                           "ROC-AUC − PK (paired)"), rows))
+    return "\n\n".join(text)
+
+
 def render(numbers: dict[str, Any], verdicts: Sequence[Verdict], charts: Sequence[Chart], folder: str) -> str:
     """The whole findings page; ``folder``: the figures' folder relative to the page."""
     by_key = {v.key: v for v in verdicts}
@@ -259,7 +316,8 @@ def render(numbers: dict[str, Any], verdicts: Sequence[Verdict], charts: Sequenc
              hub_section(by_key["hub"], numbers, by_name, folder),
              tokens_section(by_key["tokens"], numbers),
              pk_cs_section(by_key["pk_vs_cs"], numbers, by_name, folder),
-             induction_section(by_key["induction"], numbers, by_name, folder)]
+             induction_section(by_key["induction"], numbers, by_name, folder),
+             recovery_section(numbers)]
     return "\n\n".join(parts).rstrip() + "\n"
 
 

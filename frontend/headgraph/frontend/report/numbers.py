@@ -3,8 +3,9 @@
 ``collect`` asks a running server for the model's info, reference (KL grid, nulls), pattern
 scores, the paper's head graph (top-k per pairing, hubs, sink flags), the class overlay the
 dashboard opens the model with (its label set, for the graph's class colours), the top tokens of each
-role, the path ablation of the top OK edges and the validation of PK / CS / data-PK against
-those effects. Cold results are computed by that server (minutes for a real model).
+role, the path ablation of the top OK edges, the validation of PK / CS / data-PK against
+those effects and the recovery tables of the model's label set (OQ, OK, OV). Cold results are
+computed by that server (minutes for a real model).
 ``LocalServer`` starts ``headgraph serve`` as a subprocess on a free loopback port: the
 frontend reaches the server only over HTTP, so it runs the server's module, never imports it.
 """
@@ -137,7 +138,20 @@ def collect(client: httpx.Client, model: str, *, ablation_top: int = 10,
     out["ablation"] = optional(client, "/api/ablation", model=model, pairing="OK", top=ablation_top)
     say(f"validation of the metrics against ablation ({validation_pairing})")
     out["validation"] = optional(client, "/api/validation", model=model, pairing=validation_pairing)
+    labels = recovery_labels(client, model)
+    say(f"recovery tables of the label set '{labels}' (top-{PAPER_K}, {', '.join(GRAPH_PAIRINGS)})")
+    out["recovery"] = {"labels": labels, "k": PAPER_K,
+                       "pairings": {p: optional(client, "/api/recovery", model=model, pairing=p, labels=labels,
+                                                k=PAPER_K) for p in GRAPH_PAIRINGS}}
     return out
+
+
+def recovery_labels(client: httpx.Client, model: str) -> str:
+    """The label set a report recovers: the dashboard's default for ``model`` (a built-in set
+    made for it, else its own ``patterns`` set; state.url.default_overlay)."""
+    data = get(client, "/api/labels")
+    sets = data.get("label_sets", data.get("labels", [])) if isinstance(data, dict) else data
+    return default_overlay(model, sets if isinstance(sets, list) else [])
 
 
 def overlay(client: httpx.Client, model: str) -> dict[str, Any]:
