@@ -112,6 +112,23 @@ def test_printed_numbers_are_the_apis(run: dict[str, Any], api: httpx.Client) ->
 
 
 @pytest.mark.slow  # needs the report run (`headgraph report demo`, ~25 s)
+def test_the_recovery_section_prints_the_apis_tables(run: dict[str, Any], api: httpx.Client) -> None:
+    from headgraph.frontend.report.markdown import fmt_ci
+
+    page = run["page"].read_text(encoding="utf-8")
+    section = page[page.index("## 6. Recovery"):]
+    assert "label set `patterns`" in section  # the demo's own set (no built-in one names it)
+    for p in GRAPH_PAIRINGS:
+        rec = api.get("/api/recovery", params={"model": "demo", "pairing": p, "labels": "patterns",
+                                               "k": 20}).json()
+        part = section[section.index(f"**{p}**"):]
+        assert f"{rec['n_reference']} of {rec['n_valid']} valid pairs" in part.splitlines()[0]
+        for r in rec["rows"]:
+            cells = row_of(part, r["metric"])  # the first such row after the pairing's heading
+            assert cells[1:4] == [fmt_ci(r["endpoint_share"]), fmt_ci(r["precision"]), fmt_ci(r["auc"])]
+
+
+@pytest.mark.slow  # needs the report run (`headgraph report demo`, ~25 s)
 def test_figures_are_linked_pngs(run: dict[str, Any]) -> None:
     page = run["page"].read_text(encoding="utf-8")
     links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", page)
