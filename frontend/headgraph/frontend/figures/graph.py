@@ -190,7 +190,7 @@ def graph_figure(data: dict[str, Any], pos: Positions, *, layout: str,
     Each edge gets an invisible marker on it (customdata ["edge", source, target, pairing]) so it
     can be hovered and clicked; nodes carry customdata ["node", name]. A grouped-query model's
     KV-group nodes (L6KV1) are diamonds whose hover names the query heads they serve; in the
-    grid layout they sit on a sub-row under those heads (graph_layout.grid_positions).
+    grid layout they sit on their layer's row between those heads (positions.grid_positions).
     ``backdrop``: node records of ``all_heads`` (their KV members for the hover).
     ``verdicts``: edges drawn by their path-ablation verdict (figures.verdicts; customdata
     gains the verdict, a legend entry per verdict); ``highlight``: nodes ringed (a search).

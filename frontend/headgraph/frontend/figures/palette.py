@@ -39,8 +39,8 @@ def label_set_order(label_sets: Sequence[Mapping[str, Any]] | None, name: str | 
 def class_palette(order: Sequence[str], classes: Iterable[str] = ()) -> dict[str, str]:
     """class -> colour: the i-th class of ``order`` (its label set's order) gets
     CLASS_PALETTE[i mod len]. A class of ``classes`` not in ``order``: a joined KV-group class
-    takes its first known part's colour; any other follows ``order`` in sorted order (so it
-    too does not depend on which classes a figure shows). ``NO_CLASS`` and "" are grey."""
+    takes its first known part's colour; any other (outside the label set, which only a
+    figure's data can add) follows ``order``, sorted. ``NO_CLASS`` and "" are grey."""
     order = list(dict.fromkeys(c for c in order if c and c != NO_CLASS))
     out = {c: CLASS_PALETTE[i % len(CLASS_PALETTE)] for i, c in enumerate(order)}
     extra = sorted({c for c in classes if c and c != NO_CLASS and c not in out})
