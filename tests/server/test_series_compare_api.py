@@ -83,8 +83,9 @@ def test_api_compare_equals_core(client: TestClient, pks: dict) -> None:
     ("/api/compare", {"a": "demo", "b": "local:demo-4heads"}, 422, "head layout"),
     ("/api/compare", {"a": "demo", "b": "demo@step-7"}, 404, "demo checkpoint"),
     ("/api/timeline", {"series": "no-such-series"}, 404, "unknown series"),
+    ("/api/timeline", {"series": "demo,"}, 404, "at least two non-empty ids"),
     ("/api/timeline", {"series": "demo,local:demo-4heads"}, 422, "head layout"),
-    ("/api/timeline", {"series": DEMO_SERIES, "edge": "L0H0"}, 422, "source,target"),
+    ("/api/timeline", {"series": DEMO_SERIES, "edge": "L0H0"}, 422, "should match pattern"),
     ("/api/timeline", {"series": DEMO_SERIES, "edge": "L0H0,L5H1"}, 422, "no attention layer"),
     ("/api/timeline", {"series": DEMO_SERIES, "k": 0}, 422, ""),
 ])

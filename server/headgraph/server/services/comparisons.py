@@ -52,7 +52,8 @@ def named_series() -> dict[str, list[tuple[int, str]]]:
 
 
 def resolve_series(catalog: ModelCatalog, series: str) -> Series:
-    """A named series or a comma list of at least two model ids (404 / 422 otherwise)."""
+    """A named series or a comma list of at least two model ids. Anything else names no
+    series (404, like an unknown model id); more than MAX_SERIES ids is a 422."""
     text = (series or "").strip()
     named = named_series()
     if text in named:
@@ -64,7 +65,9 @@ def resolve_series(catalog: ModelCatalog, series: str) -> Series:
                        "a comma list of model ids", allowed=sorted(named))
     ids = [t.strip() for t in text.split(",")]
     if len(ids) < 2 or any(not t for t in ids):
-        raise Invalid("a series of model ids needs at least two non-empty ids, comma-separated")
+        raise NotFound(f"unknown series {shown(text)}: a series of model ids needs at least two "
+                       f"non-empty ids, comma-separated; named series: {sorted(named)}",
+                       allowed=sorted(named))
     if len(ids) > MAX_SERIES:
         raise Invalid(f"a series reads at most {MAX_SERIES} models")
     return Series(text, tuple(range(len(ids))), tuple(catalog.resolve(m) for m in ids))

@@ -7,10 +7,11 @@ core.graphs.timeline): the given ``edge=source,target`` (repeatable) or the last
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
+from pydantic import StringConstraints
 
 from headgraph.server.http.deps import CatalogDep, ScoresDep, cached_first
 from headgraph.server.http.params import ERRORS, Pairing
@@ -41,6 +42,10 @@ TIMELINE_RESPONSES: dict[int | str, dict[str, Any]] = {
                     "description": "the trajectories (JSON) or, with format=csv, one row per edge and step"}}
 
 
+# One edge of a timeline: two head names, comma-separated.
+EdgeText = Annotated[str, StringConstraints(pattern=r"^[^,]+,[^,]+$")]
+
+
 @router.get("/timeline", response_model=TimelineOut, responses=TIMELINE_RESPONSES,
             summary="Per-edge PK trajectories over a series of checkpoints (JSON or CSV)")
 async def timeline_endpoint(*,
@@ -51,8 +56,8 @@ async def timeline_endpoint(*,
         pairing: Pairing = Query("OK", description="source role then target role, e.g. OK"),
         k: int = Query(10, ge=1, le=MAX_EDGES, description="top-k edges of the last checkpoint"),
         metric: Literal["pk", "normalized"] = Query("pk", description="what the top-k ranks by"),
-        edge: list[str] | None = Query(None, description="follow these edges instead of the "
-                                                         "top-k: 'source,target', repeatable"),
+        edge: list[EdgeText] | None = Query(None, description="follow these edges instead "
+                                                      "of the top-k: 'source,target', repeatable"),
         format: Literal["json", "csv"] = Query("json", description="csv: one row per edge and step"),
         scores: ScoresDep,
         catalog: CatalogDep) -> Any:
