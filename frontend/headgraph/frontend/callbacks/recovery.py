@@ -53,8 +53,9 @@ def recovery_table(data: dict[str, Any]) -> html.Table:
         cells = [html.Td(r["label"], className="recovery-metric")]
         for key, _ in (*STATS, *DIFFS):
             est = r["values"].get(key) or {}
-            cells.append(html.Td(r[key], id=f"recovery-{r['metric']}-{key}", **{
-                f"data-{end}": "" if est.get(end) is None else repr(est[end]) for end in ("value", "low", "high")}))
+            data_attrs: dict[str, Any] = {f"data-{end}": "" if est.get(end) is None else repr(est[end])
+                                          for end in ("value", "low", "high")}
+            cells.append(html.Td(r[key], id=f"recovery-{r['metric']}-{key}", **data_attrs))
         body.append(html.Tr(cells, id=f"recovery-row-{r['metric']}",
                             className="recovery-row" + (" recovery-baseline" if r["baseline"] else "")))
     return html.Table([html.Thead(head), html.Tbody(body)], id="recovery-table", className="paired-table")
