@@ -154,7 +154,7 @@ def test_a_server_on_the_swept_cache_lists_and_serves_every_model_without_comput
             for pairing in ("OQ", "OK", "OV"):
                 resp = api.get("/api/scatter", params={"model": m, "pairing": pairing})
                 assert resp.status_code == 200, (m, pairing, resp.text[:300])
-                edge = api.get("/api/top", params={"model": m, "pairing": pairing, "k": 20}).json()[-1]
+                edge = api.get("/api/top", params={"model": m, "pairing": pairing, "k": 20}).json()["pairs"][-1]
                 resp = api.get("/api/pair", params={"model": m, "pairing": pairing,
                                                     "source": edge["source"], "target": edge["target"]})
                 assert resp.status_code == 200, (m, pairing, edge, resp.text[:300])
