@@ -17,6 +17,7 @@ pytestmark = pytest.mark.slow  # fuzzes every operation of a live server three t
 
 
 SCHEMATHESIS = Path(sys.executable).with_name("schemathesis")
+CONFIG = Path(__file__).with_name("schemathesis.toml")  # per-operation settings, with reasons
 TOKEN = "schemathesis-lab-token-0123456789"
 WARM = ("/api/reference", "/api/scatter", "/api/graph", "/api/patterns", "/api/validation")
 
@@ -34,7 +35,8 @@ def test_every_check_holds_under_schemathesis(launch_server, tmp_path, mode):
         for path in WARM:
             assert httpx.get(srv.url + path, headers=headers, timeout=300).status_code == 200
         ops = httpx.get(srv.url + "/openapi.json").json()["paths"]
-        cmd = [str(SCHEMATHESIS), "run", srv.url + "/openapi.json", "--checks", "all",
+        cmd = [str(SCHEMATHESIS), "--config-file", str(CONFIG), "run", srv.url + "/openapi.json",
+               "--checks", "all",
                "--max-examples", "10" if mode == "open" else "6", "--workers", "1", "--seed", "0",
                "--phases", "examples,coverage,fuzzing", "--request-timeout", "120",
                "--suppress-health-check", "all"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 from collections.abc import Iterator
 
 import torch
@@ -56,7 +57,7 @@ def weights_fingerprint(
     return h.hexdigest()[:16]
 
 
-def tokenizer_digest(tokenizer: object | None) -> str:
+def tokenizer_digest(tokenizer: Any) -> str:
     """SHA-256 (hex, 12 chars) of what a tokenizer maps text to: its vocabulary, special ids
     and the ids it gives the empty string (so whether it adds a BOS). Results that read
     tokens (token tables, patterns, effects) depend on it, not only on the weights."""
@@ -79,7 +80,7 @@ def tokenizer_digest(tokenizer: object | None) -> str:
     return h.hexdigest()[:12]
 
 
-def with_tokenizer(fingerprint: str, tokenizer: object | None) -> str:
+def with_tokenizer(fingerprint: str, tokenizer: Any) -> str:
     """A weights fingerprint extended by the tokenizer's digest (16 hex chars)."""
     if tokenizer is None:
         return fingerprint
