@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import hashlib
-from typing import Any
 from collections.abc import Iterator
+from typing import Any
 
 import torch
 
@@ -67,7 +67,7 @@ def tokenizer_digest(tokenizer: Any) -> str:
     h.update(type(tokenizer).__name__.encode())
     get_vocab = getattr(tokenizer, "get_vocab", None)
     if callable(get_vocab):
-        vocab = get_vocab()
+        vocab: dict[str, int] = dict(get_vocab())
         for token, i in sorted(vocab.items(), key=lambda kv: kv[1]):
             h.update(f"{i}:{token}\x00".encode("utf-8", "surrogatepass"))
         h.update(repr(sorted(getattr(tokenizer, "all_special_ids", []) or [])).encode())
