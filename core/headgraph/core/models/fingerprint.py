@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -67,7 +67,7 @@ def tokenizer_digest(tokenizer: Any) -> str:
     h.update(type(tokenizer).__name__.encode())
     get_vocab = getattr(tokenizer, "get_vocab", None)
     if callable(get_vocab):
-        vocab: dict[str, int] = dict(get_vocab())
+        vocab = cast("dict[str, int]", get_vocab())
         for token, i in sorted(vocab.items(), key=lambda kv: kv[1]):
             h.update(f"{i}:{token}\x00".encode("utf-8", "surrogatepass"))
         h.update(repr(sorted(getattr(tokenizer, "all_special_ids", []) or [])).encode())
