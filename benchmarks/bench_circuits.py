@@ -9,8 +9,8 @@ Measures, alternating the cells repeat by repeat (``--repeat``, best and all tim
   granularity="edge"))`` on a random GPT-2-small-shaped checkpoint (12 layers x 12 heads x
   768, 124M-class like SmolLM2's 135M; TransformerLens refuses SmolLM2's grouped-query
   attention), the same 32 pairs shape (induction on its tokenizer); TransformerLens scores
-  per position and runs one pair at a time, as its API does; both are checked equal
-  (summed over positions) before timing.
+  per position and runs one pair at a time, as its API does; the two timed runs' results are
+  checked equal (summed over positions).
 
 One torch thread in every measurement; the model loads are outside the timings. Prints a
 Markdown table (``--out FILE`` appends it).
@@ -107,15 +107,6 @@ def main() -> int:
         gpt2 = boot_bridge(folder)
     gpt2_task = induction(gpt2, n=args.pairs)
 
-    # the two tools agree on the GPT-2-shaped model (checked once, outside the timings)
-    ours = attribute(gpt2, gpt2_task, method="eap", batch_size=args.batch_size)
-    mine = {(w.name, r.name): float(ours.scores[e])
-            for e, (w, r) in ((e, ours.edge(e)) for e in range(ours.n_edges))}
-    theirs = tl_edge_scores(gpt2, gpt2_task)
-    scale = max(abs(v) for v in theirs.values())
-    worst = max(abs(mine[k] - v) for k, v in theirs.items()) / scale
-    assert set(mine) == set(theirs), "edge sets differ"
-
     cells: dict[str, Callable[[], Any]] = {
         "headgraph EAP, SmolLM2": lambda: attribute(smol, smol_task, method="eap",
                                                     batch_size=args.batch_size),
@@ -124,12 +115,22 @@ def main() -> int:
         "TransformerLens attribution_patch, GPT-2 shape": lambda: tl_edge_scores(gpt2, gpt2_task),
     }
     times: dict[str, list[tuple[float, float]]] = {k: [] for k in cells}
+    last: dict[str, Any] = {}
     for _ in range(args.repeat):  # alternating: a load spike lands on all cells alike
         for name, fn in cells.items():
-            wall, cpu, _ = timed(fn)
+            wall, cpu, last[name] = timed(fn)
             times[name].append((wall, cpu))
-            print(f"{name}: {wall:.1f} s (CPU {cpu:.1f} s)", file=sys.stderr)
+            print(f"{name}: {wall:.1f} s (CPU {cpu:.1f} s)", file=sys.stderr, flush=True)
     load1 = os.getloadavg()
+
+    # the two tools agree on the GPT-2-shaped model (the timed runs' own results)
+    ours = last["headgraph EAP, GPT-2 shape"]
+    mine = {(w.name, r.name): float(ours.scores[e])
+            for e, (w, r) in ((e, ours.edge(e)) for e in range(ours.n_edges))}
+    theirs = last["TransformerLens attribution_patch, GPT-2 shape"]
+    assert set(mine) == set(theirs), "edge sets differ"
+    scale = max(abs(v) for v in theirs.values())
+    worst = max(abs(mine[k] - v) for k, v in theirs.items()) / scale
 
     edges = {"headgraph EAP, SmolLM2": attribute(smol, induction(smol, n=2), method="eap").n_edges,
              "headgraph EAP, GPT-2 shape": ours.n_edges,
