@@ -19,7 +19,8 @@ pytestmark = pytest.mark.slow  # fuzzes every operation of a live server three t
 SCHEMATHESIS = Path(sys.executable).with_name("schemathesis")
 CONFIG = Path(__file__).with_name("schemathesis.toml")  # per-operation settings, with reasons
 TOKEN = "schemathesis-lab-token-0123456789"
-WARM = ("/api/reference", "/api/scatter", "/api/graph", "/api/patterns", "/api/validation")
+WARM = ("/api/reference", "/api/scatter", "/api/graph", "/api/patterns", "/api/validation",
+        "/api/circuit")
 
 
 @pytest.mark.parametrize("mode", ["open", "lab-anonymous", "lab-token"])
