@@ -17,6 +17,7 @@ BUSY_POLL_S = 0.25  # how often a GET answered 429 (busy) is tried again
 ABLATION_TIMEOUT_S = 600.0  # measuring edges of a real model: loading it, then forward passes
 VALIDATION_TIMEOUT_S = 3600.0  # ~40-100 pairs measured on two prompt sets: minutes on a real model
 RECOVERY_TIMEOUT_S = 900.0  # a cold table computes CKA and Procrustes of one pairing: a minute or more
+CIRCUIT_TIMEOUT_S = 3600.0  # a cold circuit: attribution, the faithfulness curve and patched edges
 
 
 class ApiError(Exception):
@@ -206,6 +207,18 @@ class ApiClient:
         differences vs PK). Cold work (CKA, Procrustes): needs the token in lab mode."""
         params = {"model": model, "pairing": pairing, "labels": labels, "k": k}
         return self.request("GET", "/api/recovery", params=params, timeout=RECOVERY_TIMEOUT_S).json()
+
+    def tasks(self) -> list[dict[str, Any]]:
+        """GET /api/tasks: the bundled and uploaded tasks ({"name", "bundled", "description",
+        "n_rows", "content"})."""
+        return self.get("/api/tasks")["tasks"]
+
+    def circuit(self, model: str, task: str, method: str = "eap-ig", steps: int = 5,
+                top: int = 20) -> dict[str, Any]:
+        """GET /api/circuit: the task's metric, its top edges by attribution, the circuit, the
+        faithfulness curve and the EAP vs patching check (computed on request when cold)."""
+        params = {"model": model, "task": task, "method": method, "steps": steps, "top": top}
+        return self.request("GET", "/api/circuit", params=params, timeout=CIRCUIT_TIMEOUT_S).json()
 
     def labels(self) -> list[dict[str, Any]]:
         data = self.get("/api/labels")

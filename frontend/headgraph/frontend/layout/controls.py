@@ -16,9 +16,11 @@ from headgraph.frontend.api.names import Vocabulary
 from headgraph.frontend.figures import PAIRING_COLORS
 from headgraph.frontend.layout.compare_controls import comparison_groups
 from headgraph.frontend.state.url import (
+    CIRCUIT_METHODS,
     DEFAULT_MODEL,
     FDR_Q_RANGE,
     RANK_ON,
+    STEPS_MAX,
     THRESHOLD_ON,
     VERIFICATION_MODES,
     VIEWS,
@@ -31,7 +33,7 @@ from headgraph.frontend.state.url import (
 VIEW_LABELS: dict[str, str] = {"graph": "Head graph", "heatmap": "Heatmaps", "scatter": "PK vs CS",
                                "reference": "Random reference", "tokens": "Tokens & patterns",
                                "validation": "Validation", "recovery": "Recovery", "compare": "Compare",
-                               "timeline": "Timeline"}
+                               "timeline": "Timeline", "task": "Task"}
 # Which control groups each view shows.
 VIEW_CONTROLS: dict[str, tuple[str, ...]] = {
     # the rule group holds the graph's scales; "filter": layer range and head search
@@ -44,9 +46,10 @@ VIEW_CONTROLS: dict[str, tuple[str, ...]] = {
     "recovery": ("pairing", "overlay", "recovery"),  # the label set is the class overlay; top-k
     "compare": ("pairing", "compare"),  # model A / B and top-k
     "timeline": ("pairing", "series"),  # the series and top-k (the step slider is in the view)
+    "task": ("task",),  # the task, the attribution method and EAP-IG's steps
 }
 CONTROL_GROUPS = ("pairing", "pairings", "rule", "metric", "grain", "layout", "direction", "top_percent",
-                  "role", "overlay", "verification", "filter", "recovery", "compare", "series")
+                  "role", "overlay", "verification", "filter", "recovery", "compare", "series", "task")
 METRIC_LABELS = {"raw": "raw", "normalized": "normalized", "z": "z", "cs": "CS"}
 # The graph's scales (the API's threshold_on): no CS, which GET /api/graph cannot rank by.
 RANK_LABELS = {"pk": "raw PK", "normalized": "normalized", "z": "z"}
@@ -55,6 +58,20 @@ VERIFICATION_LABELS = {"off": "off", "colour": "colour", "verified": "verified o
 UNAVAILABLE = "not available offline"
 HIDE = {"display": "none"}
 RECOVERY_K_MAX = 200  # GET /api/recovery's most top edges per metric
+BUNDLED_TASKS: tuple[str, ...] = ("ioi", "induction", "successor")  # until GET /api/tasks answers
+METHOD_LABELS = {"eap": "EAP", "eap-ig": "EAP-IG"}
+
+
+def task_options(tasks: list[dict[str, Any]] | None, current: str | None = None) -> list[dict[str, Any]]:
+    """Task dropdown options: GET /api/tasks's tasks (the bundled ones until it answers);
+    keeps ``current`` selectable."""
+    out = [{"label": t["name"] + ("" if t.get("bundled") else " (uploaded)"), "value": t["name"],
+            "title": t.get("description", "")} for t in tasks or []]
+    if not out:
+        out = [{"label": n, "value": n} for n in BUNDLED_TASKS]
+    if current and current not in {o["value"] for o in out}:
+        out.append({"label": current, "value": current})
+    return out
 
 
 def model_options(models: list[dict[str, Any]] | None, current: str | None) -> list[dict[str, Any]]:
@@ -217,4 +234,15 @@ def control_groups(state: ViewState | None, vocab: Vocabulary | None,
             id="recovery-k-input", type="number", min=1, max=RECOVERY_K_MAX, step=1,
             value=min(state.k, RECOVERY_K_MAX) if state else None, debounce=True, className="num-input")),
         *comparison_groups(state, vocab, _group),
+        _group("task", "task", "task" in shown,
+               dcc.Dropdown(id="task-select", options=task_options(None, state.task if state else None),
+                            value=state.task if state else None, clearable=False, className="task-dd"),
+               html.Span("method", className="ctl-label"),
+               dcc.RadioItems(id="method-radio", value=state.method if state else None, inline=True,
+                              options=_opts(CIRCUIT_METHODS, METHOD_LABELS)),
+               html.Span([html.Span("steps", className="ctl-label"),
+                          dcc.Input(id="steps-input", type="number", min=1, max=STEPS_MAX, step=1,
+                                    value=state.steps if state else None, debounce=True, className="num-input")],
+                         id="steps-box", title="EAP-IG's integration steps (EAP: one)",
+                         style={"display": "inline-flex"} if state and state.method == "eap-ig" else HIDE)),
     ]

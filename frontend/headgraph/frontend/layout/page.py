@@ -3,7 +3,8 @@
 Element ids are stable (tests and screenshots find them): "model-select", "compute-btn",
 "progress", "copy-link", "graph", "heatmap", "head-grid", "scatter", "kl-grid", "ref-hist",
 "null-fig", "token-grid", "patterns", "validation", "validation-scatter", "head-panel",
-"pair-panel", "overlay-upload", "upload-error", "recovery", "recovery-body", "tab-<view>", and "<view>-summary"
+"pair-panel", "overlay-upload", "upload-error", "recovery", "recovery-body", "task-curve", "task-body",
+"tab-<view>", and "<view>-summary"
 text blocks that carry the rendered values.
 The tabs, the model dropdown and the controls are placeholders here: ``render_controls``
 builds them from the URL (controls.py).
@@ -136,6 +137,13 @@ def views(shown: str | None = None) -> html.Div:
         html.Div([html.Div(id="recovery-summary", className="summary"),
                   html.Div(id="recovery-body", className="validation-words"), figure_block("recovery")],
                  id="view-recovery", className="view", style=view_style("recovery", shown)),
+        html.Div([html.P("A task's circuit is computed on request: a cold one (attribution, the faithfulness "
+                         "curve, patched edges) takes a minute or more on a real model.", className="validation-note"),
+                  dcc.Loading([html.Div(id="task-summary", className="summary"),
+                               html.Div(id="task-body", className="validation-words"),
+                               dcc.Graph(id="task-curve", config=GRAPH_CONFIG)],
+                              id="task-loading", type="circle", delay_show=300)],
+                 id="view-task", className="view", style=view_style("task", shown)),
         compare_view(view_style("compare", shown)),
         timeline_view(view_style("timeline", shown)),
     ], className="views")

@@ -27,6 +27,8 @@ VIEW_PARAMS: dict[str, tuple[str, ...]] = {
     # GET /api/compare of A (or the model) and B; GET /api/timeline of the series (k <= 50).
     "compare": ("model", "a", "b", "pairing", "k"),
     "timeline": ("series", "pairing", "k", "checkpoint"),
+    # GET /api/circuit of the task, method and steps (its top k edges): computed on request.
+    "task": ("model", "task", "method", "steps", "k"),
     "head-panel": ("model", "head", "overlay"),
     "pair-panel": ("model", "pairing", "pair", "overlay"),
 }
@@ -37,10 +39,10 @@ ROUTED_PARTS: tuple[str, ...] = ("search", "ready", "labels", "rendered")
 # The tab each figure block belongs to (panels show on every tab).
 TAB_OF = {"graph": "graph", "heatmap": "heatmap", "head-grid": "heatmap", "scatter": "scatter",
           "reference": "reference", "tokens": "tokens", "validation": "validation",
-          "recovery": "recovery", "compare": "compare", "timeline": "timeline"}
+          "recovery": "recovery", "compare": "compare", "timeline": "timeline", "task": "task"}
 # Views that read no result of the model's job (only their own cache entries): they render
 # while it runs, or with no job at all, never waiting for the ready record.
-JOB_FREE_VIEWS: tuple[str, ...] = ("validation", "compare", "timeline")
+JOB_FREE_VIEWS: tuple[str, ...] = ("validation", "compare", "timeline", "task")
 
 
 def focus_head(state: ViewState) -> str | None:

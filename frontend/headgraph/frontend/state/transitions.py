@@ -13,6 +13,7 @@ from typing import Any
 from headgraph.frontend.api.names import Vocabulary
 from headgraph.frontend.state.readiness import focus_head
 from headgraph.frontend.state.url import (
+    CIRCUIT_METHODS,
     DEFAULT_SERIES,
     DIRECTIONS,
     GRAINS,
@@ -21,12 +22,14 @@ from headgraph.frontend.state.url import (
     RULES,
     THRESHOLD_ON,
     VERIFICATION_MODES,
+    STEPS_MAX,
     VIEWS,
     ViewState,
     clean_threshold,
     default_overlay,
     parse_find,
     parse_layers,
+    parse_task,
 )
 
 _LAYER_RE = re.compile(r"^L\d+$")
@@ -59,6 +62,9 @@ CONTROL_FIELDS: dict[str, str] = {
     "series-input": "series",
     "timeline-k-input": "k",
     "step-slider": "checkpoint",
+    "task-select": "task",
+    "method-radio": "method",
+    "steps-input": "steps",
 }
 # Figures whose clicks select something (their clickData goes to the URL writer).
 CLICK_SOURCES: tuple[str, ...] = ("graph", "heatmap", "head-grid", "scatter", "kl-grid")
@@ -69,7 +75,7 @@ def _allowed(field: str, vocab: Vocabulary) -> tuple[str, ...] | None:
     return {"view": VIEWS, "pairing": vocab.pairings, "rule": RULES, "metric": vocab.metrics,
             "rank_on": RANK_ON, "threshold_on": THRESHOLD_ON,
             "layout": LAYOUTS, "direction": DIRECTIONS, "role": vocab.roles, "grain": GRAINS,
-            "verification": VERIFICATION_MODES}.get(field)
+            "verification": VERIFICATION_MODES, "method": CIRCUIT_METHODS}.get(field)
 
 
 def set_field(state: ViewState, field: str, value: Any, vocab: Vocabulary) -> ViewState:
@@ -96,6 +102,8 @@ def set_field(state: ViewState, field: str, value: Any, vocab: Vocabulary) -> Vi
     if field == "checkpoint":  # the timeline's shown checkpoint (its position in the series)
         ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 10**6
         return state.with_(checkpoint=str(int(value))) if ok else state
+    if field == "task":  # a task name as the API spells one; anything else leaves it as it is
+        return state.with_(task=parse_task(str(value or ""))) if parse_task(str(value or "")) else state
     if field == "find":
         text = str(value or "").strip()
         found = parse_find(text, vocab)
@@ -112,6 +120,8 @@ def set_field(state: ViewState, field: str, value: Any, vocab: Vocabulary) -> Vi
         return state.with_(threshold=clean_threshold(number, state.threshold_on))
     if field == "top_percent":
         return state.with_(top_percent=min(max(number, 0.1), 100.0))
+    if field == "steps":
+        return state.with_(steps=int(min(max(number, 1), STEPS_MAX)))
     return state
 
 

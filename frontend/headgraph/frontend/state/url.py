@@ -19,7 +19,7 @@ from headgraph.frontend.api.names import Vocabulary
 
 # Frontend-only lists (what the dashboard shows; the API's names come from the vocabulary).
 VIEWS: tuple[str, ...] = ("graph", "heatmap", "scatter", "reference", "tokens", "validation", "recovery",
-                          "compare", "timeline")
+                          "compare", "timeline", "task")
 LAYOUTS: tuple[str, ...] = ("grid", "force")
 RULES: tuple[str, ...] = ("topk", "threshold")
 DIRECTIONS: tuple[str, ...] = ("out", "in")
@@ -53,6 +53,20 @@ DEFAULT_PAIRING = "OK"
 DEFAULT_ROLE = "O"
 # The API's per-model label set: each model's heads classed by its own attention patterns.
 PATTERN_OVERLAY = "patterns"
+# The task view (GET /api/circuit): a task of GET /api/tasks, the attribution method and
+# EAP-IG's integration steps (the API's defaults and bounds; eap always runs one step).
+DEFAULT_TASK = "induction"
+CIRCUIT_METHODS: tuple[str, ...] = ("eap", "eap-ig")
+DEFAULT_METHOD = "eap-ig"
+DEFAULT_STEPS = 5
+STEPS_MAX = 64
+_TASK_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
+
+
+def parse_task(value: str | None) -> str:
+    """A task name as the API spells one (letters, digits, ``_.-``, at most 64), else ""."""
+    text = (value or "").strip()
+    return text if _TASK_RE.match(text) else ""
 
 
 def default_overlay(model: str, label_sets: list[dict[str, Any]] | None = None) -> str:
@@ -102,6 +116,9 @@ class ViewState:
     b: str = ""  # compare: model B ("" = none picked yet)
     series: str = DEFAULT_SERIES  # timeline: a named series or a comma list of model ids
     checkpoint: str = ""  # timeline: the shown checkpoint's position in the series ("" = the last)
+    task: str = DEFAULT_TASK  # task view: a task of GET /api/tasks
+    method: str = DEFAULT_METHOD  # task view: "eap" | "eap-ig" (CIRCUIT_METHODS)
+    steps: int = DEFAULT_STEPS  # task view: EAP-IG's integration steps (1..STEPS_MAX)
 
     def with_(self, **changes: Any) -> ViewState:
         """Copy with some fields changed (frozen dataclass helper)."""
@@ -245,6 +262,9 @@ def parse_query(search: str | None, vocab: Vocabulary,
         b=_model_id(q.get("b")),
         series=_model_id(q.get("series"), 4096) or d.series,
         checkpoint=q.get("checkpoint", "") if (q.get("checkpoint") or "").isdigit() else "",
+        task=parse_task(q.get("task")) or d.task,
+        method=_choice(q.get("method"), CIRCUIT_METHODS, d.method),
+        steps=int(_number(q.get("steps"), d.steps, 1, STEPS_MAX) or d.steps),
     )
 
 
@@ -293,6 +313,9 @@ def to_query(state: ViewState) -> str:
         items += [("a", state.a), ("b", state.b)]
     if state.view == "timeline" or state.series != DEFAULT_SERIES or state.checkpoint:
         items += [("series", state.series), ("checkpoint", state.checkpoint)]
+    if state.view == "task" or (state.task, state.method, state.steps) != (DEFAULT_TASK, DEFAULT_METHOD,
+                                                                          DEFAULT_STEPS):
+        items += [("task", state.task), ("method", state.method), ("steps", str(state.steps))]
     if state.head:
         items.append(("head", state.head))
     if state.pair:
