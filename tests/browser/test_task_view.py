@@ -1,0 +1,81 @@
+"""The Task view in a real browser on the demo: a link to the induction task (EAP) computes its
+circuit on request under the view's loading state, then shows the task metric, the table of
+the top edges and the faithfulness curve carrying GET /api/circuit's numbers; the copied link
+reopens the same circuit in a fresh browser context."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+from playwright.sync_api import Page
+
+from browser import VIEWPORT, Server, query_of, wait_figure, wait_until
+
+pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]
+KEYS = ("rank", "writer", "reader", "path", "score", "in_circuit")
+LINK = "/?model=demo&view=task&task=induction&method=eap&k=15"
+
+
+def circuit(server: Server) -> dict[str, Any]:
+    r = httpx.get(server.url + "/api/circuit", params={"model": "demo", "task": "induction", "method": "eap",
+                                                       "steps": 1, "top": 15}, timeout=600)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def table_values(page: Page, edges: list[dict[str, Any]]) -> dict[tuple[int, str], str | None]:
+    """(rank, key) -> the table cell's data-value."""
+    return {(e["rank"], key): page.locator(f"#task-{e['rank']}-{key}").get_attribute("data-value")
+            for e in edges for key in KEYS}
+
+
+def expected(edges: list[dict[str, Any]]) -> dict[tuple[int, str], str | None]:
+    return {(e["rank"], key): repr(e[key]) for e in edges for key in KEYS}
+
+
+def check_page(page: Page, data: dict[str, Any]) -> None:
+    """The metric chips, the table and the curve show ``data``."""
+    m = data["metrics"]
+    assert page.locator("#stat-task-clean").get_attribute("data-value") == str(m["clean"])
+    assert page.locator("#stat-task-clean-acc").get_attribute("data-value") == str(m["clean_accuracy"])
+    assert page.locator("#stat-task-able").get_attribute("data-value") == "yes"
+    assert page.locator("#task-words-0").inner_text().startswith("demo does 'induction'")
+    assert table_values(page, data["edges"]) == expected(data["edges"])
+    assert page.locator("#task-table tbody tr").count() == len(data["edges"]) == 15
+    f = data["faithfulness"]
+    fig = wait_figure(page, "task-curve", lambda g: len(g["data"]) == 2)
+    assert fig["data"][0]["x"] == f["sizes"] and fig["data"][0]["y"] == f["recovered"]
+    assert fig["data"][1]["x"] == [f["circuit_size"]]
+    size = page.locator("#stat-task-circuit-size").get_attribute("data-value")
+    assert size == str(data["circuit_size"]) == str(f["circuit_size"])
+    assert page.locator("#stat-task-spearman").get_attribute("data-value") == str(data["patching"]["spearman"])
+
+
+def test_the_task_view_computes_the_circuit_and_its_link_reopens_it(server: Server, page: Page,
+                                                                     browser: Any) -> None:
+    page.goto(server.url + LINK)
+    # A cold circuit: the view says it is computed on request while it waits.
+    assert "computed on request" in page.locator("#view-task").inner_text()
+    page.locator("#task-table").wait_for(timeout=600_000)
+    data = circuit(server)  # cached now: what the page read
+    assert data["method"] == "eap" and data["task"]["name"] == "induction"
+    check_page(page, data)
+    wait_until(lambda: page.locator("#tab-task").get_attribute("class") == "tab tab-selected", 30,
+               message="task tab selected", page=page)
+    assert page.locator("#ctl-task").is_visible()
+    wait_until(lambda: "induction" in page.locator("#task-select").inner_text(), 30,
+               message="the task dropdown shows induction", page=page)
+    # The copied link, opened in a fresh context (no storage), shows the same circuit.
+    link = page.locator("#share-url").input_value()
+    q = query_of(link)
+    assert (q["view"], q["task"], q["method"], q["k"]) == ("task", "induction", "eap", "15")
+    ctx = browser.new_context(viewport=VIEWPORT)
+    try:
+        other = ctx.new_page()
+        other.goto(link)
+        other.locator("#task-table").wait_for(timeout=120_000)
+        check_page(other, data)
+    finally:
+        ctx.close()
