@@ -55,7 +55,7 @@ TOTAL_COUNTER = "count:__total__"
 # model): not storing one on a read-only or full cache is no error, it stays in memory
 OPTIONAL_META = ("model:", "failed:")
 # meta entries that are records (everything but counters and lock tokens): checksummed
-CHECKED_META = ("labels:", "model:", "failed:", "job:", "jobkey:", "jobs:", "sweep:")
+CHECKED_META = ("labels:", "tasks:", "model:", "failed:", "job:", "jobkey:", "jobs:", "sweep:")
 FAILED = "failed:"  # meta prefix: a computation the model cannot do, remembered until a retry
 
 
