@@ -1,10 +1,12 @@
 """The Task view in a real browser on the demo: a link to the induction task (EAP) computes its
 circuit on request under the view's loading state, then shows the task metric, the table of
 the top edges and the faithfulness curve carrying GET /api/circuit's numbers; the copied link
-reopens the same circuit in a fresh browser context."""
+reopens the same circuit in a fresh browser context. A JSONL upload with a bad row is refused
+naming the row; a good one is selected (in the link) and its circuit shown."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
@@ -79,3 +81,32 @@ def test_the_task_view_computes_the_circuit_and_its_link_reopens_it(server: Serv
         check_page(other, data)
     finally:
         ctx.close()
+
+
+ROWS = [{"clean": "t01 t02 t03 t01", "corrupt": "t05 t06 t07 t01", "answer": "t02", "distractor": "t09"},
+        {"clean": "t04 t08 t03 t04", "corrupt": "t05 t06 t07 t04", "answer": "t08", "distractor": "t09"}]
+
+
+def test_an_uploaded_task_is_selected_and_its_circuit_shown(server: Server, page: Page, tmp_path: Any) -> None:
+    page.goto(server.url + LINK)
+    page.locator("#task-upload").wait_for(timeout=60_000)
+    bad = tmp_path / "broken.jsonl"
+    bad.write_text(json.dumps(ROWS[0]) + "\n" + json.dumps({**ROWS[0], "corrupt": "t05 t06 t01"}) + "\n")
+    page.locator("#task-upload input[type=file]").set_input_files(str(bad))
+    wait_until(lambda: "line 2" in page.locator("#task-upload-msg").inner_text(), 60,
+               message="the bad row named", page=page)
+    assert query_of(page.url)["task"] == "induction"  # nothing selected
+    good = tmp_path / "two rows.jsonl"
+    good.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    page.locator("#task-upload input[type=file]").set_input_files(str(good))
+    wait_until(lambda: query_of(page.url).get("task") == "two-rows", 60, message="task=two-rows in the URL",
+               page=page)
+    assert "2 prompt pairs" in page.locator("#task-upload-msg").inner_text()
+    wait_until(lambda: page.locator("#stat-task-name").get_attribute("data-value") == "two-rows", 600,
+               message="the uploaded task's circuit", page=page)
+    r = httpx.get(server.url + "/api/circuit", params={"model": "demo", "task": "two-rows", "method": "eap",
+                                                       "steps": 1, "top": 15}, timeout=600)
+    assert r.status_code == 200, r.text
+    data = r.json()
+    assert data["metrics"]["n_pairs"] == 2
+    assert table_values(page, data["edges"]) == expected(data["edges"])

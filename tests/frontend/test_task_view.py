@@ -1,18 +1,23 @@
 """The task view on the demo through the real in-process API: its URL state (task, method,
 steps), its controls and readiness (it reads no result of the model's job), the task metric,
 the table and the faithfulness curve carrying GET /api/circuit's numbers, the clean metric
-checked again against the demo's own forward in float64, and an unknown task's message."""
+checked again against the demo's own forward in float64, an unknown task's message, and a JSONL
+upload stored, selected, or rejected naming its bad row."""
 
 from __future__ import annotations
 
+import base64
+import json
+
 import pytest
 import torch
+from dash import no_update
 
 from frontend_support import READY, find
 from headgraph.core.names import vocabulary
 from headgraph.frontend.api.client import ApiClient
 from headgraph.frontend.api.names import Vocabulary
-from headgraph.frontend.callbacks.task import task_view
+from headgraph.frontend.callbacks.task import task_name, task_view, upload_task
 from headgraph.frontend.figures.task import faithfulness_figure, table_rows, task_words
 from headgraph.frontend.layout.controls import control_groups, task_options
 from headgraph.frontend.state.readiness import view_params
@@ -125,3 +130,31 @@ def test_an_unknown_task_says_so(in_app: None) -> None:
     fig, chips, body = task_view(params)
     assert "no-such-task" in str(chips) and body == []
     assert "no-such-task" in fig.layout.annotations[0].text
+
+
+def encoded(rows: list[dict[str, str]]) -> str:
+    """A dcc.Upload data URL of JSONL rows."""
+    body = "".join(json.dumps(r) + "\n" for r in rows).encode()
+    return "data:application/x-ndjson;base64," + base64.b64encode(body).decode()
+
+
+ROW = {"clean": "t01 t02 t03 t01", "corrupt": "t05 t06 t07 t01", "answer": "t02", "distractor": "t09"}
+ROW2 = {"clean": "t04 t08 t03 t04", "corrupt": "t05 t06 t07 t04", "answer": "t08", "distractor": "t09"}
+
+
+def test_an_uploaded_task_is_stored_and_selected_and_a_bad_row_named(in_app: None, api: ApiClient) -> None:
+    assert task_name("my tasks/ioi v2.jsonl") == "ioi-v2" and task_name("???.jsonl") == ""
+    msg, cls, value, options, cleared = upload_task(encoded([ROW, ROW2]), "two rows.jsonl", "?model=demo&view=task")
+    assert (value, cls, cleared) == ("two-rows", "upload-ok", None) and "2 prompt pairs" in msg
+    listed = {t["name"]: t for t in api.tasks()}
+    assert listed["two-rows"]["n_rows"] == 2 and not listed["two-rows"]["bundled"]
+    assert {"label": "two-rows (uploaded)", "value": "two-rows", "title": ""} in options
+    # The dropdown's new value is what the URL writer puts in the link.
+    state = parse_query("?model=demo&view=task", VOCAB)
+    assert next_state(state, "task-select", value, VOCAB).task == "two-rows"
+    # A row the demo's tokens cannot take: the API's message names its line; nothing stored.
+    msg, cls, value, _options, _ = upload_task(encoded([ROW, {**ROW, "corrupt": "t05 t06 t01"}]), "bad.jsonl",
+                                               "?model=demo&view=task")
+    assert cls == "upload-error shown" and value is no_update
+    assert "line 2: clean and corrupt are 4 and 3 tokens" in str(msg)
+    assert "bad" not in {t["name"] for t in api.tasks()}

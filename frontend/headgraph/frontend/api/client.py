@@ -220,6 +220,14 @@ class ApiClient:
         params = {"model": model, "task": task, "method": method, "steps": steps, "top": top}
         return self.request("GET", "/api/circuit", params=params, timeout=CIRCUIT_TIMEOUT_S).json()
 
+    def upload_task(self, content: bytes, name: str, model: str | None = None,
+                    replace: bool = True) -> dict[str, Any]:
+        """POST /api/tasks: store a JSONL task as ``name`` (with ``model``, each row checked in
+        its tokens too); a bad row is an ApiError naming its line, and nothing is stored."""
+        params = {"name": name, "model": model, "replace": "true" if replace else None}
+        return self.request("POST", "/api/tasks", params=params, content=content,
+                            headers={"content-type": "application/x-ndjson"}).json()
+
     def labels(self) -> list[dict[str, Any]]:
         data = self.get("/api/labels")
         return data.get("label_sets", data.get("labels", data)) if isinstance(data, dict) else data

@@ -8,10 +8,14 @@ the API gives them), the faithfulness curve (share of the gap recovered vs circu
 stated share and the smallest circuit reaching it) and the EAP vs patching Spearman. It reads
 no result of the model's job: a cold circuit is computed on request (a minute or more on a real
 model, under the view's loading spinner; in a lab it needs the token: the refusal is shown).
+A JSONL file dropped on the view's upload box is stored through POST /api/tasks under its file's
+name (rows checked in the model's tokens; a bad row's message names its line) and selected.
 """
 
 from __future__ import annotations
 
+import re
+from pathlib import PurePath
 from typing import Any
 
 from dash import Input, Output, State, html, no_update
@@ -19,11 +23,13 @@ from dash import Input, Output, State, html, no_update
 from headgraph.frontend.api.client import ApiError
 from headgraph.frontend.callbacks.common import api, error_note, stat, state_of
 from headgraph.frontend.callbacks.define import callback
+from headgraph.frontend.callbacks.labels import decode_upload
 from headgraph.frontend.callbacks.router import view_callback
 from headgraph.frontend.figures import empty_figure
 from headgraph.frontend.figures.task import TOP_MAX, edge_columns, faithfulness_figure, table_rows, task_words
 from headgraph.frontend.layout.controls import task_options
 from headgraph.frontend.state.readiness import view_params
+from headgraph.frontend.state.url import parse_task
 
 
 def circuit_table(data: dict[str, Any]) -> html.Table:
@@ -98,3 +104,35 @@ def task_choices(value: str | None, search: str | None) -> Any:
         return task_options(api().tasks(), value)
     except ApiError:
         return task_options(None, value)
+
+
+def task_name(filename: str | None) -> str:
+    """An uploaded file's task name: its stem with characters a task name cannot hold as "-"
+    (``my tasks/ioi v2.jsonl`` -> ``ioi-v2``), at most 64; "" when nothing usable is left."""
+    stem = re.sub(r"[^A-Za-z0-9_.\-]+", "-", PurePath(filename or "").stem).strip("-._")[:64]
+    return parse_task(stem)
+
+
+@callback(Output("task-upload-msg", "children"), Output("task-upload-msg", "className"),
+          Output("task-select", "value"), Output("task-select", "options", allow_duplicate=True),
+          Output("task-upload", "contents"),
+          Input("task-upload", "contents"), State("task-upload", "filename"), State("url", "search"),
+          prevent_initial_call=True)
+def upload_task(contents: str | None, filename: str | None, search: str | None) -> tuple:
+    """POST an uploaded JSONL task (named by its file, each row checked in the model's tokens;
+    a task of that name is replaced) and select it: the task dropdown's new value goes to the
+    URL writer. A rejected upload shows the API's message naming the bad row."""
+    if not contents:
+        return no_update, no_update, no_update, no_update, no_update
+    name = task_name(filename)
+    if not name:
+        msg = f"{filename or 'upload'}: name the file like a task (letters, digits, _ . -)"
+        return [html.B("upload rejected: "), msg], "upload-error shown", no_update, no_update, None
+    try:
+        saved = api().upload_task(decode_upload(contents), name, model=state_of(search).model)
+        options = task_options(api().tasks(), name)
+    except ApiError as err:
+        return ([html.B("upload rejected: "), f"{filename or 'upload'}: {err.message}"], "upload-error shown",
+                no_update, no_update, None)
+    note = f"uploaded task {saved['name']}: {saved.get('n_rows')} prompt pairs"
+    return note, "upload-ok", saved["name"], options, None

@@ -139,6 +139,13 @@ def views(shown: str | None = None) -> html.Div:
                  id="view-recovery", className="view", style=view_style("recovery", shown)),
         html.Div([html.P("A task's circuit is computed on request: a cold one (attribution, the faithfulness "
                          "curve, patched edges) takes a minute or more on a real model.", className="validation-note"),
+                  html.Div([dcc.Upload(html.Span(["upload a task (JSONL: ",
+                                                  html.Code('{"clean", "corrupt", "answer", "distractor"}'),
+                                                  " a line; its name is the file's)"]),
+                                        id="task-upload", className="upload", multiple=False,
+                                        accept=".jsonl,.ndjson,.json,.txt,application/x-ndjson"),
+                            html.Div(id="task-upload-msg", className="upload-error", role="alert")],
+                           id="task-upload-box"),
                   dcc.Loading([html.Div(id="task-summary", className="summary"),
                                html.Div(id="task-body", className="validation-words"),
                                dcc.Graph(id="task-curve", config=GRAPH_CONFIG)],
