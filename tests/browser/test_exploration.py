@@ -150,6 +150,7 @@ def smollm2(launch_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Ite
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # the warm SmolLM2 job took over 10 min on two shared cores
 def test_smollm2_default_graph_labels_the_endpoints_of_its_strongest_edges(smollm2: Server, page: Page) -> None:
     page.goto(smollm2.url + "/?model=smollm2&view=graph")
     fig = wait_figure(page, "graph", lambda f: points(f, "edge"), timeout=180)
