@@ -158,3 +158,27 @@ def test_an_uploaded_task_is_stored_and_selected_and_a_bad_row_named(in_app: Non
     assert cls == "upload-error shown" and value is no_update
     assert "line 2: clean and corrupt are 4 and 3 tokens" in str(msg)
     assert "bad" not in {t["name"] for t in api.tasks()}
+
+
+@pytest.mark.slow
+def test_head_edges_carry_their_pk_and_cs_once_the_job_is_done(in_app: None, api: ApiClient,
+                                                                computed: list[str]) -> None:
+    state = parse_query(SEARCH, VOCAB).with_(k=60)  # the top 60 hold head -> head (Q / K / V) edges
+    _fig, _chips, body = task_view(view_params(state, "task", READY))  # READY: the demo's job is done
+    data = api.circuit("demo", "induction", "eap-ig", 5, 60)
+    table = find(body, "task-table")
+    assert find(table, "task-1-pk") is not None and find(table, "task-1-cs") is not None
+    head_edges = 0
+    for e in data["edges"]:
+        pk_cell, cs_cell = find(table, f"task-{e['rank']}-pk"), find(table, f"task-{e['rank']}-cs")
+        if e["writer_kind"] != "head" or e["path"] not in ("Q", "K", "V"):
+            assert getattr(pk_cell, "data-value") == "" and pk_cell.children == "–"
+            continue
+        head_edges += 1  # the pair endpoint, read on its own, gives the same PK and CS
+        pair = api.pair("demo", "O" + e["path"], e["writer"], e["reader"].rsplit(".", 1)[0])
+        assert float(getattr(pk_cell, "data-value")) == pytest.approx(pair["pk"])
+        assert float(getattr(cs_cell, "data-value")) == pytest.approx(pair["cs"])
+    assert head_edges >= 5
+    # Before the job is done (no ready record) the table has no PK / CS columns.
+    _fig, _chips, body = task_view(view_params(state, "task", None))
+    assert find(find(body, "task-table"), "task-1-pk") is None

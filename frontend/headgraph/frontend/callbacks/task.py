@@ -3,8 +3,9 @@
 Renders the URL's task (GET /api/tasks: the bundled ioi, induction, successor and uploaded
 ones), method (eap | eap-ig) and steps: the task metric first (clean and corrupt logit
 difference and accuracy; a model that cannot do the task is said to be unable), the circuit's
-top k edges as a table (source, target, reader, attribution, in the circuit; PK and CS where
-the API gives them), the faithfulness curve (share of the gap recovered vs circuit size, the
+top k edges as a table (source, target, reader, attribution, in the circuit; once the model's
+job is done, a head -> head edge's PK and CS of the pairing O -> its Q / K / V input, from GET
+/api/pk and /api/cs), the faithfulness curve (share of the gap recovered vs circuit size, the
 stated share and the smallest circuit reaching it) and the EAP vs patching Spearman. It reads
 no result of the model's job: a cold circuit is computed on request (a minute or more on a real
 model, under the view's loading spinner; in a lab it needs the token: the refusal is shown).
@@ -26,7 +27,14 @@ from headgraph.frontend.callbacks.define import callback
 from headgraph.frontend.callbacks.labels import decode_upload
 from headgraph.frontend.callbacks.router import view_callback
 from headgraph.frontend.figures import empty_figure
-from headgraph.frontend.figures.task import TOP_MAX, edge_columns, faithfulness_figure, table_rows, task_words
+from headgraph.frontend.figures.task import (
+    TOP_MAX,
+    edge_columns,
+    faithfulness_figure,
+    table_rows,
+    task_words,
+    with_scores,
+)
 from headgraph.frontend.layout.controls import task_options
 from headgraph.frontend.state.readiness import view_params
 from headgraph.frontend.state.url import parse_task
@@ -86,12 +94,33 @@ def task_view(params: dict[str, Any] | None) -> tuple:
                              min(int(params["k"]), TOP_MAX))
     except ApiError as err:
         return empty_figure(err.message, 220), [error_note(err.message)], []
+    if params.get("ready") and not str(params["ready"]).endswith(":partial"):
+        data = with_scores(data, weight_grids(params["model"], data))
     words = [html.P(line, className="validation-line", id=f"task-words-{i}")
              for i, line in enumerate(task_words(data))]
     able = (data.get("metrics") or {}).get("able")
     if not able:
         words[0] = html.P(words[0].children, className="validation-line error-note", id="task-words-0")
     return faithfulness_figure(data), summary(data), [*words, circuit_table(data)]
+
+
+def weight_grids(model: str, data: dict[str, Any]) -> dict[str, tuple[dict[str, Any], dict[str, Any] | None]]:
+    """Per reader input Q / K / V among the listed head -> head edges, the model's PK grid of
+    the pairing O -> it and its CS grid (None where the API has none): GET /api/pk and
+    /api/cs, read once the model's job is done (cached then); a grid the API refuses is left out."""
+    out: dict[str, tuple[dict[str, Any], dict[str, Any] | None]] = {}
+    paths = {e.get("path") for e in data.get("edges") or [] if e.get("writer_kind") == "head"}
+    for path in sorted(p for p in paths if p in ("Q", "K", "V")):
+        try:
+            pk = api().pk(model, "O" + path)
+        except ApiError:
+            continue
+        try:
+            cs: dict[str, Any] | None = api().cs(model, path)
+        except ApiError:
+            cs = None
+        out[path] = (pk, cs)
+    return out
 
 
 @callback(Output("task-select", "options"), Input("task-select", "value"), State("url", "search"))

@@ -46,6 +46,41 @@ def edge_columns(data: dict[str, Any]) -> tuple[tuple[str, str], ...]:
     return COLUMNS + extra
 
 
+def grid_value(grid: dict[str, Any], source: str, target: str) -> float | None:
+    """The cell (source head, target head) of a GET /api/pk or /api/cs answer (its labels name
+    the flattened [layer, head] axes), or None where it is invalid or not on the grid."""
+    try:
+        s, t = grid["source_labels"].index(source), grid["target_labels"].index(target)
+    except ValueError:
+        return None
+    h, ht = grid["shape"][1], grid["shape"][3]
+    cell = (s // h, s % h, t // ht, t % ht)
+    valid = grid.get("valid")
+    if valid is not None and not valid[cell[0]][cell[1]][cell[2]][cell[3]]:
+        return None
+    return _finite(grid["grid"][cell[0]][cell[1]][cell[2]][cell[3]])
+
+
+def with_scores(data: dict[str, Any], grids: dict[str, tuple[dict[str, Any], dict[str, Any] | None]]
+                ) -> dict[str, Any]:
+    """``data`` with each head -> head edge's PK (and CS) from ``grids`` (reader input Q / K / V
+    -> (the PK grid of O -> it, its CS grid or None)) as ``pk`` / ``cs``; other edges get None.
+    Unchanged without grids."""
+    if not grids:
+        return data
+    edges = []
+    for e in data.get("edges") or []:
+        e = dict(e)
+        pk, cs = grids.get(str(e.get("path")), (None, None))
+        target = str(e.get("reader", "")).rsplit(".", 1)[0]
+        head = e.get("writer_kind") == "head"
+        e["pk"] = grid_value(pk, e["writer"], target) if pk is not None and head else None
+        if any(c is not None for _, c in grids.values()):
+            e["cs"] = grid_value(cs, e["writer"], target) if cs is not None and head else None
+        edges.append(e)
+    return {**data, "edges": edges}
+
+
 def table_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
     """Per listed edge (the API's order: strongest first), its cells' texts and the API's
     values: {key: text, ..., "values": {key: value}}."""
