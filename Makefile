@@ -50,10 +50,11 @@ check: install-test docs
 docs: install-test
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir build/site
 
-# Test files spread over two workers (pytest-xdist; a file's tests and module fixtures stay on
-# one worker): the servers, compute processes and chromium of one file wait on I/O and
-# subprocesses while the other worker computes. TEST_WORKERS=0 runs them in this process.
-TEST_WORKERS ?= 2
+# TEST_WORKERS=2 spreads test files over two pytest-xdist workers (a file's tests and module
+# fixtures stay on one worker). Off by default: on two cores the load-sensitive fault and
+# browser tests (health under 32 clients, killed compute processes, cold-cache progress)
+# failed under it; 0 runs every test in this process.
+TEST_WORKERS ?= 0
 test: install-test browser check
 	$(BIN)/python -m pytest -q --durations=30 -n $(TEST_WORKERS) --dist loadfile
 
