@@ -36,7 +36,9 @@ class BridgePatternSource:
         if tok is None:
             return self.bridge.to_tokens(text, padding_side="right",
                                          move_to_device=False)[0].tolist()
-        return [int(i) for i in tok(text, add_special_tokens=True)["input_ids"]]
+        ids = [int(i) for i in tok(text, add_special_tokens=True)["input_ids"]]
+        # at most the model's context, as the bridge's to_tokens truncates
+        return ids[: self.n_ctx] if self.n_ctx else ids
 
     def tokenize(self, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """Right-padded ids [batch, pos] and mask [batch, pos]; a BOS only where the
