@@ -33,9 +33,10 @@ HEALTH_LIMIT_S = 2.0  # Docker's health check gives up after 4 s
 
 
 def warm_reads(big: str) -> list[tuple[str, dict[str, object]]]:
-    """What the load test reads: half MB-sized grids of the wide model, half small demo views."""
-    return [*[("/api/pk", {"model": big, "pairing": p}) for p in ("OQ", "OK", "OV")],
-            ("/api/cs", {"model": big, "mode": "K"}),
+    """What the load test reads: half MB-sized grids of the wide model (whole, as a download:
+    a plain read of a grid that large answers its layer overview), half small demo views."""
+    return [*[("/api/pk", {"model": big, "pairing": p, "download": "true"}) for p in ("OQ", "OK", "OV")],
+            ("/api/cs", {"model": big, "mode": "K", "download": "true"}),
             ("/api/pk", {"model": "demo", "pairing": "OK", "metric": "normalized"}),
             ("/api/graph", {"model": "demo", "pairings": "OQ,OK,OV", "k": 20}),
             ("/api/top", {"model": "demo", "pairing": "OK", "k": 20}),
