@@ -84,8 +84,9 @@ def test_cold_cache_progress_then_graph_and_api_stays_responsive(server: Server,
     node_classes = {n.get("head_class") for n in classed["graph"]["nodes"]} - {None}
     assert {"Induction", "Previous Token"} <= node_classes
     legend = page.locator("#graph .legend .legendtext")
-    wait_until(lambda: {"Induction", "Previous Token"} <= set(legend.all_text_contents()), 30,
-               message="class legend", page=page)
+    # legend entries read "<class> (<count of heads>)"
+    wait_until(lambda: {"Induction", "Previous Token"} <= {t.rsplit(" (", 1)[0] for t in legend.all_text_contents()},
+               30, message="class legend", page=page)
     shown = {t for t in legend.all_text_contents() if t != "no class" and not t.endswith(")")}
     assert shown <= node_classes  # every class in the legend is one the API gave a node
     assert int(stat(page, "in-class")) == classed["class_counts"]["in_class"]
