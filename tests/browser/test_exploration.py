@@ -1,8 +1,7 @@
 """Browser: exploring the head graph. On the demo (one warm server): a class has the same colour
 in the graph, the heatmap's class strip (and its legend) and the findings report's palette;
 hovering a node shows its strongest edges per pairing as the API ranks them; ``find`` takes a
-class name. On SmolLM2 (slow: its own server, the model warmed through the API first): the
-default graph of 60 nodes names the endpoints of each pairing's strongest edge.
+class name. (SmolLM2's default graph, 60 nodes, is checked in test_smollm2.py, on its warm job.)
 
 Every number is compared with the API's answers, none hard-coded.
 """
@@ -10,14 +9,13 @@ Every number is compared with the API's answers, none hard-coded.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 from playwright.sync_api import Page
 
-from browser import Server, figure, query_of, show_point, wait_figure, wait_until
+from browser import Server, query_of, show_point, wait_figure, wait_until
 from headgraph.frontend.report.charts import graph_chart, report_palette
 from headgraph.frontend.report.numbers import overlay
 
@@ -137,36 +135,3 @@ def test_find_takes_a_class_name(server: Server, page: Page) -> None:
     ringed = {cd[1] for tr in fig["data"] if str(tr.get("name", "")).startswith("found") for cd in tr["customdata"]}
     assert ringed == set(induction)
     assert "head" not in query_of(page.url)  # a class opens no head panel
-
-
-# -- SmolLM2: the default graph names its strongest edges' heads -------------------------------
-
-@pytest.fixture(scope="module")
-def smollm2(launch_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """One server warmed with SmolLM2 (its job run through the API first: minutes here)."""
-    with launch_server(tmp_path_factory.mktemp("exploration-smollm2") / "cache",
-                       env={"HEADGRAPH_MODELS": "demo,smollm2"}, warm=("smollm2",)) as srv:
-        yield srv
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(1800)  # the warm SmolLM2 job took over 10 min on two shared cores
-def test_smollm2_default_graph_labels_the_endpoints_of_its_strongest_edges(smollm2: Server, page: Page) -> None:
-    page.goto(smollm2.url + "/?model=smollm2&view=graph")
-    fig = wait_figure(page, "graph", lambda f: points(f, "edge"), timeout=180)
-    state = query_of(page.url)
-    graph = api(smollm2, "/api/graph", model="smollm2", pairings=state.get("pairings", "OQ,OK,OV"),
-                k=state.get("k", 20), threshold_on=state.get("rank_on", "pk"),
-                labels=state.get("overlay") or None)["graph"]
-    named = {cd[1] for tr in fig["data"] if tr.get("mode") == "markers+text"
-             for cd, text in zip(tr["customdata"], tr["text"]) if text}
-    assert len(graph["nodes"]) > 48 and len(named) < len(graph["nodes"])
-    for p in {e["pairing"] for e in graph["edges"]}:
-        top = min((e for e in graph["edges"] if e["pairing"] == p), key=lambda e: e["rank"])
-        assert {top["source"], top["target"]} <= named, (p, top["source"], top["target"])
-    # KV diamonds sit on their layer's row: a KV-target edge climbs at least one row.
-    ys = {cd[1]: y for _, y, cd in points(fig, "node")}
-    for e in graph["edges"]:
-        if "KV" in e["target"]:
-            assert ys[e["target"]] - ys[e["source"]] >= 1 - 1e-9
-    assert figure(page, "graph") is not None

@@ -261,3 +261,24 @@ def test_the_scatter_reference_and_tokens_views_draw_the_apis_numbers(server: Se
     assert chip(page, "token-role") == "O" and int(chip(page, "token-heads") or 0) == len(tokens["heads"])
     fig = wait_figure(page, "token-grid", lambda f: f["data"] and f["data"][0]["type"] == "heatmap")
     assert len(fig["data"][0]["text"]) == 30  # a row per layer
+
+
+def test_the_default_graph_labels_the_endpoints_of_its_strongest_edges(server: Server, page: Page) -> None:
+    """Above 48 nodes labels go to what matters: each pairing's strongest edge names both heads;
+    KV diamonds sit on their layer's row, so a KV-target edge climbs at least one row."""
+    page.goto(server.url + f"/?model={MODEL}&view=graph")
+    fig = wait_figure(page, "graph", lambda f: points(f, "edge"), timeout=JOB_WAIT_S)
+    state = query_of(page.url)
+    graph = api(server, "/api/graph", pairings=state.get("pairings", "OQ,OK,OV"),
+                k=state.get("k", 20), threshold_on=state.get("rank_on", "pk"),
+                labels=state.get("overlay") or None)["graph"]
+    named = {cd[1] for tr in fig["data"] if tr.get("mode") == "markers+text"
+             for cd, text in zip(tr["customdata"], tr["text"]) if text}
+    assert len(graph["nodes"]) > 48 and len(named) < len(graph["nodes"])
+    for p in {e["pairing"] for e in graph["edges"]}:
+        top = min((e for e in graph["edges"] if e["pairing"] == p), key=lambda e: e["rank"])
+        assert {top["source"], top["target"]} <= named, (p, top["source"], top["target"])
+    ys = {cd[1]: y for _, y, cd in points(fig, "node")}
+    for e in graph["edges"]:
+        if "KV" in e["target"]:
+            assert ys[e["target"]] - ys[e["source"]] >= 1 - 1e-9
