@@ -66,9 +66,10 @@ def test_reliability_is_reported(demo_all_k):
 
 # -- the float64 reference for the demo -------------------------------------------------------
 
-def demo_reference(model, ids, mask, sl, sh, tl, path):
-    """The effect, by hand in float64: the demo's forward written out, S's mean-ablated
-    output change added (through the frozen-scale LayerNorm) to layer tl's P input only."""
+def demo_reference(model, ids, mask, sl, sh, tl, path, ablation="mean"):
+    """The effect, by hand in float64: the demo's forward written out, S's mean-ablated (or
+    resample-ablated: the next prompt's z_S, the mean where that prompt is shorter) output
+    change added (through the frozen-scale LayerNorm) to layer tl's P input only."""
     p = {k: v.detach().double() for k, v in model.state_dict().items()}
     cfg = model.cfg
     T = ids.shape[1]
@@ -94,7 +95,11 @@ def demo_reference(model, ids, mask, sl, sh, tl, path):
         x = x + torch.einsum("bhpe,hed->bpd", z, p["W_O"][layer]) + p["b_O"][layer]
     z_s = clean[sl][3][:, sh]  # [b, p, e]
     mean = z_s[mask].mean(0)
-    delta = ((mean - z_s) @ p["W_O"][sl, sh]) * mask[..., None]
+    new = mean.expand_as(z_s)
+    if ablation == "resample":
+        new = torch.stack([torch.where(mask[(i + 1) % len(ids)][:, None], z_s[(i + 1) % len(ids)], mean)
+                           for i in range(len(ids))])
+    delta = ((new - z_s) @ p["W_O"][sl, sh]) * mask[..., None]
     h, scale, pattern, z = clean[tl]
     ld = (delta - delta.mean(-1, keepdim=True)) / scale * p["ln_w"][tl]
     ins = {"Q": h + pos, "K": h + pos, "V": h}
@@ -123,6 +128,26 @@ def test_demo_matches_float64_reference(demo, sl, sh, path):
     ours = result.effect("text")
     assert float(ref.max()) > 1e-3  # a real effect, not 0 == 0
     torch.testing.assert_close(ours, ref, rtol=2e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize(("sl", "sh", "path"), [(0, 0, "K"), (0, 3, "V")])
+def test_demo_resample_ablation_matches_float64_reference(demo, sl, sh, path):
+    model = demo.patterns
+    H = demo.info.n_heads
+    prompts = ["t01 t02 t03 t04 t01 t02 t03", "t10 t11 t12 t13 t14 t15 t10 t11 t12 t13 t14",
+               "When Mary and John went to the shops, John gave the bag to", "t05 t06 t05"]
+    edges = [Edge(sl, sh, 1, t, path) for t in range(H)]
+    result = path_ablation(model, edges, prompts=prompts, induction_batch=3, ablation="resample",
+                           batch_size=3)  # the next prompt's z crosses a batch boundary
+    ids, mask = model.tokenize(prompts)
+    ref = demo_reference(model, ids, mask, sl, sh, 1, path, ablation="resample")
+    assert float(ref.max()) > 1e-3
+    torch.testing.assert_close(result.effect("text"), ref, rtol=2e-4, atol=1e-6)
+    mean = path_ablation(model, edges, prompts=prompts, induction_batch=3)
+    assert float((mean.effect("text") - ref).abs().max()) > 1e-3  # a different intervention
+    assert result.to_dict()["ablation"] == "resample" and "resample" in result.to_dict()["method"]
+    with pytest.raises(InvalidInput, match="unknown ablation"):
+        path_ablation(model, edges, prompts=prompts, ablation="zero")
 
 
 def test_constant_source_output_has_zero_effect(demo):

@@ -7,7 +7,10 @@ only: T's layer sees the residual x for its other two inputs and x + delta for i
     delta = (mean_z_S - z_S) @ W_O[S]
 
 is the change of S's contribution to the residual stream (mean_z_S: S's output z averaged
-over every real position of every prompt of the set). delta goes through T's layer norm with
+over every real position of every prompt of the set). **Resample ablation**
+(``ablation="resample"``) replaces mean_z_S by S's output on a different prompt at the same
+position (a corrupted input): prompt i takes prompt i + 1's z_S (the last takes the first's),
+and where that prompt has no real token at the position (it is shorter), the set's mean z_S. delta goes through T's layer norm with
 the scale frozen at the clean run's value (LayerNorm: centred, divided by the clean scale,
 times the weight; RMSNorm: divided by the clean scale, times the weight; the bias cancels),
 then through T's W_P (the projection's bias cancels too), and is added to T's P
@@ -51,6 +54,7 @@ from headgraph.core.names import head_label
 
 PATHS: tuple[str, ...] = ("Q", "K", "V")
 PROMPT_SETS: tuple[str, ...] = ("text", "random")
+ABLATIONS: tuple[str, ...] = ("mean", "resample")  # what replaces the source's output
 PAIRING_PATHS: dict[str, str] = {"OQ": "Q", "OK": "K", "OV": "V"}
 MEASURES: dict[str, str] = {"Q": "tvd", "K": "tvd", "V": "relative_output"}
 
@@ -117,6 +121,7 @@ class AblationResult:
     layer_indices: tuple[int, ...]
     induction_length: int
     seed: int
+    ablation: str = "mean"
 
     def effect(self, prompt_set: str) -> torch.Tensor:
         """Effects of every edge on one prompt set, in edge order (float64)."""
@@ -127,9 +132,23 @@ class AblationResult:
                 "reliability": {k: v.to_dict() for k, v in self.reliability.items()},
                 "n_prompts": dict(self.n_prompts), "layer_indices": list(self.layer_indices),
                 "induction_length": self.induction_length, "seed": self.seed,
-                "method": "path ablation: source output mean-ablated on the target's input "
-                          "only, norm scale frozen; Q/K: TVD of attention rows, V: relative "
-                          "change of the target's output"}
+                "ablation": self.ablation,
+                "method": f"path ablation: source output {ABLATION_WORDS[self.ablation]} on the "
+                          "target's input only, norm scale frozen; Q/K: TVD of attention rows, V: "
+                          "relative change of the target's output"}
+
+
+ABLATION_WORDS = {"mean": "mean-ablated (its mean over the prompt set)",
+                  "resample": "resample-ablated (its value on the next prompt of the set at the "
+                              "same position; the set's mean where that prompt is shorter)"}
+
+
+def check_ablation(ablation: str) -> str:
+    """``ablation`` if it is "mean" or "resample", else InvalidInput listing them."""
+    if ablation not in ABLATIONS:
+        raise InvalidInput(f"unknown ablation {ablation!r}; allowed: {list(ABLATIONS)}",
+                           allowed=list(ABLATIONS))
+    return ablation
 
 
 # -- inputs -------------------------------------------------------------------------------------
@@ -201,10 +220,12 @@ def _group_mean(values: torch.Tensor, n_kv: int) -> torch.Tensor:
 
 
 def edge_statistics(runner: Runner, edges: Sequence[Edge], ids: torch.Tensor,
-                    mask: torch.Tensor, *, batch_size: int = 32,
+                    mask: torch.Tensor, *, batch_size: int = 32, ablation: str = "mean",
                     progress: Progress | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-prompt sums (num, den), each [n_edges, batch] float64, whose ratio Σnum / Σden over
-    any set of prompts is the edge's effect on that set (see the module docstring)."""
+    any set of prompts is the edge's effect on that set (see the module docstring);
+    ``ablation``: "mean" or "resample" (what replaces the source's output)."""
+    check_ablation(ablation)
     ids = ids.to(runner.device)
     mask = mask.to(runner.device).bool()
     B, T = ids.shape
@@ -237,6 +258,13 @@ def edge_statistics(runner: Runner, edges: Sequence[Edge], ids: torch.Tensor,
             sums[(sl, sh)] += (clean.z[sl][..., sh, :].double() * m).sum(dim=(0, 1))
         tick("clean forward")
     means = {key: (v / count.clamp_min(1)).to(runner.W_O.dtype) for key, v in sums.items()}
+    resampled: dict[tuple[int, int], torch.Tensor] = {}  # source -> its z's replacement [B, T, dh]
+    if ablation == "resample":
+        partner_real = mask.roll(-1, dims=0)[..., None]  # prompt i takes prompt i + 1's z
+        for sl, sh in sources:
+            z_all = torch.cat([c.z[sl][..., sh, :] for c in cleans], dim=0)
+            resampled[(sl, sh)] = torch.where(partner_real, z_all.roll(-1, dims=0),
+                                              means[(sl, sh)].to(z_all.dtype))
 
     num = torch.zeros(len(edges), B, dtype=torch.float64, device=runner.device)
     den = torch.zeros_like(num)
@@ -246,7 +274,8 @@ def edge_statistics(runner: Runner, edges: Sequence[Edge], ids: torch.Tensor,
         valid = m & (pos >= 1)[None, :]  # [b, T]
         for (sl, sh, tl, path), members in groups.items():
             z = clean.z[sl][..., sh, :]
-            delta = (means[(sl, sh)] - z) @ runner.W_O[sl, sh]  # [b, T, d]
+            new = resampled[(sl, sh)][s:t] if resampled else means[(sl, sh)]
+            delta = (new - z) @ runner.W_O[sl, sh]  # [b, T, d]
             delta = delta * m[..., None].to(delta.dtype)
             if runner.ln_kind is not None:
                 delta = _through_norm(runner, delta, clean.scale[tl], tl)
@@ -321,15 +350,17 @@ def prompt_sets(source: Any, *, prompts: list[str] | None = None, induction_leng
 
 def path_ablation(model: Any, edges: Sequence[Edge], *, prompts: list[str] | None = None,
                   induction_length: int = 20, induction_batch: int = 20, seed: int = 0,
-                  batch_size: int = 32, progress: Progress | None = None) -> AblationResult:
+                  batch_size: int = 32, ablation: str = "mean",
+                  progress: Progress | None = None) -> AblationResult:
     """Path-ablation effects of ``edges`` on the text and random-token prompt sets.
 
     model: the demo model, a TransformerBridge, a pattern source with a ``bridge`` or a
     LoadedModel; prompts: the text set (default: the bundled prompts); induction_length /
-    induction_batch / seed: the random-token set; batch_size: prompts per forward;
-    progress(fraction, message). InvalidInput for a bad edge (unknown head or path, source
+    induction_batch / seed: the random-token set; batch_size: prompts per forward; ablation:
+    "mean" or "resample" (see the module docstring); progress(fraction, message). InvalidInput for a bad edge (unknown head or path, source
     not earlier than target); UnsupportedModel when the model cannot be run or ablated.
     """
+    check_ablation(ablation)
     runner = ablation_runner(model)
     edges = check_edges(edges, n_layers=len(runner.layer_indices), n_heads=runner.n_heads,
                         n_kv=runner.n_kv)
@@ -347,7 +378,7 @@ def path_ablation(model: Any, edges: Sequence[Edge], *, prompts: list[str] | Non
                 progress((n + fraction) / len(PROMPT_SETS), f"{name} prompts: {message}")
 
         num, den = edge_statistics(runner, edges, ids, mask, batch_size=batch_size,
-                                   progress=report)
+                                   ablation=ablation, progress=report)
         half, a, b = split_half(num, den)
         reliability[name] = half
         results[name] = (_ratio(num, den).cpu(), a.cpu(), b.cpu())
@@ -363,9 +394,10 @@ def path_ablation(model: Any, edges: Sequence[Edge], *, prompts: list[str] | Non
         for i, e in enumerate(edges))
     return AblationResult(effects=effects, reliability=reliability,
                           n_prompts={k: int(v[0].shape[0]) for k, v in sets.items()},
-                          layer_indices=blocks, induction_length=length, seed=seed)
+                          layer_indices=blocks, induction_length=length, seed=seed,
+                          ablation=ablation)
 
 
-__all__ = ["MEASURES", "PAIRING_PATHS", "PATHS", "PROMPT_SETS", "AblationResult", "Edge",
-           "EdgeEffect", "SplitHalf", "ablation_runner", "check_edges", "edge_statistics",
+__all__ = ["ABLATIONS", "MEASURES", "PAIRING_PATHS", "PATHS", "PROMPT_SETS", "AblationResult", "Edge",
+           "EdgeEffect", "SplitHalf", "ablation_runner", "check_ablation", "check_edges", "edge_statistics",
            "path_ablation", "path_of_pairing", "prompt_sets", "split_half", "top_edges"]
