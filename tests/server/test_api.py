@@ -167,6 +167,30 @@ def test_graph_threshold_role_granularity_and_labels(api, ref):
     assert sum(lg["class_counts"].values()) == len(nodes)
 
 
+def test_subgraph_queries_are_bounded_and_match_reference(api, ref):
+    pins = ["L0H1", "L0H4", "L1H0", "L1H3"]
+    s = ok(api.get("/api/subgraph", params={"model": "demo", "heads": ",".join(pins).lower(), "cap": 5}))
+    cells = {(f"L{a}H{b}", f"L{c}H{e}", p): float(ref["pk"][p][a, b, c, e])
+             for p in ("OQ", "OK", "OV") for a, b, c, e in ref["forward"].nonzero().tolist()}
+    among = sorted(((v, key) for key, v in cells.items() if key[0] in pins and key[1] in pins), reverse=True)
+    assert s["total"] == len(among) == 12 and len(s["edges"]) == 5 and s["left_out"] == 7
+    assert "cap=12" in s["hint"] and {n["name"] for n in s["nodes"]} == set(pins)
+    assert [(e["source"], e["target"], e["pairing"]) for e in s["edges"]] == [key for _, key in among[:5]]
+    assert [e["score"] for e in s["edges"]] == pytest.approx([v for v, _ in among[:5]], rel=1e-4)
+    ks = [e for e in s["edges"] if e["pairing"] == "OK"]
+    assert [e["cs"] for e in ks] == pytest.approx(
+        [float(ref["cs_K"][int(e["source"][1]), int(e["source"][3]), int(e["target"][1]), int(e["target"][3])])
+         for e in ks], rel=1e-4)
+    lay = ok(api.get("/api/subgraph", params={"layers": "0-1", "k": 3, "pairings": "OK"}))
+    assert [(e["source"], e["target"]) for e in lay["edges"]] == top_cells(ref["pk"]["OK"], ref["forward"], 3)
+    hood = ok(api.get("/api/subgraph", params={"head": "L1H3", "depth": 1, "k": 4}))
+    assert len(hood["edges"]) == 4 and all("L1H3" in (e["source"], e["target"]) for e in hood["edges"])
+    for params in ({"heads": "L9H9"}, {"head": "L1H3", "layers": "0-1"}, {}, {"heads": "L0H1", "cap": 0},
+                   {"head": "L1H3", "depth": 9}, {"layers": "5-9"}, {"heads": "L0H1", "pairings": "QK",
+                                                                       "rank_on": "cs"}, {"heads": "x;y"}):
+        assert api.get("/api/subgraph", params=params).status_code == 422, params
+
+
 def test_fdr_graph_keeps_the_pairs_whose_bh_q_value_is_within_the_level(api):
     """threshold_on=fdr: edges are the pairs whose BH-adjusted p-value (against the
     anisotropic null, scipy's false_discovery_control as the reference) is <= q."""

@@ -32,6 +32,8 @@ def test_an_anonymous_cold_graph_loads_nothing(url):
         for _ in range(2):
             r = http.get("/api/graph", params={"model": RANDOM})
             assert r.status_code == 401, r.text
+        r = http.get("/api/subgraph", params={"model": RANDOM, "heads": "L0H0,L1H1"})
+        assert r.status_code == 401, r.text  # a subgraph of cold scores: cache-only, no load
         # the model's identity is learnt only by loading it: still unknown
         assert _info(http, RANDOM) is None
         signed = {"Authorization": f"Bearer {TOKEN}"}
@@ -87,6 +89,8 @@ def test_after_a_job_anonymous_readers_get_every_default_view_without_computing(
             r = http.get("/api/pair", params={"model": "demo", "pairing": edge["pairing"],
                                               "source": edge["source"], "target": edge["target"]})
             assert r.status_code == 200, (edge, r.text[:300])
+        r = http.get("/api/subgraph", params={"model": "demo", "heads": "L0H1,L1H3", "rank_on": "cs"})
+        assert r.status_code == 200 and r.json()["edges"], r.text  # read from the job's PK and CS
         assert http.get("/api/cache/stats", headers=signed).json()["computations"] == before
         shown = {(e["pairing"], e["source"], e["target"]) for e in edges}
         other = next(("OK", f"L0H{s}", f"L1H{t}") for s in range(8) for t in range(8)

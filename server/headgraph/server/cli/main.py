@@ -1,5 +1,5 @@
 """``headgraph`` command line: serve, compute, export, hubs, verify, datapk, validate, recovery,
-circuit, timeline, compare, sweep, models, cache (and plug-in commands such as ``report``).
+circuit, timeline, compare, sweep, models, cache, subgraph (and plug-in commands such as ``report``).
 
 Results go to stdout (one JSON object, CSV or GraphML); progress bars and logs go to stderr
 only, so ``headgraph export ... --format json | jq`` works. MODEL is a registry name
@@ -26,6 +26,7 @@ from headgraph.server.cli import (
     models,
     recovery,
     serve,
+    subgraph,
     sweep,
     validate,
     verify,
@@ -34,7 +35,7 @@ from headgraph.server.cli.common import cache_opt, fail
 from headgraph.server.cli.plugins import add_plugin_commands
 
 COMMANDS = (serve, compute, export, hubs, verify, datapk, validate, recovery, circuit, compare, sweep,
-            models, cache)
+            models, cache, subgraph)
 
 
 def build_parser() -> argparse.ArgumentParser:

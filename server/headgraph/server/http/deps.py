@@ -26,6 +26,7 @@ from headgraph.server.services.graphs import GraphService
 from headgraph.server.services.jobs import JobManager
 from headgraph.server.services.labels import LabelService
 from headgraph.server.services.scores import ScoresService
+from headgraph.server.services.subgraphs import SubgraphService
 from headgraph.server.services.recovery import RecoveryService
 from headgraph.server.services.validation import ValidationService
 from headgraph.server.services.views import ViewService
@@ -91,6 +92,7 @@ AblationDep = Annotated[AblationService, Depends(_service("ablation"))]
 DataPKDep = Annotated[DataPKService, Depends(_service("data_pk"))]
 ValidationDep = Annotated[ValidationService, Depends(_service("validation"))]
 RecoveryDep = Annotated[RecoveryService, Depends(_service("recovery"))]
+SubgraphsDep = Annotated[SubgraphService, Depends(_service("subgraphs"))]
 ModelDep = Annotated[ModelRef, Depends(model_ref)]
 
 

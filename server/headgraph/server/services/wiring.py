@@ -38,6 +38,7 @@ from headgraph.server.services.labels import LabelService
 from headgraph.server.services.circuits import CircuitService
 from headgraph.server.services.recovery import RecoveryService
 from headgraph.server.services.scores import ScoresService
+from headgraph.server.services.subgraphs import SubgraphService
 from headgraph.server.services.validation import ValidationService
 from headgraph.server.services.views import ViewService
 from headgraph.server.settings import Settings
@@ -71,6 +72,7 @@ class Services:
     jobs: JobManager
     recovery: RecoveryService
     circuits: CircuitService
+    subgraphs: SubgraphService
 
     def close(self) -> None:
         self.jobs.shutdown()
@@ -115,7 +117,8 @@ def build_services(settings: Settings, *, inline: bool = False, store: Store | N
         ablation=AblationService(scores, views, catalog), data_pk=DataPKService(scores, catalog),
         validation=ValidationService(scores),
         jobs=JobManager(scores, catalog, store, settings.workers, shown),
-        recovery=RecoveryService(scores, labels), circuits=CircuitService(store, cache, catalog))
+        recovery=RecoveryService(scores, labels), circuits=CircuitService(store, cache, catalog),
+        subgraphs=SubgraphService(scores, catalog))
 
 
 def compute_worker(settings: Settings) -> Services:
