@@ -50,13 +50,17 @@ check: install-test docs
 docs: install-test
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir build/site
 
-# TEST_WORKERS=2 spreads test files over two pytest-xdist workers (a file's tests and module
-# fixtures stay on one worker). Off by default: on two cores the load-sensitive fault and
-# browser tests (health under 32 clients, killed compute processes, cold-cache progress)
-# failed under it; 0 runs every test in this process.
-TEST_WORKERS ?= 0
+# The suite in two parts: every test not marked serial spread over TEST_WORKERS pytest-xdist
+# workers (a file's tests and module fixtures stay on one worker), then the serial ones (they
+# measure latency or progress against the wall clock) alone. Both parts always run; `make test`
+# fails if either failed. TEST_WORKERS=0 runs the first part in this process too.
+TEST_WORKERS ?= 2
+PYTEST := $(BIN)/python -m pytest -q --durations=15
 test: install-test browser check
-	$(BIN)/python -m pytest -q --durations=30 -n $(TEST_WORKERS) --dist loadfile
+	@rc=0; \
+	$(PYTEST) -m "not serial" -n $(TEST_WORKERS) --dist loadfile || rc=$$?; \
+	$(PYTEST) -m serial || rc=$$?; \
+	exit $$rc
 
 # Everything except the browser tier and the tests marked slow (no chromium needed): under 3 min.
 test-fast: install-test

@@ -20,7 +20,8 @@ from headgraph.frontend.state.url import format_threshold
 
 from browser import VIEWPORT, Server, click_point, controls_settled, figure, query_of, wait_figure, wait_until
 
-pytestmark = pytest.mark.timeout(300)
+# serial (run alone, after the parallel part): cold-cache progress seen while the job runs
+pytestmark = [pytest.mark.timeout(300), pytest.mark.serial]
 
 
 def api(server: Server, path: str, **params: Any) -> Any:

@@ -11,7 +11,8 @@ from playwright.sync_api import Page
 
 from browser import Server, figure, wait_until
 
-pytestmark = pytest.mark.timeout(400)
+# serial (run alone, after the parallel part): a heatmap drawn before the job's later stages
+pytestmark = [pytest.mark.timeout(400), pytest.mark.serial]
 MODEL = "random:gpt2-small@0"
 
 

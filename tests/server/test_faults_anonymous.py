@@ -9,7 +9,9 @@ import time
 import httpx
 import pytest
 
-pytestmark = pytest.mark.slow  # a real lab server, cold loads of a random model: ~15 s
+# serial (run alone, after the parallel part): anonymous answers within 5 s
+# a real lab server, cold loads of a random model: ~15 s
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 TOKEN = "anonymous-test-token-0123456789"
 RANDOM = "random:gpt2-tiny"

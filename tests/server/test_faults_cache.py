@@ -44,6 +44,9 @@ from headgraph.server.cache.values import MAGIC, decode_value
 from headgraph.server.http.launch import ServerProcess
 from headgraph.server.cache.store import DiskLock, Store, lock_token
 
+# serial (run alone, after the parallel part): lock waits within 5 s
+pytestmark = pytest.mark.serial
+
 BASE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HEADGRAPH_DEVICE": "cpu"}
 PK_OK = {"model": "demo", "pairing": "OK"}  # warm in the warm cache
 PK_OV = {"model": "demo", "pairing": "OV"}  # warm too

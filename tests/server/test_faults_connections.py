@@ -15,7 +15,9 @@ import pytest
 
 from headgraph.core.models.demo import ARCHITECTURE
 
-pytestmark = pytest.mark.slow  # a real server and connections left to time out: ~8 s
+# serial (run alone, after the parallel part): connection time-outs within seconds
+# a real server and connections left to time out: ~8 s
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 HELD = 40  # connections that send part of their headers, then nothing
 

@@ -20,7 +20,9 @@ import pytest
 from headgraph.core.names import MAX_EDGES
 from headgraph.server.http.launch import ServerProcess
 
-pytestmark = pytest.mark.slow  # its lab server (a 144-head model, cold graphs) and servers that must refuse to start: ~40 s
+# serial (run alone, after the parallel part): slow-body answers within 10 s
+# its lab server (a 144-head model, cold graphs) and servers that must refuse to start: ~40 s
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 TOKEN = "lab-token-for-the-fault-tests-0123"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

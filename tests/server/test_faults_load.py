@@ -19,7 +19,9 @@ import pytest
 
 from headgraph.core.models.demo import ARCHITECTURE
 
-pytestmark = pytest.mark.slow  # 32 concurrent clients and cold computations of a wide model: ~1 min
+# serial (run alone, after the parallel part): health latency under 32 clients
+# 32 concurrent clients and cold computations of a wide model: ~1 min
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 TOKEN = "lab-token-for-the-load-tests-0123456"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

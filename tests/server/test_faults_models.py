@@ -17,7 +17,9 @@ import httpx
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.slow  # a real server on seven malformed model folders: ~15 s
+# serial (run alone, after the parallel part): a remembered failure answered within 2 s
+# a real server on seven malformed model folders: ~15 s
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 GPT2 = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_layer": 2, "n_head": 4,
         "n_embd": 64, "n_positions": 64, "vocab_size": 300}

@@ -24,7 +24,9 @@ import pytest
 
 from headgraph.server.http.launch import ServerProcess
 
-pytestmark = pytest.mark.slow  # servers and compute processes killed and restarted: ~1 min
+# serial (run alone, after the parallel part): kill-to-exit times of compute processes
+# servers and compute processes killed and restarted: ~1 min
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HEADGRAPH_DEVICE": "cpu"}
 # seconds for the reference and each null (steps a kill can land in); loads in a few seconds

@@ -9,6 +9,9 @@ from urllib.parse import parse_qs
 import httpx
 import pytest
 
+# serial (run alone, after the parallel part): request latency while a job runs
+pytestmark = pytest.mark.serial
+
 
 TOKEN = "s3cret-token-for-the-jobs-tests"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
