@@ -357,3 +357,67 @@ def test_node_hover_lists_its_strongest_edges_and_edge_hover_both_heads(api: Api
         assert f"{node_class[e['source']]} → {node_class[e['target']]}" in text
         pk = float(re.search(r"PK ([^ ]+) ·", text)[1])
         assert math.isclose(pk, e["score"], rel_tol=1e-2)
+
+
+# -- subgraph: pins, groups, labels, export / import ------------------------------------------------
+
+def test_subgraph_pins_groups_and_labels_live_in_the_link(in_app: None, api: ApiClient, computed: list[str]) -> None:
+    import io
+    import json
+
+    import networkx as nx
+
+    from headgraph.frontend.callbacks.subgraph import render_subgraph
+    from headgraph.frontend.figures.subgraph import (
+        SubgraphImportError,
+        export_graphml,
+        export_record,
+        label_set_body,
+        parse_import,
+    )
+    from headgraph.frontend.state.url import to_query
+
+    state = default_state(VOCAB, model="demo", view="subgraph", overlay="")
+    for head in ("L0H1", "L0H4", "L0H6", "L1H3", "L1H0", "L1H0"):  # the second L1H0 click unpins it
+        state = next_state(state, "sub-action", {"op": "pin", "head": head}, VOCAB)
+    assert state.pins == ("L0H1", "L0H4", "L0H6", "L1H3")
+    state = next_state(state, "sub-action", {"op": "group", "name": "prev: tok;", "heads": ["L0H1", "L0H4", "L0H6"]},
+                       VOCAB)
+    state = next_state(state, "sub-action", {"op": "label", "key": "L1H3", "text": "induction head"}, VOCAB)
+    assert state.groups == (("prev tok", ("L0H1", "L0H4", "L0H6")),) and state.labels == (("L1H3", "induction head"),)
+    search = to_query(state)
+    assert parse_query(search, VOCAB) == state  # the link alone reproduces the subgraph
+    fig, chips, ticks, _ = render_subgraph(search, READY, None)
+    drawn = getattr(find(chips, "sub-drawn"), "data-edges")
+    answer = api.subgraph("demo", heads=list(state.pins), pairings=list(state.pairings), cap=500)
+    want: dict[tuple[str, str], tuple[float, int]] = {}
+    for e in answer["edges"]:  # every edge leaves the group (layer 0) for L1H3 (layer 1)
+        assert e["source"] in ("L0H1", "L0H4", "L0H6") and e["target"] == "L1H3"
+        v, n = want.get(("group:prev tok", e["pairing"]), (0.0, 0))
+        want[("group:prev tok", e["pairing"])] = (v + e["value"], n + 1)
+    got = {(s, p): (v, n) for s, t, p, v, n in json.loads(drawn)}
+    assert got.keys() == want.keys() and all(got[k][1] == want[k][1] == 3 for k in want)
+    assert all(abs(got[k][0] - want[k][0]) < 1e-9 for k in want)
+    texts = {t for tr in fig.data if tr.mode == "markers+text" for t in tr.text}
+    assert {"prev tok", "induction head"} <= texts
+    assert [t["value"] for t in ticks] == ["group:prev tok", "L1H3"]
+    record = export_record(model="demo", metric=state.metric, pairings=state.pairings, pins=state.pins,
+                           groups=state.groups, labels=dict(state.labels), answer=answer,
+                           drawn={"nodes": [], "edges": []})
+    action = parse_import(json.dumps(record).encode(), VOCAB.is_head)
+    fresh = next_state(default_state(VOCAB), "sub-action", action, VOCAB)
+    assert (fresh.view, fresh.pins, fresh.groups, fresh.labels) == ("subgraph", state.pins, state.groups, state.labels)
+    for bad, words in ((b"{", "not a JSON file"), (b'{"pins": ["L0H1"]}', "not a headgraph subgraph"),
+                       (b'{"format": "headgraph-subgraph", "pins": ["X"]}', "pins must be"),
+                       (b'{"format": "headgraph-subgraph", "pins": ["L0H1"], "groups": {"g": ["L1H1"]}}',
+                        "not pinned")):
+        with pytest.raises(SubgraphImportError, match=words):
+            parse_import(bad, VOCAB.is_head)
+    assert label_set_body("demo", state.groups, answer)["classes"] == {h: "prev tok" for h in ("L0H1", "L0H4", "L0H6")}
+    graphml = export_graphml({**record, "nodes": [{"id": "group:prev tok", "label": "prev tok", "kind": "group",
+                                                   "layer": 0, "members": ["L0H1"]},
+                                                  {"id": "L1H3", "label": "induction head", "kind": "head", "layer": 1}],
+                              "drawn_edges": [{"source": "group:prev tok", "target": "L1H3", "pairing": "OK",
+                                               "value": 1.5, "count": 3, "members": ["L0H1>L1H3"]}]})
+    g = nx.read_graphml(io.StringIO(graphml), force_multigraph=True)
+    assert g.graph["model"] == "demo" and g.nodes["L1H3"]["label"] == "induction head"

@@ -228,6 +228,15 @@ class ApiClient:
         return self.request("POST", "/api/tasks", params=params, content=content,
                             headers={"content-type": "application/x-ndjson"}).json()
 
+    def subgraph(self, model: str, *, heads: list[str] | None = None, head: str | None = None,
+                 depth: int | None = None, k: int | None = None, layers: str | None = None,
+                 pairings: list[str] | None = None, rank_on: str = "pk", cap: int | None = None) -> dict[str, Any]:
+        """GET /api/subgraph: the edges among ``heads``, the neighbourhood of ``head`` (``depth``,
+        ``k``) or a layer range's top-``k`` edges, at most ``cap``, saying how many it left out."""
+        return self.get("/api/subgraph", model=model, heads=",".join(heads) if heads else None, head=head,
+                        depth=depth, k=k, layers=layers, pairings=",".join(pairings) if pairings else None,
+                        rank_on=rank_on, cap=cap)
+
     def labels(self) -> list[dict[str, Any]]:
         data = self.get("/api/labels")
         return data.get("label_sets", data.get("labels", data)) if isinstance(data, dict) else data

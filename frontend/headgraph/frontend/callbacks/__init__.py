@@ -27,6 +27,7 @@ from headgraph.frontend.callbacks import (  # noqa: F401
     reference,
     router,
     scatter,
+    subgraph,
     task,
     tokens,
     validation,

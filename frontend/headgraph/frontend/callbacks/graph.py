@@ -342,7 +342,7 @@ def graph_view(params: dict[str, Any] | None, label_sets: list[dict[str, Any]] |
                            backdrop=backdrop["nodes"],
                            selected=params.get("head"),
                            selected_edge=(*params["pair"], params["pairing"]) if params.get("pair") else None,
-                           verdicts=verdicts, highlight=found,
+                           verdicts=verdicts, highlight=found, pinned=params.get("pins") or (),
                            class_order=class_order(client, params.get("overlay"), label_sets))
     total = sum(counts.values())
     hubs = ",".join(data.get("hubs", {}).get("hubs", []))

@@ -21,7 +21,13 @@ from headgraph.frontend.api.names import Vocabulary
 from headgraph.frontend.callbacks.common import state_of, vocab
 from headgraph.frontend.callbacks.define import callback
 from headgraph.frontend.layout.controls import VIEW_CONTROLS, control_groups, model_dropdown, tab_links
-from headgraph.frontend.state.transitions import CLICK_SOURCES, CONTROL_FIELDS, UPLOAD_SOURCE, next_state
+from headgraph.frontend.state.transitions import (
+    CLICK_SOURCES,
+    CONTROL_FIELDS,
+    SUBGRAPH_SOURCE,
+    UPLOAD_SOURCE,
+    next_state,
+)
 from headgraph.frontend.state.url import (
     VIEWS,
     ViewState,
@@ -36,6 +42,7 @@ WRITER_INPUTS: tuple[tuple[str, str], ...] = (
     *((cid, "value") for cid in CONTROL_FIELDS),
     *((fig, "clickData") for fig in CLICK_SOURCES),
     (UPLOAD_SOURCE, "data"),
+    (SUBGRAPH_SOURCE, "data"),
 )
 SHOW = {"display": "block"}
 HIDE = {"display": "none"}

@@ -16,6 +16,7 @@ from headgraph.frontend.callbacks.common import api, error_note, state_of, with_
 from headgraph.frontend.callbacks.router import view_callback
 from headgraph.frontend.figures import PAIRING_COLORS, cosines_figure, empty_figure
 from headgraph.frontend.state.readiness import view_params
+from headgraph.frontend.state.transitions import toggle_pin
 from headgraph.frontend.state.url import ViewState, to_query
 
 WAITING_PANEL = "waiting for the model's results…"
@@ -63,7 +64,10 @@ def head_body(d: dict[str, Any], state: ViewState) -> list[Any]:
                       html.H3([head, html.Span(d.get("class") or "no class", className="badge")],
                               id="head-panel-title",
                               **{"data-head": head, "data-kind": d.get("kind") or "head",
-                                 "data-members": ",".join(members)})]
+                                 "data-members": ",".join(members)}),
+                      dcc.Link("unpin" if head in state.pins else "pin", id="head-pin", className="partner",
+                               href=to_query(toggle_pin(state, head)),
+                               title="pin this head into the subgraph (the Subgraph tab draws the pinned heads)")]
     if members:  # a KV group of a grouped-query model: the query heads it serves
         out.append(html.Div(["KV group: shared keys and values of ",
                              *[dcc.Link(h, className="partner", href=to_query(state.with_(head=h, pair=None)))

@@ -33,7 +33,7 @@ from headgraph.frontend.state.url import (
 VIEW_LABELS: dict[str, str] = {"graph": "Head graph", "heatmap": "Heatmaps", "scatter": "PK vs CS",
                                "reference": "Random reference", "tokens": "Tokens & patterns",
                                "validation": "Validation", "recovery": "Recovery", "compare": "Compare",
-                               "timeline": "Timeline", "task": "Task"}
+                               "timeline": "Timeline", "task": "Task", "subgraph": "Subgraph"}
 # Which control groups each view shows.
 VIEW_CONTROLS: dict[str, tuple[str, ...]] = {
     # the rule group holds the graph's scales; "filter": layer range and head search
@@ -47,6 +47,7 @@ VIEW_CONTROLS: dict[str, tuple[str, ...]] = {
     "compare": ("pairing", "compare"),  # model A / B and top-k
     "timeline": ("pairing", "series"),  # the series and top-k (the step slider is in the view)
     "task": ("task",),  # the task, the attribution method and EAP-IG's steps
+    "subgraph": ("pairings", "metric", "overlay"),  # pinned heads' edges on the metric (raw/normalized PK, z, CS)
 }
 CONTROL_GROUPS = ("pairing", "pairings", "rule", "metric", "grain", "layout", "direction", "top_percent",
                   "role", "overlay", "verification", "filter", "recovery", "compare", "series", "task")

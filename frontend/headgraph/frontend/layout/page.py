@@ -18,6 +18,7 @@ from dash import dcc, html
 
 from headgraph.frontend.layout.compare import compare_view, timeline_view
 from headgraph.frontend.layout.controls import control_groups, model_dropdown, tab_links
+from headgraph.frontend.layout.subgraph import subgraph_view
 from headgraph.frontend.state.readiness import ROUTED_PARTS, ROUTED_VIEWS
 
 GRAPH_CONFIG = {"displaylogo": False, "toImageButtonOptions": {"format": "png", "scale": 2},
@@ -153,6 +154,7 @@ def views(shown: str | None = None) -> html.Div:
                  id="view-task", className="view", style=view_style("task", shown)),
         compare_view(view_style("compare", shown)),
         timeline_view(view_style("timeline", shown)),
+        subgraph_view(view_style("subgraph", shown)),
     ], className="views")
 
 

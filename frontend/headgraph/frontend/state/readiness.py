@@ -14,7 +14,7 @@ from headgraph.frontend.state.url import PATTERN_OVERLAY, ViewState
 
 VIEW_PARAMS: dict[str, tuple[str, ...]] = {
     "graph": ("model", "pairings", "k", "rule", "rank_on", "threshold_on", "threshold", "layout", "overlay",
-              "head", "pair", "pairing", "verification", "layers", "find"),
+              "head", "pair", "pairing", "verification", "layers", "find", "pins"),
     "heatmap": ("model", "pairing", "metric", "overlay", "grain", "zoom"),
     "head-grid": ("model", "pairing", "metric", "direction"),
     "scatter": ("model", "pairing", "top_percent"),
@@ -29,7 +29,10 @@ VIEW_PARAMS: dict[str, tuple[str, ...]] = {
     "timeline": ("series", "pairing", "k", "checkpoint"),
     # GET /api/circuit of the task, method and steps (its top k edges): computed on request.
     "task": ("model", "task", "method", "steps", "k"),
-    "head-panel": ("model", "head", "overlay"),
+    # GET /api/subgraph of the pinned heads (edges among them), drawn with their groups and labels.
+    "subgraph": ("model", "pairings", "metric", "overlay", "pins", "groups", "labels"),
+    # the panel's pin link carries the pins, groups and labels: it is redrawn when they change
+    "head-panel": ("model", "head", "overlay", "pins", "groups", "labels"),
     "pair-panel": ("model", "pairing", "pair", "overlay"),
 }
 # Views the browser-side router feeds (callbacks/router.py): each renders from its own stores
@@ -39,7 +42,8 @@ ROUTED_PARTS: tuple[str, ...] = ("search", "ready", "labels", "rendered")
 # The tab each figure block belongs to (panels show on every tab).
 TAB_OF = {"graph": "graph", "heatmap": "heatmap", "head-grid": "heatmap", "scatter": "scatter",
           "reference": "reference", "tokens": "tokens", "validation": "validation",
-          "recovery": "recovery", "compare": "compare", "timeline": "timeline", "task": "task"}
+          "recovery": "recovery", "compare": "compare", "timeline": "timeline", "task": "task",
+          "subgraph": "subgraph"}
 # Views that read no result of the model's job (only their own cache entries): they render
 # while it runs, or with no job at all, never waiting for the ready record.
 JOB_FREE_VIEWS: tuple[str, ...] = ("validation", "compare", "timeline", "task")
@@ -74,6 +78,8 @@ def needed_stages(state: ViewState, view: str) -> tuple[str, ...] | None:
         return ("tokens ", "patterns")
     if view == "recovery":  # PK and CS from the job; CKA / Procrustes are the request's own
         return base + overlay
+    if view == "subgraph":
+        return base + overlay + (("z ",) if state.metric == "z" else ())
     return None
 
 

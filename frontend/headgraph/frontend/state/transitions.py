@@ -25,6 +25,8 @@ from headgraph.frontend.state.url import (
     STEPS_MAX,
     VIEWS,
     ViewState,
+    clean_name,
+    clean_subgraph,
     clean_threshold,
     default_overlay,
     parse_find,
@@ -67,8 +69,11 @@ CONTROL_FIELDS: dict[str, str] = {
     "steps-input": "steps",
 }
 # Figures whose clicks select something (their clickData goes to the URL writer).
-CLICK_SOURCES: tuple[str, ...] = ("graph", "heatmap", "head-grid", "scatter", "kl-grid")
+CLICK_SOURCES: tuple[str, ...] = ("graph", "heatmap", "head-grid", "scatter", "kl-grid", "subgraph-fig")
 UPLOAD_SOURCE = "uploaded-store"
+# The subgraph's edits (pin, group, label, import), one record each: written by its buttons,
+# its JSON import and a modifier-click on a graph node (assets/pin-click.js).
+SUBGRAPH_SOURCE = "sub-action"
 
 
 def _allowed(field: str, vocab: Vocabulary) -> tuple[str, ...] | None:
@@ -188,6 +193,12 @@ def apply_click(state: ViewState, source: str, click: Any, vocab: Vocabulary) ->
     data = _custom(click)
     if not data:
         return state
+    if source == "subgraph-fig":  # a head node opens its panel, a head -> head edge its pair (groups: nothing)
+        if data[0] == "node" and len(data) >= 2 and is_head(str(data[1])):
+            return state.with_(head=str(data[1]), pair=None)
+        if data[0] == "edge" and len(data) >= 4 and str(data[3]) in vocab.pairings                 and is_head(str(data[1])) and is_head(str(data[2])):
+            return state.with_(pair=(str(data[1]), str(data[2])), pairing=str(data[3]), head=None)
+        return state
     if source == "graph":
         if data[0] == "node" and len(data) >= 2 and is_head(str(data[1])):
             return state.with_(head=str(data[1]), pair=None)
@@ -204,6 +215,73 @@ def apply_click(state: ViewState, source: str, click: Any, vocab: Vocabulary) ->
     return state
 
 
+def toggle_pin(state: ViewState, head: str) -> ViewState:
+    """``head`` pinned if it was not, else unpinned (and out of its group and labels)."""
+    if head in state.pins:
+        return unpin(state, [head])
+    return state.with_(pins=(*state.pins, head))
+
+
+def unpin(state: ViewState, heads: list[str]) -> ViewState:
+    """``state`` without these pins; a group left without members goes, labels of gone names too."""
+    pins = tuple(p for p in state.pins if p not in heads)
+    groups = tuple((n, tuple(h for h in m if h not in heads)) for n, m in state.groups)
+    keys = set(pins) | {n for n, m in groups if m}
+    return state.with_(pins=pins, groups=tuple(g for g in groups if g[1]),
+                       labels=tuple(kv for kv in state.labels if kv[0] in keys))
+
+
+def apply_subgraph_action(state: ViewState, action: Any, vocab: Vocabulary) -> ViewState:
+    """The state after one subgraph edit ``action`` (a dict with ``op``):
+
+    * ``pin`` {head}: toggle a pin; ``unpin`` {heads}: remove pins (a group name removes its members);
+    * ``group`` {name, heads}: the pinned ``heads`` become group ``name`` (leaving other groups;
+      an existing name is replaced); ``ungroup`` {names}: the groups go, their heads stay pinned;
+    * ``label`` {key, text}: a head's or group's custom label (blank text removes it);
+    * ``import`` {model, pairings, metric, pins, groups, labels}: the subgraph view of an
+      exported subgraph (core fields checked like a link's).
+    Anything malformed leaves the state as it is.
+    """
+    if not isinstance(action, dict):
+        return state
+    op = action.get("op")
+    if op == "pin" and vocab.is_head(str(action.get("head"))):
+        return toggle_pin(state, str(action["head"]))
+    if op == "unpin":
+        names = [str(h) for h in action.get("heads") or []]
+        members = [h for n, m in state.groups if n in names for h in m]
+        return unpin(state, names + members)
+    if op == "group":
+        name = clean_name(action.get("name"))
+        heads = [str(h) for h in action.get("heads") or [] if str(h) in state.pins]
+        if not name or vocab.is_head(name) or not heads:
+            return state
+        rest = [(n, tuple(h for h in m if h not in heads)) for n, m in state.groups if n != name]
+        groups = [(n, m) for n, m in rest if m] + [(name, tuple(heads))]
+        pins, groups_, labels = clean_subgraph(state.pins, groups, state.labels, vocab)
+        return state.with_(pins=pins, groups=groups_, labels=labels)
+    if op == "ungroup":
+        names = {str(n) for n in action.get("names") or []}
+        groups = tuple(g for g in state.groups if g[0] not in names)
+        return state.with_(groups=groups, labels=tuple(kv for kv in state.labels if kv[0] not in names))
+    if op == "label":
+        key, text = str(action.get("key") or ""), clean_name(action.get("text"))
+        labels = [kv for kv in state.labels if kv[0] != key] + ([(key, text)] if text else [])
+        return state.with_(labels=clean_subgraph(state.pins, state.groups, labels, vocab)[2])
+    if op == "import":
+        pins, groups, labels = clean_subgraph(action.get("pins"), action.get("groups"), action.get("labels"), vocab)
+        if not pins:
+            return state
+        new = state.with_(view="subgraph", pins=pins, groups=groups, labels=labels, head=None, pair=None)
+        pairings = tuple(p for p in vocab.graph_pairings if p in (action.get("pairings") or []))
+        metric = action.get("metric")
+        model = action.get("model")
+        return new.with_(pairings=pairings or new.pairings,
+                         metric=metric if metric in vocab.metrics else new.metric,
+                         model=str(model) if isinstance(model, str) and model.strip() else new.model)
+    return state
+
+
 def next_state(state: ViewState, source: str | None, value: Any, vocab: Vocabulary,
                label_sets: list[dict[str, Any]] | None = None) -> ViewState:
     """The state after ``source`` (a control id, a figure id, or the upload store) got ``value``.
@@ -217,4 +295,6 @@ def next_state(state: ViewState, source: str | None, value: Any, vocab: Vocabula
     if source == UPLOAD_SOURCE:
         name = (value or {}).get("name") if isinstance(value, dict) else None
         return state.with_(overlay=str(name)) if name else state
+    if source == SUBGRAPH_SOURCE:
+        return apply_subgraph_action(state, value, vocab)
     return state

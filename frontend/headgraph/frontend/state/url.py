@@ -19,7 +19,7 @@ from headgraph.frontend.api.names import Vocabulary
 
 # Frontend-only lists (what the dashboard shows; the API's names come from the vocabulary).
 VIEWS: tuple[str, ...] = ("graph", "heatmap", "scatter", "reference", "tokens", "validation", "recovery",
-                          "compare", "timeline", "task")
+                          "compare", "timeline", "task", "subgraph")
 LAYOUTS: tuple[str, ...] = ("grid", "force")
 RULES: tuple[str, ...] = ("topk", "threshold")
 DIRECTIONS: tuple[str, ...] = ("out", "in")
@@ -61,6 +61,13 @@ DEFAULT_METHOD = "eap-ig"
 DEFAULT_STEPS = 5
 STEPS_MAX = 64
 _TASK_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
+# The subgraph view: pinned heads, named groups of them (supernodes) and custom labels. In the
+# URL: ``pins=L0H1,L1H3``, ``groups=name:L0H1,L0H2;other:L1H3`` and ``labels=L1H3:text;name:text``,
+# so names and labels never hold ``;``, ``:``, ``,`` or ``=`` (NAME_DROP) and are NAME_MAX long.
+PINS_MAX = 64
+GROUPS_MAX = 16
+NAME_MAX = 48
+NAME_DROP = ";:,=|"
 
 
 def parse_task(value: str | None) -> str:
@@ -119,6 +126,9 @@ class ViewState:
     task: str = DEFAULT_TASK  # task view: a task of GET /api/tasks
     method: str = DEFAULT_METHOD  # task view: "eap" | "eap-ig" (CIRCUIT_METHODS)
     steps: int = DEFAULT_STEPS  # task view: EAP-IG's integration steps (1..STEPS_MAX)
+    pins: tuple[str, ...] = ()  # subgraph: pinned heads (and KV groups), in pin order
+    groups: tuple[tuple[str, tuple[str, ...]], ...] = ()  # subgraph: (name, its pinned heads)
+    labels: tuple[tuple[str, str], ...] = ()  # subgraph: (head or group name, custom label)
 
     def with_(self, **changes: Any) -> ViewState:
         """Copy with some fields changed (frozen dataclass helper)."""
@@ -129,6 +139,9 @@ class ViewState:
         d["pairings"] = list(self.pairings)
         d["pair"] = list(self.pair) if self.pair else None
         d["layers"] = list(self.layers) if self.layers else None
+        d["pins"] = list(self.pins)
+        d["groups"] = [[name, list(heads)] for name, heads in self.groups]
+        d["labels"] = [list(kv) for kv in self.labels]
         return d
 
 
@@ -208,6 +221,66 @@ def parse_find(value: str | None, vocab: Vocabulary) -> str:
     return text if any(c.isalpha() for c in text) else ""
 
 
+def clean_name(value: Any) -> str:
+    """A group name or custom label as the URL keeps it: no control characters nor NAME_DROP
+    characters, blanks collapsed, at most NAME_MAX characters ("" when nothing is left)."""
+    text = "".join(" " if c in NAME_DROP or ord(c) < 32 or ord(c) == 127 else c for c in str(value or ""))
+    return " ".join(text.split())[:NAME_MAX].strip()
+
+
+def clean_subgraph(pins: Any, groups: Any, labels: Any, vocab: Vocabulary
+                   ) -> tuple[tuple[str, ...], tuple[tuple[str, tuple[str, ...]], ...], tuple[tuple[str, str], ...]]:
+    """Pins, groups and labels made consistent: pins are head names (at most PINS_MAX, no
+    repeats); a group is a name (``clean_name``, not a head name, at most GROUPS_MAX groups) of
+    pinned heads, each head in one group at most (the first); a label's key is a pin or a
+    group and its text non-blank. Anything else is dropped, so a hand-edited link still opens."""
+    clean_pins = tuple(dict.fromkeys(str(h) for h in pins or () if vocab.is_head(str(h))))[:PINS_MAX]
+    taken: set[str] = set()
+    clean_groups: list[tuple[str, tuple[str, ...]]] = []
+    for name, heads in groups or ():
+        name = clean_name(name)
+        members = tuple(h for h in dict.fromkeys(str(x) for x in heads or ()) if h in clean_pins and h not in taken)
+        if not name or vocab.is_head(name) or not members or any(n == name for n, _ in clean_groups):
+            continue
+        taken |= set(members)
+        clean_groups.append((name, members))
+        if len(clean_groups) == GROUPS_MAX:
+            break
+    keys = set(clean_pins) | {n for n, _ in clean_groups}
+    clean_labels = {}
+    for key, text in labels or ():
+        key, text = (str(key) if vocab.is_head(str(key)) else clean_name(key)), clean_name(text)
+        if key in keys and text:
+            clean_labels[key] = text
+    return clean_pins, tuple(clean_groups), tuple(clean_labels.items())
+
+
+def parse_subgraph(pins: str | None, groups: str | None, labels: str | None, vocab: Vocabulary
+                   ) -> tuple[tuple[str, ...], tuple[tuple[str, tuple[str, ...]], ...], tuple[tuple[str, str], ...]]:
+    """The URL's ``pins`` / ``groups`` / ``labels`` values (see PINS_MAX) made consistent."""
+    pin_list = [p.strip().upper() for p in (pins or "").split(",") if p.strip()]
+    group_list = []
+    for item in (groups or "").split(";"):
+        name, sep, heads = item.partition(":")
+        if sep:
+            group_list.append((name, [h.strip().upper() for h in heads.split(",") if h.strip()]))
+    label_list = [(k.strip(), v) for k, sep, v in (item.partition(":") for item in (labels or "").split(";")) if sep]
+    label_list = [(k.upper() if vocab.is_head(k.upper()) else k, v) for k, v in label_list]
+    return clean_subgraph(pin_list, group_list, label_list, vocab)
+
+
+def format_subgraph(state: ViewState) -> list[tuple[str, str]]:
+    """The URL items of a state's pins, groups and labels (none when it has no pins)."""
+    if not state.pins:
+        return []
+    items = [("pins", ",".join(state.pins))]
+    if state.groups:
+        items.append(("groups", ";".join(f"{name}:{','.join(heads)}" for name, heads in state.groups)))
+    if state.labels:
+        items.append(("labels", ";".join(f"{key}:{text}" for key, text in state.labels)))
+    return items
+
+
 def _legacy_on(metric: str | None) -> str:
     """The scale a link from before ``rank_on``/``threshold_on`` used: its ``metric`` (CS: PK)."""
     return {"raw": "pk", "normalized": "normalized", "z": "z"}.get(metric or "", "pk")
@@ -235,6 +308,7 @@ def parse_query(search: str | None, vocab: Vocabulary,
     rank_on = _choice(q.get("rank_on"), RANK_ON, _legacy_on(q.get("metric")) if "metric" in q else d.rank_on)
     legacy = _legacy_on(q.get("metric")) if "metric" in q and "threshold" in q else d.threshold_on
     on = _choice(q.get("threshold_on"), THRESHOLD_ON, legacy)
+    pins, groups, labels = parse_subgraph(q.get("pins"), q.get("groups"), q.get("labels"), vocab)
     return ViewState(
         model=model,
         view=_choice(q.get("view"), VIEWS, d.view),
@@ -265,6 +339,9 @@ def parse_query(search: str | None, vocab: Vocabulary,
         task=parse_task(q.get("task")) or d.task,
         method=_choice(q.get("method"), CIRCUIT_METHODS, d.method),
         steps=int(_number(q.get("steps"), d.steps, 1, STEPS_MAX) or d.steps),
+        pins=pins,
+        groups=groups,
+        labels=labels,
     )
 
 
@@ -316,6 +393,7 @@ def to_query(state: ViewState) -> str:
     if state.view == "task" or (state.task, state.method, state.steps) != (DEFAULT_TASK, DEFAULT_METHOD,
                                                                           DEFAULT_STEPS):
         items += [("task", state.task), ("method", state.method), ("steps", str(state.steps))]
+    items += format_subgraph(state)
     if state.head:
         items.append(("head", state.head))
     if state.pair:
