@@ -91,7 +91,8 @@ def test_verdicts_cover_the_top_edges_and_filter() -> None:
     verdicts = verdict_map([{"pairing": "OQ", "edges": [
         {"source": "L5H1", "target": "L9H2", "pairing": "OQ", "verdict": "verified"},
         {"source": "L3H0", "target": "L5H1", "pairing": "OQ", "verdict": "no effect"}]}])
-    assert verdict_counts(NODE_LINK["edges"], verdicts) == {"verified": 1, "no effect": 1, "not measured": 1}
+    assert verdict_counts(NODE_LINK["edges"], verdicts) == {"verified": 1, "no effect": 1, "not measured": 1,
+                                                             "null not computed": 0}
     only = keep_verified(NODE_LINK, verdicts)
     assert [e["target"] for e in only["edges"]] == ["L9H2"] and {n["id"] for n in only["nodes"]} == {"L5H1", "L9H2"}
 
@@ -110,7 +111,7 @@ def edge_verdicts(fig) -> dict[tuple[str, str, str], str]:
 
 
 def test_graph_colours_edges_by_the_cached_verdicts(in_app: None, api: ApiClient, computed: list[str]) -> None:
-    k = 6
+    k = 10
     search = f"?model=demo&view=graph&pairings=OK&k={k}&rule=topk&rank_on=pk&overlay=&verification=colour"
     params = graph_params(search)
 
@@ -124,22 +125,26 @@ def test_graph_colours_edges_by_the_cached_verdicts(in_app: None, api: ApiClient
     assert getattr(find(chips, "stat-not-measured"), "data-value") == str(k)
     assert ablations() == before and ablation_digest(params) == digest
 
-    measured = api.ablation("demo", "OK", top=k - 2)  # the top k-2 only: the rest stay unmeasured
+    measured = api.ablation("demo", "OK", top=2)  # the top 2, and the random-pair null with them
     assert ablation_digest(params) != digest  # so the rendered view is not served again
     fig, chips, *_ = graph_view(params)
     served = api.ablation("demo", "OK", top=k, cached=True)
     expected = {(e["source"], e["target"], "OK"): e["verdict"] for e in served["edges"]}
     assert edge_verdicts(fig) == expected
-    assert [expected[(e["source"], e["target"], "OK")] for e in measured["edges"]] == \
-        [e["verdict"] for e in measured["edges"]]
-    assert list(expected.values()).count("not measured") == 2
+    # The null measured every one of the demo's 64 forward OK pairs, so every shown edge has a
+    # verdict, decided for the graph's ten edges together (q = 1 - 0.05 / 20).
+    assert "not measured" not in expected.values() and {e["verdict"] for e in measured["edges"]} <= {
+        "verified", "no effect"}
+    assert served["verdict_rule"]["quantile"] == pytest.approx(1 - 0.05 / 20)
     # The demo's previous-token head L0H0 -> layer-1 induction heads: verified, drawn solid and bold.
-    assert {v for (s, _t, _p), v in expected.items() if s == "L0H0" and v != "not measured"} == {"verified"}
+    assert {v for (s, _t, _p), v in expected.items() if s == "L0H0"} == {"verified"}
     lines = {tr.meta: tr.line for tr in fig.data if tr.mode == "lines" and tr.meta}
-    assert lines["verified"].width > lines["not measured"].width and lines["verified"].dash == "solid"
-    legend = {tr.name for tr in fig.data if tr.showlegend and str(tr.name).split(" (")[0] in expected.values()}
+    assert lines["verified"].width > lines["no effect"].width and lines["verified"].dash == "solid"
     counts = {v: list(expected.values()).count(v) for v in set(expected.values())}
-    assert legend == {f"{v} ({n})" for v, n in counts.items()}
+    names = {"verified": "verified: above the random-pair null (q=0.9975)",
+             "no effect": "no effect: not above the random-pair null (q=0.9975)"}
+    legend = {tr.name for tr in fig.data if tr.showlegend and str(tr.name).startswith(tuple(names.values()))}
+    assert legend == {f"{names[v]} ({n})" for v, n in counts.items()}
     for verdict, n in counts.items():
         assert getattr(find(chips, "stat-" + verdict.replace(" ", "-")), "data-value") == str(n)
     # "verified only" hides the rest.
@@ -151,13 +156,17 @@ def test_graph_colours_edges_by_the_cached_verdicts(in_app: None, api: ApiClient
 
 def test_pair_panel_reads_the_verdict_and_offers_the_button(in_app: None, api: ApiClient,
                                                            computed: list[str]) -> None:
-    search = "?model=demo&pairing=OK&pair=L0H5,L1H2"
+    search = "?model=demo&pairing=OV&pair=L0H5,L1H2"
     body, button, _ = render_pair_ablation(search, READY, None)
     assert getattr(find(body, "pair-verdict"), "data-verdict") == "not measured"
     assert button == {"display": "inline-block"}
-    one = api.ablation("demo", "OK", edge="L0H5,L1H2")["edges"][0]
+    one = api.ablation("demo", "OV", edge="L0H5,L1H2")["edges"][0]
     body, button, _ = render_pair_ablation(search, READY, {"at": 1})
     assert getattr(find(body, "pair-verdict"), "data-verdict") == one["verdict"]
+    # The verdict says what it means: above the random-pair null at a stated quantile (one edge, two sets).
+    rule = find(body, "pair-verdict-rule")
+    assert "random-pair null (q=0.975" in rule.children and one["verdict_note"] in rule.children
+    assert float(getattr(rule, "data-quantile")) == pytest.approx(1 - 0.05 / 2)
     assert float(getattr(find(body, "pair-effect-text"), "data-value")) == pytest.approx(one["effect_text"])
     assert float(getattr(find(body, "pair-effect-random"), "data-value")) == pytest.approx(one["effect_random"])
     assert button == {"display": "none"}

@@ -1,4 +1,5 @@
-"""The ablation verdict (one rule for the API, the CLI and the dashboard) and cache-only reads
+"""The ablation verdict (one rule for the API, the CLI and the dashboard: above the random-pair
+null, a Bonferroni quantile computed from it) and cache-only reads
 of GET /api/ablation (``cached=true``: never computes, so a lab's anonymous reader sees what
 is measured and gets "not measured" for the rest, never a 401).
 
@@ -11,11 +12,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 
+import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from headgraph.server.computations.ablation import (NO_EFFECT, NOT_MEASURED, VERIFIED,
-                                                    VERIFY_MIN_EFFECT, edge_verdict)
+from headgraph.server.computations.ablation import (NO_EFFECT, NO_NULL, NOT_MEASURED, VERIFIED, VERIFY_ALPHA,
+                                                    edge_verdict, null_thresholds)
 from headgraph.server.http.app import create_app
 from headgraph.server.cli.verify import verify_text
 from headgraph.server.settings import Settings
@@ -23,14 +25,43 @@ from headgraph.server.settings import Settings
 TOKEN = "verdict-lab-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: one torch thread (the demo's tiny tensors)
 
-def test_verdict_needs_both_halves_of_one_prompt_set() -> None:
-    t = VERIFY_MIN_EFFECT
-    assert edge_verdict({"text": [t, t * 1.5], "random": [0.0, 0.0]}) == VERIFIED
-    assert edge_verdict({"text": [t * 2, t * 0.99], "random": [t * 0.5, t * 3]}) == NO_EFFECT
-    assert edge_verdict({"text": [0.0, 0.0], "random": [t * 4, t * 4]}) == VERIFIED
-    assert edge_verdict({"text": [math.nan, t * 2], "random": [None, t * 2]}) == NO_EFFECT
-    assert edge_verdict({}) == edge_verdict(None) == NOT_MEASURED
+
+def test_verdict_needs_both_halves_of_one_prompt_set_above_its_null() -> None:
+    t = 0.1
+    th = {"text": {"threshold": t}, "random": {"threshold": t}}
+    assert edge_verdict({"text": [t * 1.01, t * 1.5], "random": [0.0, 0.0]}, th) == VERIFIED
+    assert edge_verdict({"text": [t, t * 1.5], "random": [0.0, 0.0]}, th) == NO_EFFECT  # strictly above
+    assert edge_verdict({"text": [t * 2, t * 0.99], "random": [t * 0.5, t * 3]}, th) == NO_EFFECT
+    assert edge_verdict({"text": [0.0, 0.0], "random": [t * 4, t * 4]}, th) == VERIFIED
+    assert edge_verdict({"text": [math.nan, t * 2], "random": [None, t * 2]}, th) == NO_EFFECT
+    assert edge_verdict({}, th) == edge_verdict(None, th) == NOT_MEASURED
+    assert edge_verdict({"text": [1.0, 1.0]}, {}) == NO_NULL
+
+
+def test_null_threshold_is_a_bonferroni_quantile_of_the_null_without_the_tested_edges() -> None:
+    rng = np.random.default_rng(3)
+    pairs = [[0, h, 1, t] for h in range(20) for t in range(20)]  # 400 null pairs
+    stat = {"text": rng.exponential(0.02, 400).tolist(), "random": rng.exponential(0.03, 400).tolist()}
+    null = {"pairs": pairs, "statistic": stat}
+    tested = [tuple(pairs[i]) for i in (0, 5, 9)]
+    th = null_thresholds(null, tested)
+    keep = [i for i in range(400) if i not in (0, 5, 9)]
+    q = 1 - VERIFY_ALPHA / (3 * 2)
+    for name in ("text", "random"):
+        values = np.sort(np.asarray(stat[name])[keep])
+        expected = values[math.ceil(q * (len(values) - 1))]  # the "higher" empirical quantile
+        assert th[name]["threshold"] == pytest.approx(expected) and th[name]["quantile"] == pytest.approx(q)
+        assert th[name]["n_null"] == 397 and th[name]["n_tests"] == 6 and th[name]["resolved"]
+    # Change the null, the threshold moves: a planted larger null, a different draw, more tests.
+    planted = null_thresholds({"pairs": pairs, "statistic": {k: [v + 1 for v in vs] for k, vs in stat.items()}},
+                              tested)
+    assert all(planted[k]["threshold"] == pytest.approx(th[k]["threshold"] + 1) for k in th)
+    other = {"pairs": pairs, "statistic": {k: rng.exponential(0.02, 400).tolist() for k in stat}}
+    assert null_thresholds(other, tested)["text"]["threshold"] != th["text"]["threshold"]
+    many = null_thresholds(null, [tuple(p) for p in pairs[:40]])
+    assert many["text"]["quantile"] > th["text"]["quantile"] and not many["text"]["resolved"]
 
 
 @pytest.fixture(scope="module")
@@ -62,32 +93,48 @@ def test_cached_reads_never_compute_and_share_measurements(lab: TestClient) -> N
     assert all(e["effect_text"] is None and e["pk"] == pytest.approx(p["pk"])
                for e, p in zip(unmeasured["edges"], top, strict=True))
 
-    measured = get(lab, AUTH, pairing="OK", top=6)  # the token holder computes
-    assert measured["cached_only"] is False
-    assert measured["verdict_rule"]["min_effect"] == VERIFY_MIN_EFFECT
+    measured = get(lab, AUTH, pairing="OK", top=10)  # the token holder computes (with the null)
+    assert measured["cached_only"] is False and measured["ablation"] == "mean"
+    rule = measured["verdict_rule"]
+    assert rule["computed"] and rule["n_tests"] == 20 and rule["quantile"] == pytest.approx(1 - VERIFY_ALPHA / 20)
+    # The null: every one of the demo's 64 forward OK pairs (fewer than 200), the 10 tested left out.
+    assert rule["null_sample"] == 64 and rule["n_null"] == {"text": 54, "random": 54}
     for e in measured["edges"]:
-        assert e["verdict"] == edge_verdict(e["halves"])
-    # The demo's induction circuit: L0H0's OK edges into layer 1 are verified.
-    assert {e["verdict"] for e in measured["edges"] if e["source"] == "L0H0"} == {VERIFIED}
+        stat = {k: min(v) for k, v in e["halves"].items()}
+        assert e["statistic"] == pytest.approx(stat)
+        above = any(stat[k] > rule["thresholds"][k] for k in stat)
+        assert e["verdict"] == (VERIFIED if above else NO_EFFECT)
+        assert e["verdict_note"].startswith("above the random-pair null (q=0.9975")
+    # The demo's induction circuit: L0H0's eight OK edges into layer 1 (all in the top 10) are
+    # verified against the other 54 pairs; the two other top edges are not.
+    assert {e["target"] for e in measured["edges"] if e["verdict"] == VERIFIED} == {f"L1H{t}" for t in range(8)}
+    assert {e["source"] for e in measured["edges"] if e["verdict"] == VERIFIED} == {"L0H0"}
     by_edge = {(e["source"], e["target"]): e for e in measured["edges"]}
+    # The null was measured too: every forward pair's effects are cached now.
+    everything = get(lab, pairing="OK", top=50, cached="true")
+    assert {e["verdict"] for e in everything["edges"]} <= {VERIFIED, NO_EFFECT}
+    assert everything["verdict_rule"]["n_null"] == {"text": 14, "random": 14}  # 64 - 50 tested
+
+    def same_measurement(a: dict, b: dict) -> bool:  # the verdict depends on the tested set
+        drop = ("verdict", "verdict_note")
+        return {k: v for k, v in a.items() if k not in drop} == {k: v for k, v in b.items() if k not in drop}
 
     # Cached reads of another selection reuse those measurements (anonymous, no 401).
     fewer = get(lab, pairing="OK", top=3, cached="true")
     assert fewer["reliability"] == {}  # not exactly this edge set
     assert fewer["n_prompts"] == measured["n_prompts"]
+    assert fewer["verdict_rule"]["quantile"] == pytest.approx(1 - VERIFY_ALPHA / 6)  # 3 tested edges
     for e in fewer["edges"]:
-        assert e == {**by_edge[(e["source"], e["target"])]}
+        assert same_measurement(e, by_edge[(e["source"], e["target"])])
     (source, target), row = next(iter(by_edge.items()))
     one = get(lab, pairing="OK", edge=f"{source},{target}", cached="true")
-    assert one["edges"][0] == row and one["selection"] == "edge"
-    exact = get(lab, pairing="OK", top=6, cached="true")
+    assert same_measurement(one["edges"][0], row) and one["selection"] == "edge"
+    assert one["verdict_rule"]["n_tests"] == 2 and one["verdict_rule"]["resolved"] == {"text": True, "random": True}
+    exact = get(lab, pairing="OK", top=10, cached="true")
     assert exact["edges"] == measured["edges"] and exact["reliability"] == measured["reliability"]
-    # An edge no ablation measured, and another pairing, stay "not measured".
-    s, t = next((f"L0H{s}", f"L1H{t}") for s in range(8) for t in range(8)
-                if (f"L0H{s}", f"L1H{t}") not in by_edge)
-    other = get(lab, pairing="OK", edge=f"{s},{t}", cached="true")["edges"][0]
-    assert other["verdict"] == NOT_MEASURED and other["halves"] == {} and other["pk"] is not None
+    # Another pairing stays "not measured".
     assert {e["verdict"] for e in get(lab, pairing="OQ", top=3, cached="true")["edges"]} <= {NOT_MEASURED}
+
 
     # The CLI's table prints each edge's verdict and the rule.
     text = verify_text(measured)
@@ -95,3 +142,14 @@ def test_cached_reads_never_compute_and_share_measurements(lab: TestClient) -> N
     for e in measured["edges"]:
         line = next(ln for ln in text.splitlines() if ln.startswith(f"{e['source']}  ") and e["target"] in ln)
         assert line.rstrip().endswith(e["verdict"])
+
+
+def test_resample_ablation_has_its_own_measurements_and_null(lab: TestClient) -> None:
+    mean = get(lab, AUTH, pairing="OV", top=3)
+    resampled = get(lab, AUTH, pairing="OV", top=3, ablation="resample")
+    assert resampled["ablation"] == "resample" and "resample" in resampled["method"]
+    assert resampled["verdict_rule"]["ablation"] == "resample"
+    assert resampled["verdict_rule"]["thresholds"] != mean["verdict_rule"]["thresholds"]  # another null
+    assert [e["effect_text"] for e in resampled["edges"]] != [e["effect_text"] for e in mean["edges"]]
+    assert get(lab, pairing="OV", top=3, cached="true")["edges"] == mean["edges"]  # mean kept apart
+    assert get(lab, pairing="OV", top=3, cached="true", ablation="resample")["edges"] == resampled["edges"]

@@ -51,6 +51,14 @@ def ablation_section(row: dict[str, Any] | None, rule: str | None) -> list[Any]:
                              html.Td("halves " + " / ".join(fmt_value(v) for v in split), className="hint")]))
     out.append(html.Table(html.Tbody(rows), className="kv", id="pair-ablation-table"))
     out.append(html.P(MEASURES.get(str(row.get("measure")), str(row.get("measure"))), className="hint"))
+    note = row.get("verdict_note")
+    if note:  # "above the random-pair null (q=...; text > ...; ...)": what "verified" means here
+        words = f"verified means {note}" if verdict == "verified" else f"{verdict}: not {note}"
+        out.append(html.P(words, className="hint", id="pair-verdict-rule",
+                          **{"data-quantile": repr(row.get("null_quantile"))}))
+    elif verdict == "null not computed":
+        out.append(html.P("measured; its random-pair null is not computed yet (verify to compute it)",
+                          className="hint", id="pair-verdict-rule"))
     return out
 
 
@@ -78,7 +86,7 @@ def render_pair_ablation(search: str | None, ready: dict | None, _token: Any) ->
         return [html.P(f"path ablation: {err.message}", className="hint", id="pair-ablation-note")], HIDE, ""
     row = next(iter(answer.get("edges") or []), None)
     rule = (answer.get("verdict_rule") or {}).get("rule")
-    measured = row is not None and row.get("verdict") != NOT_MEASURED
+    measured = row is not None and row.get("verdict") not in (NOT_MEASURED, "null not computed")
     return ablation_section(row, rule), HIDE if measured else SHOW, ""
 
 

@@ -15,8 +15,11 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from headgraph.frontend.figures.circuit import edge_note as circuit_edge_note
+from headgraph.frontend.figures.circuit import rings as circuit_rings
+from headgraph.frontend.figures.circuit import underlay as circuit_underlay
 from headgraph.frontend.figures.common import base_layout, fmt_value, pairing_color
-from headgraph.frontend.figures.graph_filters import EdgeKey, edge_key, verdict_counts, verdict_of
+from headgraph.frontend.figures.graph_filters import EdgeKey, edge_key, null_quantiles, verdict_counts, verdict_of
 from headgraph.frontend.figures.handles import place_handles
 from headgraph.frontend.figures.palette import LEGEND_SYMBOL, NO_CLASS_COLOR, class_palette
 from headgraph.frontend.figures.positions import Positions, grid_row, is_kv_node
@@ -184,7 +187,7 @@ def graph_figure(data: dict[str, Any], pos: Positions, *, layout: str,
                  backdrop: Sequence[dict[str, Any]] = (),
                  verdicts: dict[EdgeKey, dict[str, Any]] | None = None,
                  highlight: Sequence[str] = (), class_order: Sequence[str] = (),
-                 pinned: Sequence[str] = ()) -> go.Figure:
+                 pinned: Sequence[str] = (), circuit: dict[str, Any] | None = None) -> go.Figure:
     """The head graph: edges coloured by pairing with opacity = score / max, hubs marked.
 
     Each edge gets an invisible marker on it (customdata ["edge", source, target, pairing]) so it
@@ -196,6 +199,8 @@ def graph_figure(data: dict[str, Any], pos: Positions, *, layout: str,
     gains the verdict, a legend entry per verdict); ``highlight``: nodes ringed (a search).
     ``class_order``: the overlay's class order (figures.palette: a class's colour);
     ``pinned``: nodes labelled whatever the graph's size (besides the selected and found ones).
+    ``circuit``: a task's circuit (figures.circuit.circuit_marks): its edges drawn over a wide
+    underlay, its heads ringed (legend "in <task> circuit"), attribution in the hovers.
     """
     g = data["graph"]
     nodes = g.get("nodes", [])
@@ -211,6 +216,7 @@ def graph_figure(data: dict[str, Any], pos: Positions, *, layout: str,
     buckets: dict[tuple[str, int, bool, str], tuple[list[float | None], list[float | None]]] = {}
     arrows: dict[tuple[str, int, bool, str], tuple[list[float | None], list[float | None]]] = {}
     mids: dict[str, dict[str, list[Any]]] = {}
+    in_circuit: tuple[list[float | None], list[float | None]] = ([], [])
     # Click handles sit at a fraction of the edge that depends on the source node, so edges that
     # cross at their midpoints (same layer pair, same head sum) still get distinct handles.
     order = {n: i for i, n in enumerate(sorted(pos, key=lambda n: (pos[n][1], pos[n][0], n)))}
@@ -248,7 +254,13 @@ def graph_figure(data: dict[str, Any], pos: Positions, *, layout: str,
                          f"{node_classes.get(t) or 'no class'}<br>PK {fmt_value(e.get('score'))} · normalized "
                          f"{fmt_value(e.get('normalized'))}{extra}<br>CS {fmt_value(e.get('cs'))} · "
                          f"rank {e.get('rank', '–')}<br>opacity {fmt_value(e.get('opacity'))}"
-                         + sink_note(e) + ("" if verdicts is None else verdict_hover(verdicts.get(edge_key(e)))))
+                         + sink_note(e) + ("" if verdicts is None else verdict_hover(verdicts.get(edge_key(e))))
+                         + circuit_edge_note(circuit, (s, t, p)))
+        if circuit and (s, t, p) in circuit["edges"]:
+            in_circuit[0].extend([a[0], b[0], None])
+            in_circuit[1].extend([a[1], b[1], None])
+    if circuit and in_circuit[0]:
+        fig.add_trace(circuit_underlay(*in_circuit, circuit, len(in_circuit[0]) // 3))
     pairings = list(dict.fromkeys(list(data.get("pairings", [])) + [p for p, _, _, _ in sorted(buckets)]))
     counts = data.get("edge_counts", {})
     for p in pairings:
@@ -276,7 +288,7 @@ def graph_figure(data: dict[str, Any], pos: Positions, *, layout: str,
                                      meta=verdict or None))
             first = False
     if verdicts is not None:
-        verdict_legend(fig, verdict_counts(drawn, verdicts))
+        verdict_legend(fig, verdict_counts(drawn, verdicts), null_quantiles(verdicts))
     if selected_edge and selected_edge[0] in pos and selected_edge[1] in pos:
         s, t, p = selected_edge
         a, b = _offset(pos[s], pos[t], shift.get(p, 0) * step)
@@ -311,6 +323,10 @@ def graph_figure(data: dict[str, Any], pos: Positions, *, layout: str,
     hover_edges = edge_lists(drawn, verdicts)
     bottom = min((grid_row(p[1]) for p in pos.values()), default=0)
     order_of = {c: i for i, c in enumerate(colors)}
+    ringed = circuit_rings(circuit, where) if circuit else None
+    if ringed is not None:
+        fig.add_trace(ringed)
+    notes = circuit["notes"] if circuit else {}
     for cls in sorted(by_class, key=lambda c: (c == "", order_of.get(c, len(order_of)), c)):
         # The class's legend entry: a circle in its colour (the node traces' glyphs vary: a KV
         # group's diamond, a hub's star, so none of them stands for the class in the legend).
@@ -335,7 +351,7 @@ def graph_figure(data: dict[str, Any], pos: Positions, *, layout: str,
                 cliponaxis=False,  # labels of the top and bottom rows are never cut off
                 customdata=[["node", n["id"], n.get("degree", 0), n.get("in_degree", 0),
                              n.get("out_degree", 0), "yes" if hub else "no", cls or "–", kv_note(n),
-                             what_note(n), hover_edges.get(str(n["id"]), "")]
+                             what_note(n), hover_edges.get(str(n["id"]), "") + notes.get(str(n["id"]), "")]
                             for n in group],
                 hovertemplate=("<b>%{customdata[1]}</b><br>class: %{customdata[6]}<br>degree %{customdata[2]} "
                                "(in %{customdata[3]}, out %{customdata[4]})<br>hub: %{customdata[5]}"

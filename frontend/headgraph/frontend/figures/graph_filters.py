@@ -19,7 +19,8 @@ from headgraph.frontend.figures.palette import class_key, class_parts
 ABLATION_PAIRINGS = O_PAIRINGS  # pairings whose edges path ablation measures
 VERIFY_TOP_MAX = 50  # the API's bound on top (ablation_computations.ABLATION_TOP_MAX)
 VERIFIED, NO_EFFECT, NOT_MEASURED = "verified", "no effect", "not measured"
-VERDICTS: tuple[str, ...] = (VERIFIED, NO_EFFECT, NOT_MEASURED)
+NO_NULL = "null not computed"  # measured, its random-pair null not cached yet
+VERDICTS: tuple[str, ...] = (VERIFIED, NO_EFFECT, NOT_MEASURED, NO_NULL)
 _NAME_RE = re.compile(r"^L(\d+)(?:H|KV)\d+$")
 EdgeKey = tuple[str, str, str]  # (source, target, pairing)
 
@@ -128,6 +129,11 @@ def verdict_counts(edges: Iterable[dict[str, Any]], verdicts: dict[EdgeKey, dict
     for e in edges:
         out[verdict_of(e, verdicts)] += 1
     return out
+
+
+def null_quantiles(verdicts: dict[EdgeKey, dict[str, Any]]) -> list[float]:
+    """The distinct random-pair null quantiles of the measured rows' verdicts (sorted)."""
+    return sorted({float(r["null_quantile"]) for r in verdicts.values() if r.get("null_quantile") is not None})
 
 
 def edge_counts(edges: Iterable[dict[str, Any]], pairings: Iterable[str]) -> dict[str, int]:

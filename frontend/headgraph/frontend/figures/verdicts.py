@@ -1,7 +1,8 @@
 """How the head graph draws an edge's path-ablation verdict (the verification control).
 
-verified: solid and bold in its pairing's colour; no effect: dashed grey; not measured: thin
-and faint in its pairing's colour. One legend entry per verdict present, with its count.
+verified (above the random-pair null): solid and bold in its pairing's colour; no effect:
+dashed grey; not measured (or measured without its null yet): thin and faint in its pairing's
+colour. One legend entry per verdict present, with its count.
 """
 
 from __future__ import annotations
@@ -18,7 +19,10 @@ VERDICT_STYLES: dict[str, tuple[float, float | None, str | None]] = {
     "verified": (4.0, 1.0, None),
     "no effect": (1.8, None, "dash"),
     "not measured": (1.0, 0.35, None),
+    "null not computed": (1.0, 0.35, None),
 }
+VERDICT_NAMES = {"verified": "verified: above the random-pair null",
+                 "no effect": "no effect: not above the random-pair null"}
 VERDICT_ORDER = tuple(VERDICT_STYLES)
 
 
@@ -37,12 +41,15 @@ def verdict_hover(row: dict[str, Any] | None) -> str:
     if not row or row.get("verdict") in (None, "not measured"):
         return "<br>ablation: not measured"
     measure = "TVD" if row.get("measure") == "tvd" else "relative output change"
+    note = f"<br>{row['verdict_note']}" if row.get("verdict_note") else ""
     return (f"<br>ablation: <b>{row['verdict']}</b> ({measure} text {fmt_value(row.get('effect_text'))}, "
-            f"random {fmt_value(row.get('effect_random'))})")
+            f"random {fmt_value(row.get('effect_random'))}){note}")
 
 
-def verdict_legend(fig: go.Figure, counts: dict[str, int]) -> None:
-    """Legend-only traces naming each verdict present with its edge count."""
+def verdict_legend(fig: go.Figure, counts: dict[str, int], quantiles: list[float] | None = None) -> None:
+    """Legend-only traces naming each verdict present with its edge count (``quantiles``: the
+    null quantiles of the verdicts drawn, named in the verified and no-effect entries)."""
+    q = f" (q={', '.join(f'{v:.4g}' for v in sorted(set(quantiles)))})" if quantiles else ""
     for verdict in VERDICT_ORDER:
         n = counts.get(verdict, 0)
         if not n:
@@ -52,5 +59,6 @@ def verdict_legend(fig: go.Figure, counts: dict[str, int]) -> None:
             "1" if verdict == "verified" else "0.35")
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", hoverinfo="skip",
                                  line=dict(color=color, width=width, dash=dash or "solid"),
-                                 name=f"{verdict} ({n})", legendgroup="verdict:" + verdict,
+                                 name=f"{VERDICT_NAMES[verdict] + q if verdict in VERDICT_NAMES else verdict} ({n})",
+                                 legendgroup="verdict:" + verdict,
                                  showlegend=True, legendrank=3))

@@ -120,26 +120,31 @@ def histogram_chart(numbers: dict[str, Any], pairing: str) -> Chart:
 
 
 def ablation_chart(ablation: dict[str, Any]) -> Chart:
-    """Path-ablation effect of each measured top OK edge on both prompt sets, with the
-    verdict threshold; bars ordered by PK rank."""
+    """Path-ablation statistic of each measured top OK edge on both prompt sets (the smaller
+    split half, what the verdict compares), with each set's random-pair null threshold; bars
+    ordered by PK rank."""
     edges = ablation["edges"]
     names = [f"{e['source']}→{e['target']}" for e in edges]
+    rule = ablation["verdict_rule"]
     fig = go.Figure()
     for prompts in ("text", "random"):
-        fig.add_trace(go.Bar(x=names, y=[e[f"effect_{prompts}"] for e in edges], name=PROMPT_NAMES[prompts],
-                             marker=dict(color=PROMPT_COLORS[prompts])))
-    threshold = float(ablation["verdict_rule"]["min_effect"])
-    fig.add_hline(y=threshold, line=dict(color="#333", dash="dash", width=1.5),
-                  annotation_text=f"verdict threshold {threshold:g}", annotation_position="top right")
+        fig.add_trace(go.Bar(x=names, y=[(e.get("statistic") or {}).get(prompts) for e in edges],
+                             name=PROMPT_NAMES[prompts], marker=dict(color=PROMPT_COLORS[prompts])))
+        threshold = (rule.get("thresholds") or {}).get(prompts)
+        if threshold is not None:
+            fig.add_hline(y=float(threshold), line=dict(color=PROMPT_COLORS[prompts], dash="dash", width=1.5),
+                          annotation_text=f"{PROMPT_NAMES[prompts]} null q={rule['quantile']:.4g}: {threshold:.3g}",
+                          annotation_position="top right" if prompts == "text" else "bottom right")
     verdicts = [e["verdict"] for e in edges]
     fig.update_xaxes(tickmode="array", tickvals=names, tickangle=-35,
                      ticktext=[f"{n}<br><i>{v}</i>" for n, v in zip(names, verdicts)])
     measure = "attention TVD" if ablation["pairing"] in ("OQ", "OK") else "relative output change"
-    fig.update_yaxes(title=f"effect ({measure})", rangemode="tozero")
+    fig.update_yaxes(title=f"smaller split-half effect ({measure})", rangemode="tozero")
     fig.update_layout(barmode="group", legend=dict(orientation="h", y=1.08, x=0.99, xanchor="right"))
     base_layout(fig, f"Path ablation of the top-{len(edges)} {ablation['pairing']} edges by PK", height=420)
     return Chart("ablation.png", f"Path-ablation effect of the top-{len(edges)} {ablation['pairing']} edges "
-                 "by PK (left: highest PK) on both prompt sets, each edge's verdict under its name.", fig)
+                 "by PK (left: highest PK) on both prompt sets (the smaller of the two split halves), "
+                 "each set's random-pair null threshold dashed, each edge's verdict under its name.", fig)
 
 
 def validation_chart(validation: dict[str, Any]) -> Chart:

@@ -6,7 +6,8 @@ use); its key is the pairing and the exact edge set (layer positions), so the to
 pairing and an explicit edge are cached like every other result. ``ablation_view`` resolves a
 request (top-k by PK, or one named edge) into that edge set and adds each edge's PK and CS
 (a KV-group target: the CS mean over its query heads, core.scores.ranking.kv_level_cs), and its
-``verdict`` (``edge_verdict``: one rule for the API, the CLI and the dashboard). With
+``verdict`` (``edge_verdict`` against the random-pair null ``ablation_null``: one rule for the
+API, the CLI and the dashboard). With
 ``cached=True`` it only reads: each edge's effects come from any cached ablation of its pairing
 that measured it (an edge's effects do not depend on the other edges measured with it), and an
 edge none measured is "not measured".
@@ -28,33 +29,89 @@ ABLATION_TOP_MAX = 50  # edges per request: each costs a few forward passes
 DEFAULT_ABLATION_TOP = 10
 ABLATION_PROMPTS = "default-20+rr20x20-seed0"  # the prompt sets (part of the cache key)
 
-# The verdict of a measured edge. TVD of attention rows (Q / K paths) is the share of the
-# target's attention mass the ablation moves; the V measure is the relative change of its
-# output. Chosen on the measured numbers: the demo's induction edges (L0H0 -> layer 1, OK)
-# move 0.21-0.35 and SmolLM2's induction edge L16H0 -> L17KV1 0.41 (random tokens), while the
-# edges from SmolLM2's attention-sink heads L18H6-8 -> L19KV2 move 0.000-0.065; both split
-# halves must pass, so one lucky half of the prompts does not verify an edge.
+# The verdict of a measured edge, calibrated on random pairs of the same model, pairing and
+# ablation (the null, ``ablation_null``): an edge's statistic on a prompt set is the smaller of
+# its two split-half effects (both halves must reach it, so one lucky half of the prompts does
+# not verify an edge); the threshold of a set is the null's empirical quantile
+# 1 - VERIFY_ALPHA / (tested edges x prompt sets) of the same statistic (Bonferroni over every
+# test the verdicts make: core.stats.verdicts.null_threshold), the tested edges left out of the
+# null. Computed from the null, never chosen.
 VERIFIED = "verified"
 NO_EFFECT = "no effect"
 NOT_MEASURED = "not measured"
-VERDICTS = (VERIFIED, NO_EFFECT, NOT_MEASURED)
-VERIFY_MIN_EFFECT = 0.1
-VERDICT_RULE = (f"verified when, on at least one prompt set (text or random tokens), the effect "
-                f"is >= {VERIFY_MIN_EFFECT:g} in both split halves (even and odd prompts): "
-                f"{VERIFY_MIN_EFFECT:.0%} of the target's attention mass moved (TVD, Q / K paths) "
-                f"or a {VERIFY_MIN_EFFECT:.0%} relative change of its output (V path); else "
-                "'no effect'; 'not measured' when no ablation of the edge is cached")
+NO_NULL = "null not computed"
+VERDICTS = (VERIFIED, NO_EFFECT, NOT_MEASURED, NO_NULL)
+VERIFY_ALPHA = 0.05  # family-wise level over the tested edges and prompt sets
+NULL_SAMPLE = 200  # random forward pairs (the validation's default sample: shared ablation chunks)
+NULL_SEED = 0
+ABLATIONS = ("mean", "resample")
+DEFAULT_ABLATION = "mean"
+VERDICT_RULE = (f"verified when, on at least one prompt set (text or random tokens), the smaller of the "
+                f"edge's two split-half effects (even and odd prompts) is above the random-pair null: "
+                f"the empirical quantile 1 - {VERIFY_ALPHA:g} / (tested edges x 2 prompt sets) "
+                f"(Bonferroni) of the same statistic over up to {NULL_SAMPLE} random forward pairs of "
+                "the same model, pairing and ablation (seeded; the tested edges left out); 'no "
+                "effect' otherwise; 'not measured' when no ablation of the edge is cached; 'null not "
+                "computed' when the edge is measured but its null is not cached (cached=true)")
 
 
-def edge_verdict(halves: dict[str, Any] | None) -> str:
-    """"verified" | "no effect" for a measured edge's split halves ({prompt set: [even, odd]}),
-    "not measured" without any (VERDICT_RULE)."""
+def edge_statistic(halves: dict[str, Any] | None) -> dict[str, float | None]:
+    """{prompt set: the smaller of its two split-half effects} (None when a half is missing)."""
+    out: dict[str, float | None] = {}
+    for name, values in (halves or {}).items():
+        ok = bool(values) and all(v is not None and v == v for v in values)
+        out[name] = min(float(v) for v in values) if ok else None
+    return out
+
+
+def null_thresholds(null: dict[str, Any], tested: list[tuple[int, int, int, int]]
+                    ) -> dict[str, Any]:
+    """The verdict rule's numbers for ``tested`` edges: per prompt set the null threshold
+    (core.stats.verdicts.null_threshold, Bonferroni over tested edges x prompt sets) over the
+    null's statistics, the tested edges left out."""
+    import numpy as np
+
+    from headgraph.core.stats.verdicts import null_threshold
+
+    leave = {tuple(e) for e in tested}
+    keep = [i for i, e in enumerate(null["pairs"]) if tuple(e) not in leave]
+    sets = list(null["statistic"])
+    n_tests = max(1, len(tested)) * len(sets)
+    out: dict[str, Any] = {}
+    for name in sets:
+        values = np.asarray([null["statistic"][name][i] for i in keep], dtype=np.float64)
+        values = values[np.isfinite(values)]
+        if len(values) == 0:
+            continue
+        out[name] = null_threshold(values, n_tests=n_tests, alpha=VERIFY_ALPHA).to_dict()
+    return out
+
+
+def edge_verdict(halves: dict[str, Any] | None, thresholds: dict[str, Any] | None) -> str:
+    """"verified" | "no effect" for a measured edge's split halves ({prompt set: [even, odd]})
+    against ``thresholds`` ({prompt set: a NullThreshold dict}); "not measured" without halves;
+    "null not computed" without thresholds (VERDICT_RULE)."""
     if not halves:
         return NOT_MEASURED
-    for values in halves.values():
-        if values and all(v is not None and v == v and v >= VERIFY_MIN_EFFECT for v in values):
+    if not thresholds:
+        return NO_NULL
+    for name, value in edge_statistic(halves).items():
+        t = thresholds.get(name)
+        if value is not None and t is not None and value > t["threshold"]:
             return VERIFIED
     return NO_EFFECT
+
+
+def check_ablation_kind(value: Any) -> str:
+    if value not in ABLATIONS:
+        raise Invalid(f"unknown ablation {value!r}; allowed: {list(ABLATIONS)}", allowed=list(ABLATIONS))
+    return value
+
+
+def check_null_seed(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**31:
+        raise Invalid(f"seed must be an integer in 0..2^31-1, got {value!r}")
+    return value
 
 
 def check_ablation_pairing(value: Any) -> str:
@@ -82,10 +139,11 @@ def check_edges(value: Any) -> tuple[tuple[int, int, int, int], ...]:
     return edges  # type: ignore[return-value]
 
 
-def ablation(src: Inputs, *, pairing: str, edges: tuple[tuple[int, int, int, int], ...]
-             ) -> dict[str, Any]:
+def ablation(src: Inputs, *, pairing: str, edges: tuple[tuple[int, int, int, int], ...],
+             ablation: str = DEFAULT_ABLATION) -> dict[str, Any]:
     """Path-ablation effects of ``edges`` on the text and random-token prompt sets, with
-    split-half reliability (core.activations.ablation.path_ablation), JSON data."""
+    split-half reliability (core.activations.ablation.path_ablation, mean or resample
+    ablation), JSON data."""
     from headgraph.core.activations.ablation import Edge, path_ablation, path_of_pairing
     from headgraph.server.computations.convert import jsonable
 
@@ -94,19 +152,52 @@ def ablation(src: Inputs, *, pairing: str, edges: tuple[tuple[int, int, int, int
         raise UnsupportedModel(f"{src.info.name} cannot be run here (weights read without a "
                                "runnable model), so its edges cannot be verified by ablation")
     path = path_of_pairing(pairing)
-    result = path_ablation(source, [Edge(*e, path) for e in edges])
+    result = path_ablation(source, [Edge(*e, path) for e in edges], ablation=ablation)
     return {"pairing": pairing, **jsonable(result.to_dict())}
 
 
+def ablation_null(src: Inputs, *, pairing: str, ablation: str, seed: int) -> dict[str, Any]:
+    """The random-pair null of the verdicts: NULL_SAMPLE forward pairs of ``pairing`` drawn
+    uniformly (core.activations.validation.sample_forward_pairs, ``seed``; all of them when the
+    model has fewer), measured in the ``ablation`` computation's chunks of ABLATION_TOP_MAX (the
+    chunks the default validation measures first, so the two share them), and per prompt set
+    each pair's statistic (``edge_statistic``) and effect."""
+    from headgraph.core.activations.validation import sample_forward_pairs
+
+    check_ablation_pairing(pairing)
+    if src.patterns is None:
+        raise UnsupportedModel(f"{src.info.name} cannot be run here, so it has no random-pair null")
+    ps = src.result("pk", pairing=pairing, order="forward")
+    sample = sample_forward_pairs(ps.valid.bool().numpy(), NULL_SAMPLE, seed)
+    pairs = [tuple(int(x) for x in r) for r in sample.tolist()]
+    statistic: dict[str, list[float | None]] = {}
+    effects: dict[str, list[float | None]] = {}
+    for start in range(0, len(pairs), ABLATION_TOP_MAX):
+        chunk = tuple(pairs[start: start + ABLATION_TOP_MAX])
+        res = src.result("ablation", pairing=pairing, edges=chunk, ablation=ablation)
+        for e in res["edges"]:
+            for name, value in edge_statistic(e["halves"]).items():
+                statistic.setdefault(name, []).append(value)
+                effects.setdefault(name, []).append(e[f"effect_{name}"])
+    return {"pairing": pairing, "ablation": ablation, "seed": seed, "n": len(pairs),
+            "pairs": [list(p) for p in pairs], "statistic": statistic, "effects": effects}
+
+
 def _edges_key(p: dict[str, Any]) -> dict[str, Any]:
-    return {"pairing": p["pairing"],
-            "edges": ";".join(".".join(map(str, e)) for e in p["edges"]),
-            "prompts": ABLATION_PROMPTS}
+    key = {"pairing": p["pairing"], "edges": ";".join(".".join(map(str, e)) for e in p["edges"]),
+           "prompts": ABLATION_PROMPTS}
+    if p["ablation"] != DEFAULT_ABLATION:  # mean ablation keeps its earlier keys
+        key["ablation"] = p["ablation"]
+    return key
 
 
 def ablation_computations() -> list[Computation]:
     from headgraph.server.compute.registry import Computation
 
     return [Computation("ablation", ablation,
-                        {"pairing": check_ablation_pairing, "edges": check_edges},
-                        key=_edges_key)]
+                        {"pairing": check_ablation_pairing, "edges": check_edges,
+                         "ablation": check_ablation_kind}, key=_edges_key),
+            Computation("ablation_null", ablation_null,
+                        {"pairing": check_ablation_pairing, "ablation": check_ablation_kind,
+                         "seed": check_null_seed},
+                        key=lambda p: {**p, "n": NULL_SAMPLE, "prompts": ABLATION_PROMPTS})]

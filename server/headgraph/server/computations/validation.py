@@ -102,7 +102,7 @@ def validation(src: Inputs, *, pairing: str, n: int, k: int, seed: int) -> dict[
     names: list[tuple[str, str]] = []
     for start in range(0, len(order), ABLATION_TOP_MAX):
         chunk = tuple(order[start: start + ABLATION_TOP_MAX])
-        res = src.result("ablation", pairing=pairing, edges=chunk)
+        res = src.result("ablation", pairing=pairing, edges=chunk, ablation="mean")
         for e in res["edges"]:
             effects["text"].append(e["effect_text"])
             effects["random"].append(e["effect_random"])

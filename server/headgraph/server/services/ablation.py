@@ -3,7 +3,8 @@
 :class:`AblationService` resolves a request (the top-k of a pairing by PK, or one named edge)
 into the edge set the registered ``ablation`` computation measures, and joins each measured
 edge with its PK and CS (a KV-group target: the CS mean over its query heads,
-``core.scores.ranking.kv_level_cs``) and its verdict (``edge_verdict``: one rule everywhere).
+``core.scores.ranking.kv_level_cs``) and its verdict (``edge_verdict`` against the thresholds
+the random-pair null ``ablation_null`` gives for the request's edges: one rule everywhere).
 With ``cached=True`` it only reads: each edge's effects come from any cached ablation of its
 pairing that measured it (an edge's effects do not depend on the other edges measured with
 it), and an edge none measured is "not measured".
@@ -22,12 +23,18 @@ from headgraph.server.cache.cold_miss import CACHE_ONLY, ColdMiss
 from headgraph.server.computations.ablation import (
     ABLATION_PROMPTS,
     ABLATION_TOP_MAX,
+    DEFAULT_ABLATION,
     DEFAULT_ABLATION_TOP,
     NOT_MEASURED,
+    NULL_SAMPLE,
+    NULL_SEED,
     VERDICT_RULE,
-    VERIFY_MIN_EFFECT,
+    VERIFY_ALPHA,
+    check_ablation_kind,
     check_ablation_pairing,
+    edge_statistic,
     edge_verdict,
+    null_thresholds,
 )
 from headgraph.server.computations.convert import parse_node, role_is_grouped
 from headgraph.server.compute.results import ResultCache
@@ -106,16 +113,17 @@ def _parse_edge_key(text: str) -> tuple[Edge4, ...] | None:
     return edges if edges and all(len(e) == 4 for e in edges) else None  # type: ignore[return-value]
 
 
-def cached_measurements(cache: ResultCache, ref: ModelRef, pairing: str, edges: list[Edge4]
+def cached_measurements(cache: ResultCache, ref: ModelRef, pairing: str, edges: list[Edge4],
+                        ablation: str = DEFAULT_ABLATION
                         ) -> tuple[dict[Edge4, dict[str, Any]], dict[str, Any] | None,
                                    dict[str, Any] | None]:
     """({edge: its row in a cached ablation result}, the result of exactly ``edges`` if
-    cached, the first result read): the edges of ``pairing`` that any cached ablation
-    measured (the exact set, a top-k, one edge, a validation chunk). Reads only."""
+    cached, the first result read): the edges of ``pairing`` that any cached ablation of this
+    kind measured (the exact set, a top-k, one edge, a validation or null chunk). Reads only."""
     exact = tuple(edges)
     try:
-        if cache.has(ref, "ablation", pairing=pairing, edges=exact):
-            result = cache.get(ref, "ablation", pairing=pairing, edges=exact)
+        if cache.has(ref, "ablation", pairing=pairing, edges=exact, ablation=ablation):
+            result = cache.get(ref, "ablation", pairing=pairing, edges=exact, ablation=ablation)
             return dict(zip(exact, result["edges"], strict=True)), result, result
     except ColdMiss:  # evicted in between
         pass
@@ -125,13 +133,14 @@ def cached_measurements(cache: ResultCache, ref: ModelRef, pairing: str, edges: 
     for name in cache.cached_names(ref) or []:
         base, _, query = name.partition("?")
         q = dict(parse_qsl(query))
-        if base != "ablation" or q.get("pairing") != pairing or q.get("prompts") != ABLATION_PROMPTS:
+        if base != "ablation" or q.get("pairing") != pairing or q.get("prompts") != ABLATION_PROMPTS \
+                or q.get("ablation", DEFAULT_ABLATION) != ablation:
             continue
         theirs = _parse_edge_key(q.get("edges", ""))
         if theirs is None or not (wanted & set(theirs)) - found.keys():
             continue
         try:
-            result = cache.get(ref, "ablation", pairing=pairing, edges=theirs)
+            result = cache.get(ref, "ablation", pairing=pairing, edges=theirs, ablation=ablation)
         except (ColdMiss, Invalid):
             continue
         first = first or result
@@ -143,10 +152,44 @@ def cached_measurements(cache: ResultCache, ref: ModelRef, pairing: str, edges: 
     return found, None, first
 
 
+def verdict_rule(thresholds: dict[str, Any], null: dict[str, Any] | None, n_edges: int,
+                 ablation: str) -> dict[str, Any]:
+    """The answer's ``verdict_rule``: the rule's text and the numbers it used (per prompt set
+    threshold, quantile, n_null, resolved), the null's seed and size and its ablation."""
+    any_t = next(iter(thresholds.values()), None)
+    return {"rule": VERDICT_RULE, "alpha": VERIFY_ALPHA, "correction": "bonferroni",
+            "n_tests": any_t["n_tests"] if any_t else None,
+            "quantile": any_t["quantile"] if any_t else None,
+            "n_null": {k: t["n_null"] for k, t in thresholds.items()},
+            "thresholds": {k: t["threshold"] for k, t in thresholds.items()},
+            "resolved": {k: t["resolved"] for k, t in thresholds.items()},
+            "null_seed": None if null is None else null["seed"],
+            "null_sample": None if null is None else null["n"], "null_requested": NULL_SAMPLE,
+            "tested_edges": n_edges, "ablation": ablation, "computed": bool(thresholds),
+            "summary": null_summary(thresholds)}
+
+
+def null_summary(thresholds: dict[str, Any]) -> str:
+    """"above the random-pair null (q=0.9975; text > 0.12, random > 0.09; n_null 190)", or
+    what is missing."""
+    if not thresholds:
+        return "the random-pair null is not computed"
+    t = next(iter(thresholds.values()))
+    parts = ", ".join(f"{k} > {v['threshold']:.3g}" for k, v in thresholds.items())
+    unresolved = [k for k, v in thresholds.items() if not v["resolved"]]
+    note = (f"; too few null pairs to resolve q on {', '.join(unresolved)}: the null's maximum"
+            if unresolved else "")
+    return f"above the random-pair null (q={t['quantile']:.4g}; {parts}; n_null {t['n_null']}{note})"
+
+
 def _answer(pk_cs: Sequence[tuple[float | None, float | None]], ref: ModelRef, pairing: str,
             selection: str, edges: list[Edge4], names: list[tuple[str, str]],
             rows: dict[Edge4, dict[str, Any]], exact: dict[str, Any] | None,
-            first: dict[str, Any] | None, *, cached_only: bool) -> dict[str, Any]:
+            first: dict[str, Any] | None, null: dict[str, Any] | None, ablation: str, *,
+            cached_only: bool) -> dict[str, Any]:
+    thresholds = {} if null is None else null_thresholds(null, edges)
+    summary = null_summary(thresholds)
+    quantile = next((t["quantile"] for t in thresholds.values()), None)
     out = []
     for position, (source, target), (pk, cs) in zip(edges, names, pk_cs, strict=True):
         e = rows.get(position)
@@ -154,19 +197,23 @@ def _answer(pk_cs: Sequence[tuple[float | None, float | None]], ref: ModelRef, p
             out.append({"source": source, "target": target, "pairing": pairing, "path": pairing[1],
                         "measure": "relative_output" if pairing == "OV" else "tvd",
                         "effect_text": None, "effect_random": None, "halves": {},
-                        "pk": pk, "cs": cs, "verdict": NOT_MEASURED})
+                        "pk": pk, "cs": cs, "verdict": NOT_MEASURED, "statistic": {}, "verdict_note": None,
+                        "null_quantile": None})
         else:
+            verdict = edge_verdict(e["halves"], thresholds)
             out.append({"source": e["source"], "target": e["target"], "pairing": pairing,
                         "path": e["path"], "measure": e["measure"],
                         "effect_text": e["effect_text"], "effect_random": e["effect_random"],
-                        "halves": e["halves"], "pk": pk, "cs": cs,
-                        "verdict": edge_verdict(e["halves"])})
+                        "halves": e["halves"], "pk": pk, "cs": cs, "verdict": verdict,
+                        "statistic": edge_statistic(e["halves"]),
+                        "verdict_note": summary if thresholds else None,
+                        "null_quantile": quantile})
     meta = first or {}
-    return {"model": ref.id, "pairing": pairing, "selection": selection, "edges": out,
-            "reliability": (exact or {}).get("reliability", {}),
+    return {"model": ref.id, "pairing": pairing, "selection": selection, "ablation": ablation,
+            "edges": out, "reliability": (exact or {}).get("reliability", {}),
             "n_prompts": meta.get("n_prompts", {}), "induction_length": meta.get("induction_length"),
             "method": meta.get("method"), "cached_only": cached_only,
-            "verdict_rule": {"min_effect": VERIFY_MIN_EFFECT, "rule": VERDICT_RULE}}
+            "verdict_rule": verdict_rule(thresholds, null, len(edges), ablation)}
 
 
 class AblationService:
@@ -178,7 +225,8 @@ class AblationService:
         self.catalog = catalog
 
     def answer(self, ref: ModelRef, pairing: str, top: int | None,
-               edge: tuple[str, str] | None = None, cached: bool = False) -> dict[str, Any]:
+               edge: tuple[str, str] | None = None, cached: bool = False,
+               ablation: str = DEFAULT_ABLATION, null_seed: int = NULL_SEED) -> dict[str, Any]:
         """The API answer: per edge {source, target, pairing, effect_text, effect_random, pk, cs,
         verdict, ...}, reliability per prompt set and n_prompts. Edges: the ``top`` highest-PK
         forward pairs of ``pairing``, or the one ``edge`` (source, target) when given; a named head
@@ -187,29 +235,42 @@ class AblationService:
 
         ``cached``: only what is cached (cache_only.CACHE_ONLY), nothing computed or loaded: an
         edge no cached ablation measured has verdict "not measured" and null effects; reliability
-        only when exactly this edge set is cached; no edges while the model or its PK is not."""
+        only when exactly this edge set is cached; no edges while the model or its PK is not.
+
+        ``ablation``: "mean" or "resample" (core.activations.ablation). Verdicts compare each
+        edge with the random-pair null of the same model, pairing and ablation
+        (``ablation_null`` drawn with ``null_seed``, computed once and cached; read only with
+        ``cached``: "null not computed" while it is not cached)."""
         check_ablation_pairing(pairing)
+        check_ablation_kind(ablation)
+        cache = self.scores.cache
         if not cached:
             edges, names, selection = _resolve_edges(self.views, self.catalog, ref, pairing, top, edge)
             if not edges:
                 raise Invalid(f"{ref.id} has no valid forward {pairing} pairs to ablate")
-            result = self.scores.cache.get(ref, "ablation", pairing=pairing, edges=tuple(edges))
+            result = cache.get(ref, "ablation", pairing=pairing, edges=tuple(edges), ablation=ablation)
+            null = cache.get(ref, "ablation_null", pairing=pairing, ablation=ablation, seed=null_seed)
             rows = dict(zip(edges, result["edges"], strict=True))
             return _answer(_pk_cs(self.scores, ref, pairing, edges), ref, pairing, selection, edges,
-                           names, rows, result, result, cached_only=False)
+                           names, rows, result, result, null, ablation, cached_only=False)
         token = CACHE_ONLY.set(True)
         try:
             try:
                 edges, names, selection = _resolve_edges(self.views, self.catalog, ref, pairing, top, edge)
             except ColdMiss:  # the model or its PK not known yet: nothing can be measured
                 selection = "edge" if edge is not None else f"top {top or DEFAULT_ABLATION_TOP} by PK"
-                return _answer([], ref, pairing, selection, [], [], {}, None, None, cached_only=True)
-            rows, exact, first = cached_measurements(self.scores.cache, ref, pairing, edges)
+                return _answer([], ref, pairing, selection, [], [], {}, None, None, None, ablation,
+                               cached_only=True)
+            rows, exact, first = cached_measurements(cache, ref, pairing, edges, ablation)
+            try:
+                null = cache.get(ref, "ablation_null", pairing=pairing, ablation=ablation, seed=null_seed)
+            except ColdMiss:
+                null = None
             try:
                 pk_cs = _pk_cs(self.scores, ref, pairing, edges)
             except ColdMiss:
                 pk_cs = [(None, None) for _ in edges]
-            return _answer(pk_cs, ref, pairing, selection, edges, names, rows, exact, first,
-                           cached_only=True)
+            return _answer(pk_cs, ref, pairing, selection, edges, names, rows, exact, first, null,
+                           ablation, cached_only=True)
         finally:
             CACHE_ONLY.reset(token)

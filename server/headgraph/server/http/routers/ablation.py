@@ -3,14 +3,15 @@
 The top-k edges of an O -> Q/K/V pairing by PK (or one named edge, ``edge=L0H0,L1H3``), each source head's output
 mean-ablated on its target's Q, K or V input only, on the bundled text prompts and on
 repeated random tokens, with split-half reliability. Cold results are computed like every
-other (a compute process, once; in lab mode only with the token) and cached. Each edge has a
-``verdict`` (ablation_computations.VERDICT_RULE); ``cached=true`` only reads what is cached
+other (a compute process, once; in lab mode only with the token) and cached; ``ablation=resample``
+replaces the source's output by its value on another prompt instead of its mean. Each edge has a
+``verdict`` against the random-pair null (ablation_computations.VERDICT_RULE); ``cached=true`` only reads what is cached
 (never computes, so never a 401 in lab mode): what the dashboard shows before anyone asks.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, Query, Request
 
@@ -37,6 +38,11 @@ async def ablation(request: Request, *, ref: ModelDep,
                        None, max_length=64, pattern=EDGE_PATTERN,
                        description="one edge instead of the top k: 'source,target', e.g. "
                                    "'L0H0,L1H3' or 'L16H0,L17KV1' (a KV group)"),
+                   kind: Literal["mean", "resample"] = Query(
+                       "mean", alias="ablation",
+                       description="what replaces the source's output: its mean over the prompt "
+                                   "set, or its value on the next prompt at the same position "
+                                   "(resample ablation); the verdicts' null uses the same"),
                    cached: bool = Query(
                        False, description="only what is cached, never computed: an edge no "
                                           "cached ablation of this pairing measured is 'not "
@@ -45,6 +51,6 @@ async def ablation(request: Request, *, ref: ModelDep,
     one = None if edge is None else parse_edge(edge)
     if cached:  # what is cached changes: rendered each time, never kept
         return await render_json(request, AblationOut, lambda: ablation.answer(
-            ref, pairing, top, one, cached=True))
+            ref, pairing, top, one, cached=True, ablation=kind))
     return await warm_json(request, AblationOut, ref, lambda: ablation.answer(
-        ref, pairing, top, one))
+        ref, pairing, top, one, ablation=kind))

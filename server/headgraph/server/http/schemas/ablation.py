@@ -24,13 +24,34 @@ class AblationEdge(BaseModel):
         description="per prompt set: the effect on the even and the odd half of its prompts")
     pk: float | None
     cs: float | None = Field(description="Composition Score (a KV group: mean over its query heads)")
-    verdict: Literal["verified", "no effect", "not measured"] = Field(
+    verdict: Literal["verified", "no effect", "not measured", "null not computed"] = Field(
         description=VERDICT_RULE + " ('not measured' only with cached=true)")
+    statistic: dict[str, float | None] = Field(
+        description="per prompt set: the smaller of the two split-half effects (what the verdict "
+                    "compares with the null's threshold)")
+    verdict_note: str | None = Field(description="the rule in words with its quantile and thresholds")
+    null_quantile: float | None = Field(description="the random-pair null quantile the verdict used")
 
 
 class VerdictRule(BaseModel):
-    min_effect: float = Field(description="the effect both split halves must reach")
     rule: str
+    alpha: float = Field(description="family-wise level over the tested edges and prompt sets")
+    correction: str = Field(description="the multiple-testing rule: bonferroni")
+    n_tests: int | None = Field(description="tested edges x prompt sets (null: no null)")
+    quantile: float | None = Field(description="1 - alpha / n_tests: the null quantile each "
+                                               "statistic must exceed")
+    n_null: dict[str, int] = Field(description="per prompt set: the null pairs the threshold "
+                                               "is taken over (the tested edges left out)")
+    thresholds: dict[str, float] = Field(description="per prompt set: the null's empirical quantile")
+    resolved: dict[str, bool] = Field(description="per prompt set: n_null >= 1 / (1 - quantile); "
+                                                  "false: the threshold is the null's maximum")
+    null_seed: int | None
+    null_sample: int | None = Field(description="random forward pairs the null measured")
+    null_requested: int
+    tested_edges: int
+    ablation: str
+    computed: bool = Field(description="false: the null is not cached yet (cached=true)")
+    summary: str
 
 
 class AblationOut(BaseModel):
@@ -46,4 +67,7 @@ class AblationOut(BaseModel):
     induction_length: int | None = Field(description="null: nothing measured (cached=true)")
     method: str | None
     cached_only: bool = Field(description="true: read from the cache only (cached=true)")
+    ablation: Literal["mean", "resample"] = Field(
+        description="what replaced the source's output: its mean over the prompt set, or its value "
+                    "on the next prompt at the same position (resample)")
     verdict_rule: VerdictRule
