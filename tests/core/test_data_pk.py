@@ -42,11 +42,14 @@ def demo_random(demo):
     return data_pk(demo, prompt_set="random")
 
 
-def direct_demo(model, prompt_set):
-    """out_share and in_share [L, H, L, H] per pairing, by hand in float64."""
+def direct_demo(model, prompt_set, half=None, pairings=DATA_PK_PAIRINGS):
+    """out_share and in_share [L, H, L, H] per pairing, by hand in float64 (``half`` 0 / 1:
+    only the even / odd prompts of the set)."""
     net = model.patterns  # the DemoModel
     sets, _ = prompt_sets(net)
     ids, mask = sets[prompt_set]
+    if half is not None:
+        ids, mask = ids[half::2], mask[half::2]
     zs = {}
 
     def hook(name, layer, t):
@@ -65,7 +68,7 @@ def direct_demo(model, prompt_set):
                for h in range(H)] for a in range(L)]
     covs_x = [np.cov(resid[b].numpy()[keep], rowvar=False, bias=True) for b in range(L)]
     out = {}
-    for pairing in DATA_PK_PAIRINGS:
+    for pairing in pairings:
         W = {"Q": net.W_Q, "K": net.W_K, "V": net.W_V}[pairing[1]].detach().double()
         U = torch.linalg.svd(W, full_matrices=False).U.numpy()  # [L, H, d, dh]
         o_sh = np.zeros((L, H, L, H))
@@ -94,6 +97,17 @@ def test_matches_a_direct_float64_computation(demo, demo_text, demo_random, prom
         np.testing.assert_allclose(r.out_share.numpy(), o_sh, rtol=1e-5, atol=1e-9)
         np.testing.assert_allclose(r.in_share.numpy(), i_sh, rtol=1e-5, atol=1e-9)
         assert torch.all(r.out_share_baseline == 16 / 128)
+
+
+def test_a_half_of_the_prompts_is_fit_on_those_prompts_only(demo, demo_text):
+    even = data_pk(demo, ("OK",), prompt_set="text", half="even")["OK"]
+    ref, n = direct_demo(demo, "text", half=0, pairings=("OK",))
+    assert even.n_prompts == 10 and even.n_positions == n
+    np.testing.assert_allclose(even.in_share.numpy(), ref["OK"][1], rtol=1e-5, atol=1e-9)
+    np.testing.assert_allclose(even.out_share.numpy(), ref["OK"][0], rtol=1e-5, atol=1e-9)
+    assert not np.allclose(even.in_share.numpy(), demo_text["OK"].in_share.numpy())  # not the whole set
+    with pytest.raises(InvalidInput, match="unknown half"):
+        data_pk(demo, ("OK",), prompt_set="text", half="first")
 
 
 def test_basis_independent(demo):

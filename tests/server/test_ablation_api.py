@@ -153,6 +153,38 @@ def test_api_validation_summarises_the_measured_pairs(api):
     assert pk["top_mean_effect"]["value"] == pytest.approx(np.mean(top_effects))
     # The demo's PK top-5 (L0H0 -> induction keys) move more attention than a random pair does.
     assert pk["top_mean_effect"]["value"] > np.mean([e["effect_text"] for e in sample])
+    # Precision of each top-k against the random sample (the null): the verdict's rule, scipy's Fisher test.
+    from scipy.stats import fisher_exact
+
+    for row in body["precision"]:
+        top_k = [e for e in edges if row["metric"] in e["top_of"]]
+        null = [e for e in sample if row["metric"] not in e["top_of"]]
+        q = 1 - 0.05 / (len(top_k) * 2)
+        assert row["quantile"] == pytest.approx(q) and row["n_null"] == len(null) == 64 - 5
+        thresholds = {s: float(np.quantile([e[f"statistic_{s}"] for e in null], q, method="higher"))
+                      for s in ("text", "random")}
+        assert row["thresholds"] == pytest.approx(thresholds)
+
+        def verified(rows, thresholds=thresholds):
+            return sum(any(e[f"statistic_{s}"] > thresholds[s] for s in thresholds) for e in rows)
+        assert (row["verified"], row["null_verified"]) == (verified(top_k), verified(null))
+        p = fisher_exact([[verified(top_k), 5 - verified(top_k)], [verified(null), len(null) - verified(null)]],
+                         alternative="greater").pvalue
+        assert row["p_value"] == pytest.approx(p)
+    assert {r["metric"] for r in body["precision"]} == set(body["metrics"]) - set(body["baselines"])
+    pk_precision = {r["metric"]: r for r in body["precision"]}["PK"]
+    assert pk_precision["verified"] >= 1 and pk_precision["precision"] > pk_precision["null_share"]
+    # Held out: data-PK refit on the even text prompts against the effects on the odd ones.
+    held = body["held_out"]
+    assert held["set"] == "text (held-out)" and held["metrics"] == ["data-PK out", "data-PK in", "source variance"]
+    rows = {m["metric"]: m for m in body["summary"][held["set"]]}
+    odd = [e["effect_text_odd"] for e in sample]
+    for metric in held["metrics"]:
+        fit = [e[f"{metric} (held-out)"] for e in sample]
+        assert rows[metric]["random_rho"]["value"] == pytest.approx(spearmanr(fit, odd).statistic)
+        assert fit != [e[metric] for e in sample]  # refit on half the prompts
+    assert rows["PK"]["random_rho"]["value"] == pytest.approx(spearmanr([e["PK"] for e in sample], odd).statistic)
+    assert {d["metric_b"] for d in body["paired"][held["set"]]} == set(body["metrics"]) - {"PK"}
 
 
 @pytest.mark.parametrize(("params", "status", "text"), [

@@ -190,13 +190,19 @@ def _symmetric(c: torch.Tensor) -> torch.Tensor:
     return (c + c.transpose(-2, -1)) / 2
 
 
+HALVES = ("even", "odd")  # the split halves of a prompt set (core.activations.ablation's)
+
+
 def activation_covariances(model: Any, *, prompt_set: str = "text",
                            prompts: list[str] | None = None, induction_length: int = 20,
                            induction_batch: int = 20, seed: int = 0, batch_size: int = 32,
+                           half: str | None = None,
                            progress: Progress | None = None) -> ActivationCovariances:
     """Covariances of a runnable model (what core.activations.ablation.ablation_runner takes) over one of
     core.activations.ablation's prompt sets: "text" (``prompts``, default the bundled ones) or "random"
-    (``induction_batch`` sequences [(bos) r r], |r| = ``induction_length``, ``seed``)."""
+    (``induction_batch`` sequences [(bos) r r], |r| = ``induction_length``, ``seed``); ``half``
+    "even" / "odd": only those prompts of the set (the split halves path ablation reports), so
+    data-weighted PK fit on one half can be tested against effects on the other."""
     from headgraph.core.activations.ablation import prompt_sets
     from headgraph.core.activations.runners import ablation_runner
 
@@ -205,6 +211,11 @@ def activation_covariances(model: Any, *, prompt_set: str = "text",
     sets, _ = prompt_sets(runner.source, prompts=prompts, induction_length=induction_length,
                           induction_batch=induction_batch, seed=seed)
     ids, mask = sets[prompt_set]
+    if half is not None:
+        if half not in HALVES:
+            raise InvalidInput(f"unknown half {half!r}; allowed: {list(HALVES)}", allowed=list(HALVES))
+        start = HALVES.index(half)
+        ids, mask = ids[start::2], mask[start::2]
     return covariances(runner, ids, mask, batch_size=batch_size, prompt_set=prompt_set,
                        progress=progress)
 
@@ -267,7 +278,7 @@ def data_pk(model: Any, pairings: Sequence[str] = DATA_PK_PAIRINGS, *,
             heads: HeadWeights | None = None, prompt_set: str = "text",
             prompts: list[str] | None = None, induction_length: int = 20,
             induction_batch: int = 20, seed: int = 0, batch_size: int = 32,
-            progress: Progress | None = None) -> dict[str, DataPK]:
+            half: str | None = None, progress: Progress | None = None) -> dict[str, DataPK]:
     """Data-weighted PK of several O -> Q/K/V pairings from one set of covariances.
 
     model: the demo model, a TransformerBridge, a pattern source with a ``bridge`` or a
@@ -294,10 +305,10 @@ def data_pk(model: Any, pairings: Sequence[str] = DATA_PK_PAIRINGS, *,
     cov = activation_covariances(runner, prompt_set=prompt_set, prompts=prompts,
                                  induction_length=induction_length,
                                  induction_batch=induction_batch, seed=seed,
-                                 batch_size=batch_size, progress=progress)
+                                 batch_size=batch_size, half=half, progress=progress)
     return {p: data_weighted_pk(cov, runner.W_O, role_bases(heads, p[1]), p) for p in pairings}
 
 
-__all__ = ["DATA_PK_PAIRINGS", "DATA_PK_PROMPT_SETS", "METHOD", "ActivationCovariances",
+__all__ = ["DATA_PK_PAIRINGS", "DATA_PK_PROMPT_SETS", "HALVES", "METHOD", "ActivationCovariances",
            "DataPK", "activation_covariances", "check_pairing", "check_prompt_set",
            "counted_positions", "covariances", "data_pk", "data_weighted_pk", "output_factors"]

@@ -74,6 +74,34 @@ def data_pk(src: Inputs, *, pairing: str, prompts: str) -> dict[str, Any]:
             "layer_indices": list(r.layer_indices), "method": r.to_dict()["method"]}
 
 
+def held_out_data_pk(src: Inputs, pairing: str, half: str = "even") -> dict[str, Any]:
+    """Data-weighted PK of ``pairing`` fit on one split half of the text prompts only (the
+    ``half`` path ablation's split-half effects are not measured on): numpy grids out_share,
+    in_share (NaN where not valid) and in_share_baseline [L, H, L] (tr(C_S) / tr(C_X)). One
+    forward pass serves the three pairings (kept in the heads' own cache, as ``data_pk``)."""
+    from headgraph.core.activations.data_pk import data_pk as core_data_pk
+    from headgraph.server.computations.convert import to_numpy
+
+    source = src.patterns
+    if source is None:
+        raise UnsupportedModel(f"{src.info.name} cannot be run here (weights read without a "
+                               "runnable model), so it has no data-weighted PK")
+    heads = src.heads
+    key = ("data_pk", "text", half)
+    results = heads._cache.get(key)
+    if results is None:
+        results = core_data_pk(source, DATA_PK_PAIRINGS, heads=heads, prompt_set="text", half=half)
+        heads._cache[key] = results
+    r = results[pairing]
+    valid = to_numpy(r.valid).astype(bool)
+    out = {"in_share_baseline": to_numpy(r.in_share_baseline)}
+    for name in ("out_share", "in_share"):
+        grid = to_numpy(getattr(r, name)).copy()
+        grid[~valid] = float("nan")
+        out[name] = grid
+    return out
+
+
 def data_pk_computations() -> list[Computation]:
     from headgraph.server.compute.registry import Computation
 

@@ -40,7 +40,7 @@ class ValidationService:
             from headgraph.core.activations.validation import sample_power
 
             return {"model": ref.id, "pairing": pairing, "n_sample": n, "k": k, "seed": seed, "metrics": [],
-                    "baselines": [], "summary": {}, "paired": {}, "rule": RULE,
+                    "baselines": [], "summary": {}, "paired": {}, "rule": RULE, "precision": [], "held_out": None,
                     "power": sample_power(n, n, None, rho=POWER_RHO).to_dict(), "edges": [],
                     "method": "not computed", "computed": False, "cached_only": True}
         finally:

@@ -46,6 +46,29 @@ class SamplePower(BaseModel):
     n_for_80: int = Field(description="random pairs that reach 80% power")
 
 
+class Precision(BaseModel):
+    metric: str
+    k: int = Field(description="the metric's top-k pairs tested")
+    verified: int = Field(description="of them verified against the random-pair null")
+    precision: float = Field(description="verified / k")
+    n_null: int = Field(description="random-sample pairs outside the top-k (the null)")
+    null_verified: int = Field(description="of them above the same thresholds")
+    null_share: float
+    odds_ratio: float | None
+    p_value: float = Field(description="one-sided Fisher exact test: the top-k verified more often")
+    quantile: float | None = Field(description="1 - 0.05 / (k x prompt sets): the null quantile")
+    thresholds: dict[str, float] = Field(description="per prompt set: the null's quantile of the smaller "
+                                                     "split-half effect")
+    resolved: dict[str, bool]
+
+
+class HeldOut(BaseModel):
+    set: str = Field(description="the summary / paired key of the held-out rows")
+    fit: str
+    tested: str
+    metrics: list[str] = Field(description="the metrics refit on the fitting half")
+
+
 class ValidationOut(BaseModel):
     model: str
     pairing: str
@@ -55,11 +78,16 @@ class ValidationOut(BaseModel):
     metrics: list[str] = Field(description="the metrics, then the trivial baselines")
     baselines: list[str] = Field([], description="which of metrics are trivial baselines (no top-k): "
                                                  "layer gap, source variance")
-    summary: dict[str, list[MetricSummary]] = Field(description="per prompt set (text, random)")
+    summary: dict[str, list[MetricSummary]] = Field(description="per prompt set (text, random) and the held-out "
+                                                                "set 'text (held-out)'")
     paired: dict[str, list[PairedDifference]] = Field(
         {}, description="per prompt set: PK minus every other metric's Spearman, paired bootstrap")
     power: SamplePower | None = Field(None, description="the random sample's power for rho = 0.3")
     rule: str = Field("", description="the decision rule's version (part of the cache key)")
+    precision: list[Precision] = Field([], description="per metric: its top-k's verified share against the "
+                                                       "random sample's, Fisher exact test")
+    held_out: HeldOut | None = Field(None, description="data-weighted PK fit on one half of the text prompts, "
+                                                       "tested on the other (null: no data-weighted PK)")
     edges: list[dict[str, Any]] = Field(description="every measured pair: source, target, in_sample, "
                                                     "top_of (metrics), effect_text, effect_random, "
                                                     "and each metric's value")
