@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+from typing import Any
 
 import pytest
 import torch
@@ -17,7 +18,11 @@ from frontend_support import READY, find
 from headgraph.core.names import vocabulary
 from headgraph.frontend.api.client import ApiClient
 from headgraph.frontend.api.names import Vocabulary
-from headgraph.frontend.callbacks.task import task_name, task_view, upload_task
+from headgraph.frontend.callbacks.circuit_reads import pair_attribution
+from headgraph.frontend.callbacks.graph import all_head_nodes, graph_view
+from headgraph.frontend.callbacks.task import poll_view, task_name, task_view, upload_task
+from headgraph.frontend.figures.common import fmt_value
+from headgraph.frontend.figures.positions import grid_positions
 from headgraph.frontend.figures.task import faithfulness_figure, table_rows, task_words
 from headgraph.frontend.layout.controls import control_groups, task_options
 from headgraph.frontend.state.readiness import view_params
@@ -51,6 +56,16 @@ def test_the_url_holds_the_task_method_and_steps() -> None:
     assert next_state(state, "method-radio", "gradients", VOCAB).method == "eap-ig"
     assert next_state(state, "steps-input", 12, VOCAB).steps == 12
     assert next_state(state, "steps-input", 0, VOCAB).steps == 1
+    # A task is chosen only by a link naming one or by the task view (which names its task, the
+    # default one too, in its links): then the graph and the pair panel read its circuit.
+    plain = parse_query("?model=demo&view=graph", VOCAB)
+    assert plain.task == "" and "task=" not in to_query(plain)
+    assert view_params(plain, "graph", READY)["task"] == ""
+    assert parse_query("?view=task", VOCAB).task == "induction"
+    assert "task=induction" in to_query(plain.with_(view="task"))  # the task tab's link
+    back = parse_query(to_query(parse_query("?view=task", VOCAB).with_(view="graph")), VOCAB)
+    assert back.task == "induction" and view_params(back, "graph", READY)["task"] == "induction"
+    assert view_params(plain.with_(pair=("L0H0", "L1H3")), "pair-panel", READY)["task"] == ""
 
 
 def test_the_controls_of_the_task_tab() -> None:
@@ -76,7 +91,7 @@ def test_the_metric_table_and_curve_carry_the_apis_numbers(in_app: None, api: Ap
 
     assert {"ioi", "induction", "successor"} <= {t["name"] for t in api.tasks()}
     params = view_params(parse_query(SEARCH, VOCAB), "task", None)
-    fig, chips, body = task_view(params)
+    fig, chips, body, graph = task_view(params)
     data = api.circuit("demo", "induction", "eap-ig", 5, 12)  # what the view read (cached now)
     assert len(data["edges"]) == 12
     m = data["metrics"]
@@ -123,11 +138,66 @@ def test_the_metric_table_and_curve_carry_the_apis_numbers(in_app: None, api: Ap
     assert getattr(find(chips, "stat-task-spearman"), "data-value") == str(spearman)
     assert [find(body, f"task-words-{i}").children for i in range(3)] == task_words(data)
     assert f"{data['patching']['n_edges']} edges: Spearman ρ = {spearman:.3f}" in task_words(data)[2]
+    check_circuit_on_the_head_graph(api, data, graph)
+
+
+def check_circuit_on_the_head_graph(api: ApiClient, data: dict, graph: Any) -> None:
+    """The cached circuit drawn by the task view on the head graph's layout, marked on the graph
+    view, and its edges' attribution in the pair panel (all read, none computed)."""
+    circuit = data["circuit"]
+    want = {(e["writer"], e["reader"].rsplit(".", 1)[0], "O" + e["path"]) for e in circuit
+            if e["writer_kind"] == "head" and e["path"] in ("Q", "K", "V")}
+    heads = ({e["writer"] for e in circuit if e["writer_kind"] == "head"}
+             | {e["reader"].rsplit(".", 1)[0] for e in circuit if e["path"] in ("Q", "K", "V")})
+    info = api.model_info("demo")["info"]
+    layout = grid_positions({"nodes": all_head_nodes(info)}, info["layer_indices"])  # the graph view's grid
+    drawn = {tuple(cd[1:4]): (x, y) for tr in graph.data for x, y, cd in zip(tr.x or [], tr.y or [], tr.customdata or [])
+             if isinstance(cd, (list, tuple)) and cd[0] == "edge"}
+    assert set(drawn) == want and want
+    nodes = {cd[1]: (x, y) for tr in graph.data for x, y, cd in zip(tr.x or [], tr.y or [], tr.customdata or [])
+             if isinstance(cd, (list, tuple)) and cd[0] == "node" and tr.name != "no edge"}
+    assert all(nodes[h] == layout[h] for h in nodes) and set(nodes) == {h for k in want for h in k[:2]}
+    ring = next(tr for tr in graph.data if tr.meta == "circuit-heads")
+    assert {cd[1] for cd in ring.customdata} == heads
+    # An edge's hover: its attribution and rank among all edges.
+    by_key = {(e["writer"], e["reader"].rsplit(".", 1)[0], "O" + e["path"]): e for e in circuit}
+    texts = {tuple(cd[1:4]): t for tr in graph.data if tr.text is not None and tr.customdata is not None
+             for cd, t in zip(tr.customdata, tr.text) if cd[0] == "edge"}
+    for key, text in texts.items():
+        assert f"attribution {by_key[key]['score']:+.3g} (rank {by_key[key]['rank']} of {data['n_edges']})" in text
+    # The graph view with the task chosen: its edges in the circuit underlaid, its heads ringed,
+    # the legend "in induction circuit", node hovers with attribution; a chip says how many.
+    search = "?model=demo&view=graph&k=8&task=induction&method=eap-ig&steps=5"
+    gfig, gchips, *_ = graph_view(view_params(parse_query(search, VOCAB), "graph", READY))
+    shown = {tuple(cd[1:4]) for tr in gfig.data for cd in (tr.customdata or [])
+             if isinstance(cd, (list, tuple)) and cd[0] == "edge"}
+    marked = shown & want
+    under = [tr for tr in gfig.data if tr.meta == "circuit"]
+    assert marked and len(under) == 1 and under[0].name == f"in induction circuit ({len(marked)} edges)"
+    assert len([x for x in under[0].x if x is None]) == len(marked) and gfig.data[0].meta == "circuit"
+    chip = find(gchips, "graph-circuit")
+    assert getattr(chip, "data-edges") == str(len(marked))
+    assert set(getattr(chip, "data-heads").split(",")) == heads
+    hover = {cd[1]: cd[9] for tr in gfig.data for cd in (tr.customdata or [])
+             if isinstance(cd, (list, tuple)) and cd[0] == "node" and len(cd) > 9}
+    assert all("attribution, induction (EAP-IG)" in hover[h] for h in heads if h in hover)
+    plain = graph_view(view_params(parse_query(search.replace("&task=induction", ""), VOCAB), "graph", READY))[0]
+    assert not [tr for tr in plain.data if tr.meta in ("circuit", "circuit-heads")]  # no task chosen
+    # The pair panel of the strongest K edge: its attribution and rank among all edges.
+    top_k = next(e for e in circuit if e["path"] == "K" and e["writer_kind"] == "head")
+    target = top_k["reader"].rsplit(".", 1)[0]
+    state = parse_query(search + f"&pair={top_k['writer']},{target}&pairing=OK", VOCAB)
+    line = pair_attribution(view_params(state, "pair-panel", READY), top_k["writer"], target)
+    assert line is not None and getattr(line, "data-rank") == str(top_k["rank"])
+    assert getattr(line, "data-score") == repr(top_k["score"]) and getattr(line, "data-in-circuit") == "yes"
+    assert getattr(line, "data-n-edges") == str(data["n_edges"])
+    # The progress poll: a cached circuit hides the bar and stops polling.
+    assert poll_view(api.circuit_progress("demo", "induction", "eap-ig", 5))[-1] is True
 
 
 def test_an_unknown_task_says_so(in_app: None) -> None:
     params = view_params(parse_query("?model=demo&view=task&task=no-such-task", VOCAB), "task", None)
-    fig, chips, body = task_view(params)
+    fig, chips, body, _ = task_view(params)
     assert "no-such-task" in str(chips) and body == []
     assert "no-such-task" in fig.layout.annotations[0].text
 
@@ -164,7 +234,7 @@ def test_an_uploaded_task_is_stored_and_selected_and_a_bad_row_named(in_app: Non
 def test_head_edges_carry_their_pk_and_cs_once_the_job_is_done(in_app: None, api: ApiClient,
                                                                 computed: list[str]) -> None:
     state = parse_query(SEARCH, VOCAB).with_(k=60)  # the top 60 hold head -> head (Q / K / V) edges
-    _fig, _chips, body = task_view(view_params(state, "task", READY))  # READY: the demo's job is done
+    _fig, _chips, body, graph = task_view(view_params(state, "task", READY))  # READY: the demo's job is done
     data = api.circuit("demo", "induction", "eap-ig", 5, 60)
     table = find(body, "task-table")
     assert find(table, "task-1-pk") is not None and find(table, "task-1-cs") is not None
@@ -179,6 +249,12 @@ def test_head_edges_carry_their_pk_and_cs_once_the_job_is_done(in_app: None, api
         assert float(getattr(pk_cell, "data-value")) == pytest.approx(pair["pk"])
         assert float(getattr(cs_cell, "data-value")) == pytest.approx(pair["cs"])
     assert head_edges >= 5
+    # The circuit graph's edges carry the same PK and CS in their hovers.
+    texts = {tuple(cd[1:4]): t for tr in graph.data if tr.text is not None and tr.customdata is not None
+             for cd, t in zip(tr.customdata, tr.text) if cd[0] == "edge"}
+    (s, t, p), text = sorted(texts.items())[0]
+    pair = api.pair("demo", p, s, t)
+    assert f"PK {fmt_value(pair['pk'])}" in text and f"CS {fmt_value(pair['cs'])}" in text
     # Before the job is done (no ready record) the table has no PK / CS columns.
-    _fig, _chips, body = task_view(view_params(state, "task", None))
+    _fig, _chips, body, _graph = task_view(view_params(state, "task", None))
     assert find(find(body, "task-table"), "task-1-pk") is None

@@ -6,6 +6,8 @@ checked against core.circuits run here, and ``headgraph circuit``.
 from __future__ import annotations
 
 import json
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -78,7 +80,26 @@ def test_upload_needs_the_token_and_names_bad_rows(http):
 def test_circuit_cold_needs_the_token_then_reads_anonymously(http, demo):
     params = {"model": "demo", "task": "induction", "method": "eap-ig", "steps": 2, "top": 30}
     err(http.get("/api/circuit", params=params), 401)
-    body = ok(http.get("/api/circuit", params=params, headers=SIGNED))
+    where = {k: params[k] for k in ("model", "task", "method", "steps")}
+    assert ok(http.get("/api/circuit/progress", params=where))["state"] == "idle"
+    # While the cold circuit computes, its progress (read anonymously) names the stage and
+    # the share of the run done, never going back; then it reads cached.
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(lambda: ok(http.get("/api/circuit", params=params, headers=SIGNED)))
+        seen = []
+        while not running.done():
+            p = ok(http.get("/api/circuit/progress", params=where))
+            if p["state"] == "running":
+                seen.append((p["stage"], p["fraction"], p["elapsed_s"]))
+            time.sleep(0.05)
+        body = running.result()
+    assert seen, "no progress seen while the circuit computed"
+    assert {s for s, _, _ in seen} <= {"start", "load", "attribution", "faithfulness", "patching", "store"}
+    fractions = [f for _, f, _ in seen]
+    assert fractions == sorted(fractions) and all(0 <= f <= 1 for f in fractions)
+    assert {s for s, _, _ in seen} & {"attribution", "faithfulness", "patching"}
+    done = ok(http.get("/api/circuit/progress", params=where))
+    assert (done["state"], done["fraction"], done["stage"]) == ("cached", 1.0, None)
     task = induction(demo, n=32)
     att = attribute(demo, task, method="eap-ig", steps=2)
     assert body["task"]["hash"] == task.content_hash() and body["n_edges"] == att.n_edges == 257
@@ -101,6 +122,16 @@ def test_circuit_cold_needs_the_token_then_reads_anonymously(http, demo):
                                                 abs=1e-6)
     assert body["patching"]["n_edges"] == 24 and body["patching"]["spearman"] is not None
     assert ok(http.get("/api/circuit", params=params)) == body  # cached: anonymous reads it
+    # edge= looks single edges up: their rank among all edges, as core orders them.
+    full = att.order().tolist()
+    asked = [full[0], full[100], full[-1]]
+    names = [f"{w.name}>{r.name}" for w, r in (att.edge(e) for e in asked)]
+    looked = ok(http.get("/api/circuit", params={**params, "edge": [*names, "L1H0>L0H0.Q"]}))["lookup"]
+    assert [(e["writer"] + ">" + e["reader"], e["rank"]) for e in looked] == \
+        [(n, full.index(e) + 1) for n, e in zip(names, asked)]  # L1H0 -> L0H0 is no edge: left out
+    assert [e["in_circuit"] for e in looked] == [True, size >= 101, size >= len(full)]
+    assert looked[1]["score"] == pytest.approx(float(att.scores[asked[1]]), rel=1e-6, abs=1e-9)
+    err(http.get("/api/circuit", params={**params, "edge": "L0H0"}), 422)
 
 
 def test_circuit_of_an_uploaded_task_and_unknown_names(http, demo):

@@ -214,11 +214,18 @@ class ApiClient:
         return self.get("/api/tasks")["tasks"]
 
     def circuit(self, model: str, task: str, method: str = "eap-ig", steps: int = 5,
-                top: int = 20) -> dict[str, Any]:
+                top: int = 20, edges: list[str] | None = None) -> dict[str, Any]:
         """GET /api/circuit: the task's metric, its top edges by attribution, the circuit, the
-        faithfulness curve and the EAP vs patching check (computed on request when cold)."""
-        params = {"model": model, "task": task, "method": method, "steps": steps, "top": top}
+        faithfulness curve and the EAP vs patching check (computed on request when cold);
+        ``edges`` ("WRITER>READER") looked up with their rank among all edges (``lookup``)."""
+        params = {"model": model, "task": task, "method": method, "steps": steps, "top": top,
+                  "edge": list(edges) if edges else None}
         return self.request("GET", "/api/circuit", params=params, timeout=CIRCUIT_TIMEOUT_S).json()
+
+    def circuit_progress(self, model: str, task: str, method: str = "eap-ig", steps: int = 5) -> dict[str, Any]:
+        """GET /api/circuit/progress: "cached", "running" (stage, fraction, message,
+        elapsed_s) or "idle"; never computes."""
+        return self.get("/api/circuit/progress", model=model, task=task, method=method, steps=steps)
 
     def upload_task(self, content: bytes, name: str, model: str | None = None,
                     replace: bool = True) -> dict[str, Any]:

@@ -26,8 +26,10 @@ from headgraph.frontend.callbacks.common import (
     state_of,
     with_overlay,
 )
+from headgraph.frontend.callbacks.circuit_reads import cached_circuit, circuit_chip, circuit_state
 from headgraph.frontend.callbacks.router import view_callback
 from headgraph.frontend.figures import empty_figure, graph_figure
+from headgraph.frontend.figures.circuit import circuit_marks
 from headgraph.frontend.figures.graph_filters import (
     NOT_MEASURED,
     VERDICTS,
@@ -279,7 +281,8 @@ def shown_graph(client: Any, params: dict[str, Any]) -> dict[str, Any]:
 @view_callback("graph", Output("graph", "figure"), Output("graph-summary", "children"),
                Output("slider-range", "data"), Output("graph-summary", "data-edges"),
                Output("graph-summary", "data-hubs"),
-               triggers=(Input("ablation-token", "data"),), variant=ablation_digest)
+               triggers=(Input("ablation-token", "data"),),
+               variant=lambda p: [ablation_digest(p), circuit_state(p)])
 def render_graph(search: str | None, ready: dict | None, label_sets: list | None) -> tuple:
     """The head graph of the URL's pairings, rule, metric, layout, overlay and selection."""
     return graph_view(view_params(state_of(search, label_sets), "graph", ready), label_sets)
@@ -333,6 +336,8 @@ def graph_view(params: dict[str, Any] | None, label_sets: list[dict[str, Any]] |
                          params.get("find") or "", classes)
     shown_edges = node_link.get("edges", [])
     too_many = len(shown_edges) > EDGE_DRAW_LIMIT
+    circuit = cached_circuit(params)  # the URL's task circuit, when cached: marked on the graph
+    marks = circuit_marks(circuit) if circuit else None
     if too_many:
         fig = layer_graph_figure(shown_edges, layer_indices, rule=str(data.get("rule", "")))
     else:
@@ -343,11 +348,15 @@ def graph_view(params: dict[str, Any] | None, label_sets: list[dict[str, Any]] |
                            selected=params.get("head"),
                            selected_edge=(*params["pair"], params["pairing"]) if params.get("pair") else None,
                            verdicts=verdicts, highlight=found, pinned=params.get("pins") or (),
-                           class_order=class_order(client, params.get("overlay"), label_sets))
+                           class_order=class_order(client, params.get("overlay"), label_sets), circuit=marks)
     total = sum(counts.values())
     hubs = ",".join(data.get("hubs", {}).get("hubs", []))
     chips = filter_chips(params, len(shown_edges), total, found,
                          None if verdicts is None else verdict_counts(in_range.get("edges", []), verdicts), rule)
+    if params.get("task"):
+        in_circuit = None if marks is None else sum(
+            (e["source"], e["target"], e.get("pairing", "")) in marks["edges"] for e in shown_edges)
+        chips.append(circuit_chip(params, "cached" if marks else circuit_state(params), marks, in_circuit))
     if too_many:
         chips.append(html.Span(too_many_note(len(shown_edges)), className="hint warn", id="graph-aggregated",
                                **{"data-edges": str(len(shown_edges))}))

@@ -13,6 +13,7 @@ from dash import Dash, Input, Output, dcc, html
 from headgraph.frontend.api.client import ApiError
 from headgraph.frontend.api.names import O_PAIRINGS
 from headgraph.frontend.callbacks.common import api, error_note, state_of, with_overlay
+from headgraph.frontend.callbacks.circuit_reads import circuit_state, pair_attribution
 from headgraph.frontend.callbacks.router import view_callback
 from headgraph.frontend.figures import PAIRING_COLORS, cosines_figure, empty_figure
 from headgraph.frontend.state.readiness import view_params
@@ -231,7 +232,8 @@ def render_head_panel(search: str | None, ready: dict | None, label_sets: list |
     return head_body(data, state)
 
 
-@view_callback("pair-panel", Output("pair-panel-body", "children"), Output("cosines", "figure"))
+@view_callback("pair-panel", Output("pair-panel-body", "children"), Output("cosines", "figure"),
+               variant=circuit_state)
 def render_pair_panel(search: str | None, ready: dict | None, label_sets: list | None) -> tuple:
     """The selected pair's panel and its principal-angle cosines (empty when none is selected)."""
     state = state_of(search, label_sets)
@@ -247,4 +249,8 @@ def render_pair_panel(search: str | None, ready: dict | None, label_sets: list |
                                params.get("overlay"))
     except ApiError as err:
         return waiting(f"{s} → {t}", link, error_note(err.message)), empty_figure(err.message, 200)
-    return pair_body(data, state), cosines_figure(data)
+    body = pair_body(data, state)
+    attribution = pair_attribution(params, s, t)  # the chosen task's circuit, when cached
+    if attribution is not None:
+        body.insert(4, attribution)
+    return body, cosines_figure(data)

@@ -8,7 +8,9 @@ job is done, a head -> head edge's PK and CS of the pairing O -> its Q / K / V i
 /api/pk and /api/cs), the faithfulness curve (share of the gap recovered vs circuit size, the
 stated share and the smallest circuit reaching it) and the EAP vs patching Spearman. It reads
 no result of the model's job: a cold circuit is computed on request (a minute or more on a real
-model, under the view's loading spinner; in a lab it needs the token: the refusal is shown).
+model; in a lab it needs the token: the refusal is shown), while a progress bar polls GET
+/api/circuit/progress every second (stage and fraction of the run). The circuit is also drawn
+on the head graph's layered layout (figures.graph with figures.circuit's marks).
 A JSONL file dropped on the view's upload box is stored through POST /api/tasks under its file's
 name (rows checked in the model's tokens; a bad row's message names its line) and selected.
 """
@@ -19,18 +21,25 @@ import re
 from pathlib import PurePath
 from typing import Any
 
-from dash import Input, Output, State, html, no_update
+import plotly.graph_objects as go
+from dash import Input, Output, State, ctx, html, no_update
 
 from headgraph.frontend.api.client import ApiError
 from headgraph.frontend.callbacks.common import api, error_note, stat, state_of
 from headgraph.frontend.callbacks.define import callback
+from headgraph.frontend.callbacks.graph import all_head_nodes
 from headgraph.frontend.callbacks.labels import decode_upload
 from headgraph.frontend.callbacks.router import view_callback
-from headgraph.frontend.figures import empty_figure
+from headgraph.frontend.figures import empty_figure, graph_figure
+from headgraph.frontend.figures.circuit import circuit_marks, circuit_node_link
+from headgraph.frontend.figures.graph_filters import edge_counts
+from headgraph.frontend.figures.graph_layers import EDGE_DRAW_LIMIT
+from headgraph.frontend.figures.positions import grid_positions
 from headgraph.frontend.figures.task import (
     TOP_MAX,
     edge_columns,
     faithfulness_figure,
+    grid_value,
     table_rows,
     task_words,
     with_scores,
@@ -38,6 +47,8 @@ from headgraph.frontend.figures.task import (
 from headgraph.frontend.layout.controls import task_options
 from headgraph.frontend.state.readiness import view_params
 from headgraph.frontend.state.url import parse_task
+
+HIDE = {"display": "none"}
 
 
 def circuit_table(data: dict[str, Any]) -> html.Table:
@@ -77,31 +88,105 @@ def summary(data: dict[str, Any]) -> list[Any]:
 
 
 @view_callback("task", Output("task-curve", "figure"), Output("task-summary", "children"),
-               Output("task-body", "children"))
+               Output("task-body", "children"), Output("task-graph", "figure"),
+               Output("task-poll", "disabled", allow_duplicate=True),
+               Output("task-progress", "style", allow_duplicate=True))
 def render_task(search: str | None, ready: dict | None, label_sets: list | None) -> tuple:
-    """The URL's task circuit, or why there is none."""
-    return task_view(view_params(state_of(search, label_sets), "task", ready))
+    """The URL's task circuit, or why there is none; then the progress poll stops."""
+    return (*task_view(view_params(state_of(search, label_sets), "task", ready)), True, HIDE)
 
 
 def task_view(params: dict[str, Any] | None) -> tuple:
-    """(figure, summary chips, body: words and table, or a message) for the task params
-    (None: the view is not shown)."""
+    """(curve figure, summary chips, body: words and table, or a message, circuit graph
+    figure) for the task params (None: the view is not shown)."""
     if not params:
-        return empty_figure(""), [], []
+        return empty_figure(""), [], [], empty_figure("")
     steps = int(params["steps"]) if params["method"] == "eap-ig" else 1
     try:
         data = api().circuit(params["model"], params["task"], params["method"], steps,
                              min(int(params["k"]), TOP_MAX))
     except ApiError as err:
-        return empty_figure(err.message, 220), [error_note(err.message)], []
-    if params.get("ready") and not str(params["ready"]).endswith(":partial"):
-        data = with_scores(data, weight_grids(params["model"], data))
+        return empty_figure(err.message, 220), [error_note(err.message)], [], empty_figure("")
+    grids = (weight_grids(params["model"], data)
+             if params.get("ready") and not str(params["ready"]).endswith(":partial") else {})
+    data = with_scores(data, grids)
     words = [html.P(line, className="validation-line", id=f"task-words-{i}")
              for i, line in enumerate(task_words(data))]
     able = (data.get("metrics") or {}).get("able")
     if not able:
         words[0] = html.P(words[0].children, className="validation-line error-note", id="task-words-0")
-    return faithfulness_figure(data), summary(data), [*words, circuit_table(data)]
+    return faithfulness_figure(data), summary(data), [*words, circuit_table(data)], circuit_graph(data, grids)
+
+
+def circuit_graph(data: dict[str, Any], grids: dict[str, tuple[dict[str, Any], dict[str, Any] | None]]
+                  ) -> go.Figure:
+    """The circuit's head -> head edges on the head graph's layered layout (figures.graph:
+    the same layer x head grid, KV diamonds, pairing colours; opacity = |attribution|), its
+    heads ringed; an edge's hover gives its attribution and, once the model's job is done, PK
+    and CS (``grids``, weight_grids); a head's its strongest edges' attribution."""
+    try:
+        info = api().model_info(data["model"])["info"]
+    except ApiError as err:
+        return empty_figure(err.message, 220)
+    layer_indices = list(info["layer_indices"])
+    backdrop = all_head_nodes(info)
+    node_link = circuit_node_link(data, backdrop, EDGE_DRAW_LIMIT)
+    for e in node_link["edges"]:
+        pk, cs = grids.get(e["pairing"][1], (None, None))
+        e["score"] = grid_value(pk, e["source"], e["target"]) if pk is not None else None
+        e["cs"] = grid_value(cs, e["source"], e["target"]) if cs is not None else None
+    marks = circuit_marks(data)
+    pairings = sorted({e["pairing"] for e in node_link["edges"]})
+    fig = graph_figure({"graph": node_link, "pairings": pairings, "layer_indices": layer_indices,
+                        "edge_counts": edge_counts(node_link["edges"], pairings)},
+                       grid_positions(node_link, layer_indices), layout="grid",
+                       all_heads=[n["id"] for n in backdrop], head_pos=grid_positions({"nodes": backdrop}, layer_indices),
+                       backdrop=backdrop, circuit=marks)
+    size, drawn = data.get("circuit_size"), len(node_link["edges"])
+    task = (data.get("task") or {}).get("name")
+    fig.update_layout(title_text=f"{data.get('model')} · {task}: the circuit's head → head edges ({drawn} drawn of "
+                                 f"{size if size is not None else 'no'} circuit edges; the rest read from or "
+                                 "write to embeddings, MLPs or logits)", title_font_size=13)
+    return fig
+
+
+def poll_view(progress: dict[str, Any] | None) -> tuple:
+    """(bar style, fill style, label, data-state, data-fraction, poll disabled) of a GET
+    /api/circuit/progress answer: a running circuit shows its stage and fraction and keeps the
+    poll going; a cached one hides the bar and stops it; an idle one (not started yet, or its
+    model loading) hides the bar and leaves the poll as it is (the view's answer stops it)."""
+    state = (progress or {}).get("state")
+    if state == "running":
+        assert progress is not None
+        frac = float(progress.get("fraction") or 0.0)
+        label = (f"{progress.get('stage')} · {frac * 100:.0f}% · {progress.get('message') or ''} · "
+                 f"{progress.get('elapsed_s') or 0:.0f} s")
+        return ({"display": "flex"}, {"width": f"{frac * 100:.1f}%"}, label, "running", f"{frac:.4f}", False)
+    if state == "cached":
+        return HIDE, {"width": "100%"}, "", "cached", "1", True
+    return HIDE, no_update, "", state or "", "", no_update
+
+
+@callback(Output("task-progress", "style"), Output("task-progress-bar", "style"),
+          Output("task-progress-label", "children"), Output("task-progress", "data-state"),
+          Output("task-progress", "data-fraction"), Output("task-poll", "disabled"),
+          Input("url", "search"), Input("task-poll", "n_intervals"))
+def poll_task(search: str | None, _n: int | None) -> tuple:
+    """While the task view shows a circuit not cached yet, poll its progress every second."""
+    state = state_of(search)
+    if state.view != "task":
+        return HIDE, no_update, "", "", "", True
+    params = view_params(state, "task", None)
+    assert params is not None
+    steps = int(params["steps"]) if params["method"] == "eap-ig" else 1
+    try:
+        progress = api().circuit_progress(params["model"], params["task"], params["method"], steps)
+    except ApiError:
+        return HIDE, no_update, "", "", "", True
+    out = poll_view(progress)
+    if ctx.triggered_id != "task-poll" and out[-1] is no_update:
+        out = (*out[:-1], False)  # a new task shown: poll until its answer (or the run) says more
+    return out
 
 
 def weight_grids(model: str, data: dict[str, Any]) -> dict[str, tuple[dict[str, Any], dict[str, Any] | None]]:

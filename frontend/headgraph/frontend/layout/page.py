@@ -3,7 +3,8 @@
 Element ids are stable (tests and screenshots find them): "model-select", "compute-btn",
 "progress", "copy-link", "graph", "heatmap", "head-grid", "scatter", "kl-grid", "ref-hist",
 "null-fig", "token-grid", "patterns", "validation", "validation-scatter", "head-panel",
-"pair-panel", "overlay-upload", "upload-error", "recovery", "recovery-body", "task-curve", "task-body",
+"pair-panel", "overlay-upload", "upload-error", "recovery", "recovery-body", "task-curve", "task-graph", "task-body",
+"task-progress",
 "tab-<view>", and "<view>-summary"
 text blocks that carry the rendered values.
 The tabs, the model dropdown and the controls are placeholders here: ``render_controls``
@@ -147,8 +148,14 @@ def views(shown: str | None = None) -> html.Div:
                                         accept=".jsonl,.ndjson,.json,.txt,application/x-ndjson"),
                             html.Div(id="task-upload-msg", className="upload-error", role="alert")],
                            id="task-upload-box"),
+                  # A cold circuit's stage and fraction (GET /api/circuit/progress, polled).
+                  html.Div([html.Div(id="task-progress-bar", className="progress-fill", style={"width": "0%"}),
+                            html.Span(id="task-progress-label", className="progress-label")],
+                           id="task-progress", className="progress task-progress", style={"display": "none"}),
+                  dcc.Interval(id="task-poll", interval=1000, disabled=True),
                   dcc.Loading([html.Div(id="task-summary", className="summary"),
                                html.Div(id="task-body", className="validation-words"),
+                               dcc.Graph(id="task-graph", config=GRAPH_CONFIG),
                                dcc.Graph(id="task-curve", config=GRAPH_CONFIG)],
                               id="task-loading", type="circle", delay_show=300)],
                  id="view-task", className="view", style=view_style("task", shown)),

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from headgraph.frontend.state.url import PATTERN_OVERLAY, ViewState
+from headgraph.frontend.state.url import DEFAULT_TASK, PATTERN_OVERLAY, ViewState
 
 VIEW_PARAMS: dict[str, tuple[str, ...]] = {
     "graph": ("model", "pairings", "k", "rule", "rank_on", "threshold_on", "threshold", "layout", "overlay",
-              "head", "pair", "pairing", "verification", "layers", "find", "pins"),
+              "head", "pair", "pairing", "verification", "layers", "find", "pins", "task", "method", "steps"),
     "heatmap": ("model", "pairing", "metric", "overlay", "grain", "zoom"),
     "head-grid": ("model", "pairing", "metric", "direction"),
     "scatter": ("model", "pairing", "top_percent"),
@@ -33,7 +33,8 @@ VIEW_PARAMS: dict[str, tuple[str, ...]] = {
     "subgraph": ("model", "pairings", "metric", "overlay", "pins", "groups", "labels"),
     # the panel's pin link carries the pins, groups and labels: it is redrawn when they change
     "head-panel": ("model", "head", "overlay", "pins", "groups", "labels"),
-    "pair-panel": ("model", "pairing", "pair", "overlay"),
+    # The chosen task's circuit (task, method, steps) marks the graph and the pair panel.
+    "pair-panel": ("model", "pairing", "pair", "overlay", "task", "method", "steps"),
 }
 # Views the browser-side router feeds (callbacks/router.py): each renders from its own stores
 # ``in-<view>-<part>``, written only while the view is shown.
@@ -125,6 +126,8 @@ def view_params(state: ViewState, view: str, ready: dict[str, Any] | None) -> di
         return None
     d = state.to_dict()
     out = {f: d[f] for f in VIEW_PARAMS[view]}
+    if view == "task":
+        out["task"] = out["task"] or DEFAULT_TASK
     if view == "head-grid":
         out["head"] = focus_head(state)
     own = bool(ready) and (ready or {}).get("model") == state.model

@@ -123,7 +123,9 @@ class ViewState:
     b: str = ""  # compare: model B ("" = none picked yet)
     series: str = DEFAULT_SERIES  # timeline: a named series or a comma list of model ids
     checkpoint: str = ""  # timeline: the shown checkpoint's position in the series ("" = the last)
-    task: str = DEFAULT_TASK  # task view: a task of GET /api/tasks
+    # A task of GET /api/tasks; "" = none chosen: the task view shows DEFAULT_TASK (and names
+    # it in its links), the graph and pair panel mark no circuit.
+    task: str = ""
     method: str = DEFAULT_METHOD  # task view: "eap" | "eap-ig" (CIRCUIT_METHODS)
     steps: int = DEFAULT_STEPS  # task view: EAP-IG's integration steps (1..STEPS_MAX)
     pins: tuple[str, ...] = ()  # subgraph: pinned heads (and KV groups), in pin order
@@ -297,6 +299,7 @@ def parse_query(search: str | None, vocab: Vocabulary,
     """
     q = {key: vals[-1] for key, vals in parse_qs((search or "").lstrip("?"), keep_blank_values=True).items()}
     d = default_state(vocab)
+    view = _choice(q.get("view"), VIEWS, d.view)
     pairings = tuple(p for p in vocab.graph_pairings if p in (q.get("pairings") or "").upper().split(","))
     head = q.get("head") if vocab.is_head(q.get("head")) else None
     pair = None
@@ -311,7 +314,7 @@ def parse_query(search: str | None, vocab: Vocabulary,
     pins, groups, labels = parse_subgraph(q.get("pins"), q.get("groups"), q.get("labels"), vocab)
     return ViewState(
         model=model,
-        view=_choice(q.get("view"), VIEWS, d.view),
+        view=view,
         pairing=_choice((q.get("pairing") or "").upper(), vocab.pairings, d.pairing),
         pairings=pairings if "pairings" in q else d.pairings,
         k=int(k if k is not None else d.k),
@@ -336,7 +339,7 @@ def parse_query(search: str | None, vocab: Vocabulary,
         b=_model_id(q.get("b")),
         series=_model_id(q.get("series"), 4096) or d.series,
         checkpoint=q.get("checkpoint", "") if (q.get("checkpoint") or "").isdigit() else "",
-        task=parse_task(q.get("task")) or d.task,
+        task=parse_task(q.get("task")) or (DEFAULT_TASK if view == "task" else d.task),
         method=_choice(q.get("method"), CIRCUIT_METHODS, d.method),
         steps=int(_number(q.get("steps"), d.steps, 1, STEPS_MAX) or d.steps),
         pins=pins,
@@ -390,9 +393,9 @@ def to_query(state: ViewState) -> str:
         items += [("a", state.a), ("b", state.b)]
     if state.view == "timeline" or state.series != DEFAULT_SERIES or state.checkpoint:
         items += [("series", state.series), ("checkpoint", state.checkpoint)]
-    if state.view == "task" or (state.task, state.method, state.steps) != (DEFAULT_TASK, DEFAULT_METHOD,
-                                                                          DEFAULT_STEPS):
-        items += [("task", state.task), ("method", state.method), ("steps", str(state.steps))]
+    task = state.task or (DEFAULT_TASK if state.view == "task" else "")
+    if task or (state.method, state.steps) != (DEFAULT_METHOD, DEFAULT_STEPS):
+        items += [("task", task), ("method", state.method), ("steps", str(state.steps))]
     items += format_subgraph(state)
     if state.head:
         items.append(("head", state.head))

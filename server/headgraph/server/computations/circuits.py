@@ -3,7 +3,8 @@
 ``circuit`` runs one task on one model's runnable copy: the task's metrics, every edge's
 attribution (EAP or EAP-IG), the faithfulness curve of the top-n circuits (real
 intervention, corrupt ablation) and EAP against real single-edge patching on a sample of
-edges (Spearman). Its key is the model's weights (the store key's fingerprint), the task's
+edges (Spearman), reporting its stage and fraction while it runs (server.compute.progress:
+GET /api/circuit/progress reads them). Its key is the model's weights (the store key's fingerprint), the task's
 name and content (``bundled-n32-seed0`` for a bundled task, whose prompts are a function of
 the name and the model's tokenizer; the sha256 of the JSONL for an uploaded one), the method
 and the steps, so a task replaced under the same name is a new result.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from headgraph.core.errors import UnsupportedModel
@@ -80,6 +82,27 @@ def build_task(source: Any, task: str, jsonl: str | None) -> Any:
     return parse_jsonl(jsonl, source, name=task)
 
 
+def stage_weights(steps: int) -> tuple[float, float, float]:
+    """Shares of a circuit's run (attribution, faithfulness, patching check), from the
+    forwards each takes: attribution two forwards and ``steps`` forward + backward pairs per
+    batch; the faithfulness curve and the patching check two forwards, then one patched
+    forward (about 1.5 plain ones) per curve point (~22 on a real model) or checked edge."""
+    units = (2 + 3 * steps, 2 + 1.5 * 22, 2 + 1.5 * PATCHED_EDGES)
+    total = sum(units)
+    return units[0] / total, units[1] / total, units[2] / total
+
+
+def _stage(stage: str, start: float, width: float) -> Callable[[float, str], None]:
+    """A core progress callback (fraction of one stage, message) reporting the whole run's
+    fraction (server.compute.progress)."""
+    from headgraph.server.compute.progress import report
+
+    def progress(fraction: float, message: str) -> None:
+        report(stage, start + width * min(max(fraction, 0.0), 1.0), message)
+
+    return progress
+
+
 def circuit(src: Inputs, *, task: str, jsonl: str | None, method: str, steps: int
             ) -> dict[str, Any]:
     """Task metrics, every edge's attribution, the faithfulness curve and the EAP vs patching
@@ -90,14 +113,22 @@ def circuit(src: Inputs, *, task: str, jsonl: str | None, method: str, steps: in
     from headgraph.core.circuits.faithfulness import faithfulness, patching_check
     from headgraph.server.computations.convert import jsonable
 
+    from headgraph.server.compute.progress import report
+
+    report("load", 0.0, "loading the model", force=True)
     source = src.patterns
     if source is None:
         raise UnsupportedModel(f"{src.info.name} cannot be run here (weights read without a "
                                "runnable model), so it has no task circuits")
     t = build_task(source, task, jsonl)
-    att = attribute(source, t, method=method, steps=steps)
-    curve = faithfulness(source, t, att, share=CIRCUIT_SHARE)
-    check = patching_check(source, t, att, n=PATCHED_EDGES)
+    att_w, faith_w, patch_w = stage_weights(steps)
+    att = attribute(source, t, method=method, steps=steps,
+                    progress=_stage("attribution", 0.0, att_w))
+    curve = faithfulness(source, t, att, share=CIRCUIT_SHARE,
+                         progress=_stage("faithfulness", att_w, faith_w))
+    check = patching_check(source, t, att, n=PATCHED_EDGES,
+                           progress=_stage("patching", att_w + faith_w, patch_w))
+    report("store", 1.0, "keeping the result", force=True)
     order = att.order()
     return {"task": jsonable(t.to_dict()), "content": task_content(task, jsonl),
             "bundled": jsonl is None, "method": att.method, "steps": att.steps,

@@ -19,6 +19,7 @@ from headgraph.core.types import HeadWeights, ModelInfo
 from headgraph.server.cache.cold_miss import CACHE_ONLY, ColdMiss
 from headgraph.server.cache.store import KeyedLocks, Store, make_key
 from headgraph.server.compute.pool import Compute, ComputeFailed, ComputeMany, ComputePool, rebuild_error
+from headgraph.server.compute.progress import progress_key, read_progress, recording
 from headgraph.server.compute.registry import Computation, Computations
 from headgraph.server.models.catalog import ModelCatalog
 from headgraph.server.errors import one_line
@@ -94,7 +95,7 @@ class ResultCache:
         with self._remembering(key):
             if self.pool is None:
                 inputs = ModelInputs(ref, self.catalog, self)
-                return comp.load(self.store.get_or_compute(key, lambda: comp.run(inputs, checked)))
+                return comp.load(self.store.get_or_compute(key, lambda: self._run(ref, comp, inputs, checked)))
             with self._local.hold(key):
                 value = self.store.get(key, _NO)
                 if value is _NO:
@@ -104,6 +105,25 @@ class ResultCache:
             raise ComputeFailed(f"{name} of {ref.id} was computed but not kept: the cache is "
                                 "too small for it (raise HEADGRAPH_CACHE_SIZE_GB)")
         return comp.load(value)
+
+    def _run(self, ref: ModelRef, comp: Computation, inputs: ModelInputs, checked: dict[str, Any]) -> Any:
+        """Run ``comp`` inline, its progress reports recorded (compute.progress)."""
+        with recording(self.store.meta, progress_key(ref.id, comp.name, comp.key_params(checked))):
+            return comp.run(inputs, checked)
+
+    def progress(self, ref: ModelRef, name: str, **params: Any) -> dict[str, Any]:
+        """Where computation ``name`` of ``ref`` is, never loading the model: {"state":
+        "cached"} (ready to read), {"state": "running", "stage", "fraction", "message",
+        "elapsed_s"} (a run in some process reports it), else {"state": "idle"} (not started,
+        or the model is still loading for it)."""
+        comp = self.computations.get(name)
+        checked = comp.prepare(params)
+        ident = self.catalog.known_identity(ref)
+        if ident is not None and self.store.has(make_key(ident.fingerprint, comp.name,
+                                                         comp.key_params(checked))):
+            return {"state": "cached"}
+        running = read_progress(self.store.meta, progress_key(ref.id, comp.name, comp.key_params(checked)))
+        return {"state": "idle"} if running is None else {"state": "running", **running}
 
     @contextmanager
     def _remembering(self, key: str) -> Iterator[None]:

@@ -12,6 +12,7 @@ faithfulness curve and the EAP vs patching check.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from typing import Any
 
 from headgraph.core.errors import InvalidInput
@@ -136,13 +137,30 @@ class CircuitService:
         build_task(source, name, jsonl)
 
     # -- circuits ------------------------------------------------------------------------------
+    def progress(self, ref: ModelRef, task: str, method: str = DEFAULT_METHOD,
+                 steps: int = DEFAULT_STEPS) -> dict[str, Any]:
+        """Where the circuit of ``task`` is, never loading a model or computing: "cached",
+        "running" (stage, fraction of the whole run, message, elapsed_s) or "idle"
+        (ResultCache.progress)."""
+        check_method(method)
+        check_steps(steps)
+        name, jsonl = self.task_source(task)
+        steps = steps if method == "eap-ig" else 1
+        out = self.cache.progress(ref, "circuit", task=name, jsonl=jsonl, method=method,
+                                  steps=steps)
+        return {"model": ref.id, "task": name, "method": method, "steps": steps, "stage": None,
+                "fraction": 1.0 if out["state"] == "cached" else None, "message": None,
+                "elapsed_s": None, **out}
+
     def answer(self, ref: ModelRef, task: str, method: str = DEFAULT_METHOD,
                steps: int = DEFAULT_STEPS, top: int = DEFAULT_TOP, *,
-               jsonl: str | None = None) -> dict[str, Any]:
+               jsonl: str | None = None, lookup: Sequence[str] = ()) -> dict[str, Any]:
         """The API answer: task metrics, the ``top`` strongest edges, the circuit (the smallest
         top-n recovering CIRCUIT_SHARE of the metric gap, its edges when at most TOP_MAX),
         the faithfulness curve and the EAP vs patching check. ``jsonl``: the task's rows
-        themselves (a file the CLI read), not a stored task."""
+        themselves (a file the CLI read), not a stored task. ``lookup``: edges
+        ("WRITER>READER", "L0H0>L1H3.K") answered as ``lookup`` with their rank among all
+        edges; one the graph does not have is left out."""
         check_method(method)
         check_steps(steps)
         if isinstance(top, bool) or not isinstance(top, int) or not 1 <= top <= TOP_MAX:
@@ -165,13 +183,41 @@ class CircuitService:
         edges = self._edges(r, shown)
         for e in edges:
             e["in_circuit"] = size is not None and e["rank"] <= size
+        found = self._lookup(r, lookup, size)
         return {"model": ref.id, "task": r["task"], "bundled": r["bundled"],
                 "content": r["content"], "method": r["method"], "steps": r["steps"],
                 "metrics": r["metrics"], "n_edges": r["n_edges"],
                 "layer_indices": r["layer_indices"], "share": CIRCUIT_SHARE,
                 "circuit_size": size, "edges": edges[:top],
                 "circuit": [e for e in edges if e["in_circuit"]][:TOP_MAX],
-                "faithfulness": r["faithfulness"], "patching": r["patching"]}
+                "faithfulness": r["faithfulness"], "patching": r["patching"], "lookup": found}
+
+    @staticmethod
+    def _lookup(r: dict[str, Any], wanted: Sequence[str], size: int | None) -> list[dict[str, Any]]:
+        """The edges named "WRITER>READER" among all of ``r``'s, with their rank (1 = the
+        largest |score|) and whether they are in the circuit of ``size`` edges."""
+        if not wanted:
+            return []
+        import numpy as np
+
+        w_of = {n["name"]: i for i, n in enumerate(r["writers"])}
+        r_of = {n["name"]: i for i, n in enumerate(r["readers"])}
+        out = []
+        for item in dict.fromkeys(wanted):
+            writer, _, reader = str(item).partition(">")
+            if writer not in w_of or reader not in r_of:
+                continue
+            hit = np.flatnonzero((r["edge_writer"] == w_of[writer]) & (r["edge_reader"] == r_of[reader]))
+            if not hit.size:
+                continue
+            i = int(hit[0])
+            W, R = r["writers"][w_of[writer]], r["readers"][r_of[reader]]
+            out.append({"rank": i + 1, "writer": W["name"], "reader": R["name"], "path": R["kind"],
+                        "writer_kind": W["kind"], "writer_layer": W["layer"], "writer_head": W["head"],
+                        "reader_layer": R["layer"], "reader_head": R["head"],
+                        "score": float(r["edge_score"][i]),
+                        "in_circuit": size is not None and i + 1 <= size})
+        return out
 
     @staticmethod
     def _edges(r: dict[str, Any], n: int) -> list[dict[str, Any]]:

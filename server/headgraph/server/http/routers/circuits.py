@@ -7,11 +7,13 @@ keys, at most core.circuits.tasks.MAX_ROWS rows; with ``model=`` also in that mo
 tokens), a bad row a 422 naming its line, and nothing stored; in lab mode it needs the
 token. A cold circuit is computed like every other result (a compute process, once; in lab
 mode only with the token) and cached under the model, the task's content, the method and
-the steps.
+the steps; GET /api/circuit/progress says meanwhile where it is (stage and fraction), and
+``edge=`` looks up single edges' scores and ranks (the dashboard's pair panel).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -37,11 +39,13 @@ from headgraph.server.http.deps import (
 )
 from headgraph.server.http.params import ERRORS
 from headgraph.server.http.responses import warm_json
-from headgraph.server.http.schemas.circuits import CircuitOut, TaskList, TaskSummary
+from headgraph.server.http.schemas.circuits import CircuitOut, CircuitProgressOut, TaskList, TaskSummary
 from headgraph.server.http.schemas.common import ErrorBody
 from headgraph.server.services.circuits import MAX_TASK_BYTES, CircuitService
 
 router = APIRouter(prefix="/api", tags=["circuits"])
+MAX_LOOKUP = 50  # edges one GET /api/circuit looks up
+EDGE_PATTERN = r"^[A-Za-z0-9_.]{1,40}>[A-Za-z0-9_.]{1,40}$"
 CircuitsDep = Annotated[CircuitService, Depends(_service("circuits"))]
 METHOD_PATTERN = "^(" + "|".join(m.replace("-", r"\-") for m in CIRCUIT_METHODS) + ")$"
 
@@ -115,11 +119,31 @@ async def get_circuit(request: Request, *, ref: ModelDep,
                                          description="EAP-IG's integration steps (eap: 1)"),
                       top: int = Query(DEFAULT_TOP, ge=1, le=TOP_MAX,
                                        description="edges listed, strongest first"),
+                      edge: list[str] = Query([], max_length=MAX_LOOKUP,
+                                              description="edges to look up (repeatable): "
+                                                          "WRITER>READER, e.g. L0H0>L1H3.K; "
+                                                          "answered in lookup with their rank"),
                       circuits: CircuitsDep) -> Any:
+    for e in edge:
+        if not re.match(EDGE_PATTERN, e):
+            raise Invalid(f"an edge is WRITER>READER (e.g. L0H0>L1H3.K), got {e[:60]!r}")
     _, jsonl = await run_in_threadpool(circuits.task_source, task)
     variant = None if jsonl is None else circuits_content(jsonl)
     return await warm_json(request, CircuitOut, ref,
-                           lambda: circuits.answer(ref, task, method, steps, top), variant=variant)
+                           lambda: circuits.answer(ref, task, method, steps, top, lookup=edge),
+                           variant=variant)
+
+
+@router.get("/circuit/progress", response_model=CircuitProgressOut, responses=ERRORS,
+            summary="Where a task's circuit is: cached, running (stage, fraction) or idle")
+async def circuit_progress(*, ref: ModelDep,
+                           task: str = Query("induction", pattern=TASK_NAME_PATTERN),
+                           method: str = Query(DEFAULT_METHOD, pattern=METHOD_PATTERN),
+                           steps: int = Query(DEFAULT_STEPS, ge=1, le=MAX_STEPS),
+                           circuits: CircuitsDep) -> Any:
+    """Never computes nor loads a model (no token needed in lab mode): what the dashboard
+    polls while a cold GET /api/circuit runs."""
+    return await run_in_threadpool(circuits.progress, ref, task, method, steps)
 
 
 def circuits_content(jsonl: str) -> str:

@@ -97,3 +97,22 @@ class CircuitOut(BaseModel):
     circuit: list[CircuitEdge] = Field(description="the circuit's edges (the top circuit_size)")
     faithfulness: FaithfulnessOut
     patching: PatchingOut
+    lookup: list[CircuitEdge] = Field(default_factory=list,
+                                      description="the edges asked for by edge= (rank among "
+                                                  "all edges); an edge the graph lacks is left "
+                                                  "out")
+
+
+class CircuitProgressOut(BaseModel):
+    model: str
+    task: str
+    method: str
+    steps: int
+    state: str = Field(description="cached: GET /api/circuit answers at once; running: a "
+                                   "computation reports stage and fraction; idle: none runs "
+                                   "(not asked yet, or its model is still loading)")
+    stage: str | None = Field(description="load | attribution | faithfulness | patching | "
+                                          "store (running only)")
+    fraction: float | None = Field(description="share of the whole run done, in [0, 1]")
+    message: str | None
+    elapsed_s: float | None = Field(description="seconds since the run started")
