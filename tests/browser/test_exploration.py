@@ -2,7 +2,8 @@
 in the graph, the heatmap's class strip (and its legend) and the findings report's palette;
 hovering a node shows its strongest edges per pairing as the API ranks them; ``find`` takes a
 class name; heads pinned with Ctrl + click, grouped and labelled in the Subgraph view reopen
-from the copied link, export and import as JSON and save as a label set. (SmolLM2's default graph, 60 nodes, is checked in test_smollm2.py, on its warm job.)
+from the copied link, export and import as JSON and save as a label set. (SmolLM2's default
+graph, 60 nodes, is checked in test_smollm2.py, on its warm job.)
 
 Every number is compared with the API's answers, none hard-coded.
 """
