@@ -196,7 +196,8 @@ def apply_click(state: ViewState, source: str, click: Any, vocab: Vocabulary) ->
     if source == "subgraph-fig":  # a head node opens its panel, a head -> head edge its pair (groups: nothing)
         if data[0] == "node" and len(data) >= 2 and is_head(str(data[1])):
             return state.with_(head=str(data[1]), pair=None)
-        if data[0] == "edge" and len(data) >= 4 and str(data[3]) in vocab.pairings                 and is_head(str(data[1])) and is_head(str(data[2])):
+        if data[0] == "edge" and len(data) >= 4 and str(data[3]) in vocab.pairings \
+                and is_head(str(data[1])) and is_head(str(data[2])):
             return state.with_(pair=(str(data[1]), str(data[2])), pairing=str(data[3]), head=None)
         return state
     if source == "graph":
