@@ -46,7 +46,12 @@ def test_the_url_holds_the_task_method_and_steps() -> None:
     assert (bad.task, bad.method, bad.steps) == ("induction", "eap-ig", 64)
     # Job-free: it renders with no ready record (computed on request), only on its own tab.
     params = view_params(state, "task", None)
-    assert params == {"model": "demo", "task": "induction", "method": "eap-ig", "steps": 5, "k": 12, "ready": None}
+    assert params == {"model": "demo", "task": "induction", "method": "eap-ig", "steps": 5, "k": 12, "pairs": 32,
+                      "ready": None}
+    # A bundled task cut to its first n prompt pairs (a quicker circuit of a large model): in the link.
+    few = parse_query(SEARCH + "&pairs=4", VOCAB)
+    assert few.pairs == 4 and "pairs=4" in to_query(few) and parse_query(to_query(few), VOCAB) == few
+    assert "pairs=" not in to_query(state) and parse_query(SEARCH + "&pairs=99", VOCAB).pairs == 32
     assert view_params(state, "task", READY)["ready"] == "t1"
     assert view_params(state.with_(view="graph"), "task", READY) is None
     # The controls write the URL's fields; bad values leave the state as it is.

@@ -142,6 +142,13 @@ def test_circuit_of_an_uploaded_task_and_unknown_names(http, demo):
     assert body["steps"] == 1 and body["bundled"] is False
     att = attribute(demo, task, method="eap")
     assert body["edges"][0]["score"] == pytest.approx(float(att.scores[att.order()[0]]), rel=1e-6)
+    # A bundled task cut to its first n prompt pairs: its own cache key, refused below 2.
+    few = ok(http.get("/api/circuit", params={"model": "demo", "task": "induction", "method": "eap",
+                                              "pairs": 4}, headers=SIGNED))
+    assert few["metrics"]["n_pairs"] == 4 and few["task"]["hash"] == induction(demo, n=4).content_hash()
+    assert ok(http.get("/api/circuit/progress", params={"model": "demo", "task": "induction", "method": "eap",
+                                                        "pairs": 4}))["state"] == "cached"
+    err(http.get("/api/circuit", params={"model": "demo", "task": "induction", "pairs": 1}), 422)
     err(http.get("/api/circuit", params={"model": "demo", "task": "nope"}), 404)
     err(http.get("/api/circuit", params={"model": "demo", "task": "x", "method": "ig"}), 422)
 

@@ -214,18 +214,20 @@ class ApiClient:
         return self.get("/api/tasks")["tasks"]
 
     def circuit(self, model: str, task: str, method: str = "eap-ig", steps: int = 5,
-                top: int = 20, edges: list[str] | None = None) -> dict[str, Any]:
+                top: int = 20, edges: list[str] | None = None, pairs: int | None = None) -> dict[str, Any]:
         """GET /api/circuit: the task's metric, its top edges by attribution, the circuit, the
         faithfulness curve and the EAP vs patching check (computed on request when cold);
-        ``edges`` ("WRITER>READER") looked up with their rank among all edges (``lookup``)."""
+        ``edges`` ("WRITER>READER") looked up with their rank among all edges (``lookup``);
+        ``pairs``: a bundled task's first n prompt pairs (None: the API's default, all 32)."""
         params = {"model": model, "task": task, "method": method, "steps": steps, "top": top,
-                  "edge": list(edges) if edges else None}
+                  "edge": list(edges) if edges else None, "pairs": pairs}
         return self.request("GET", "/api/circuit", params=params, timeout=CIRCUIT_TIMEOUT_S).json()
 
-    def circuit_progress(self, model: str, task: str, method: str = "eap-ig", steps: int = 5) -> dict[str, Any]:
+    def circuit_progress(self, model: str, task: str, method: str = "eap-ig", steps: int = 5,
+                         pairs: int | None = None) -> dict[str, Any]:
         """GET /api/circuit/progress: "cached", "running" (stage, fraction, message,
         elapsed_s) or "idle"; never computes."""
-        return self.get("/api/circuit/progress", model=model, task=task, method=method, steps=steps)
+        return self.get("/api/circuit/progress", model=model, task=task, method=method, steps=steps, pairs=pairs)
 
     def upload_task(self, content: bytes, name: str, model: str | None = None,
                     replace: bool = True) -> dict[str, Any]:

@@ -30,7 +30,7 @@ def circuit_state(params: dict[str, Any] | None) -> str | None:
         return None
     try:
         return str(api().circuit_progress(params["model"], params["task"], params["method"],
-                                          _steps(params))["state"])
+                                          _steps(params), params.get("pairs"))["state"])
     except ApiError:
         return None
 
@@ -43,7 +43,7 @@ def cached_circuit(params: dict[str, Any] | None, edges: list[str] | None = None
     assert params is not None
     try:
         return api().circuit(params["model"], params["task"], params["method"], _steps(params), CIRCUIT_TOP,
-                             edges=edges)
+                             edges=edges, pairs=params.get("pairs"))
     except ApiError:
         return None
 

@@ -104,7 +104,7 @@ def task_view(params: dict[str, Any] | None) -> tuple:
     steps = int(params["steps"]) if params["method"] == "eap-ig" else 1
     try:
         data = api().circuit(params["model"], params["task"], params["method"], steps,
-                             min(int(params["k"]), TOP_MAX))
+                             min(int(params["k"]), TOP_MAX), pairs=params.get("pairs"))
     except ApiError as err:
         return empty_figure(err.message, 220), [error_note(err.message)], [], empty_figure("")
     grids = (weight_grids(params["model"], data)
@@ -180,7 +180,8 @@ def poll_task(search: str | None, _n: int | None) -> tuple:
     assert params is not None
     steps = int(params["steps"]) if params["method"] == "eap-ig" else 1
     try:
-        progress = api().circuit_progress(params["model"], params["task"], params["method"], steps)
+        progress = api().circuit_progress(params["model"], params["task"], params["method"], steps,
+                                          params.get("pairs"))
     except ApiError:
         return HIDE, no_update, "", "", "", True
     out = poll_view(progress)

@@ -14,7 +14,7 @@ from headgraph.frontend.state.url import DEFAULT_TASK, PATTERN_OVERLAY, ViewStat
 
 VIEW_PARAMS: dict[str, tuple[str, ...]] = {
     "graph": ("model", "pairings", "k", "rule", "rank_on", "threshold_on", "threshold", "layout", "overlay",
-              "head", "pair", "pairing", "verification", "layers", "find", "pins", "task", "method", "steps"),
+              "head", "pair", "pairing", "verification", "layers", "find", "pins", "task", "method", "steps", "pairs"),
     "heatmap": ("model", "pairing", "metric", "overlay", "grain", "zoom"),
     "head-grid": ("model", "pairing", "metric", "direction"),
     "scatter": ("model", "pairing", "top_percent"),
@@ -28,13 +28,13 @@ VIEW_PARAMS: dict[str, tuple[str, ...]] = {
     "compare": ("model", "a", "b", "pairing", "k"),
     "timeline": ("series", "pairing", "k", "checkpoint"),
     # GET /api/circuit of the task, method and steps (its top k edges): computed on request.
-    "task": ("model", "task", "method", "steps", "k"),
+    "task": ("model", "task", "method", "steps", "k", "pairs"),
     # GET /api/subgraph of the pinned heads (edges among them), drawn with their groups and labels.
     "subgraph": ("model", "pairings", "metric", "overlay", "pins", "groups", "labels"),
     # the panel's pin link carries the pins, groups and labels: it is redrawn when they change
     "head-panel": ("model", "head", "overlay", "pins", "groups", "labels"),
     # The chosen task's circuit (task, method, steps) marks the graph and the pair panel.
-    "pair-panel": ("model", "pairing", "pair", "overlay", "task", "method", "steps"),
+    "pair-panel": ("model", "pairing", "pair", "overlay", "task", "method", "steps", "pairs"),
 }
 # Views the browser-side router feeds (callbacks/router.py): each renders from its own stores
 # ``in-<view>-<part>``, written only while the view is shown.

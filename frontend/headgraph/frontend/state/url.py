@@ -60,6 +60,8 @@ CIRCUIT_METHODS: tuple[str, ...] = ("eap", "eap-ig")
 DEFAULT_METHOD = "eap-ig"
 DEFAULT_STEPS = 5
 STEPS_MAX = 64
+PAIRS_MAX = 32  # a bundled task's prompt pairs (the API's default); fewer: a quicker circuit
+PAIRS_MIN = 2
 _TASK_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
 # The subgraph view: pinned heads, named groups of them (supernodes) and custom labels. In the
 # URL: ``pins=L0H1,L1H3``, ``groups=name:L0H1,L0H2;other:L1H3`` and ``labels=L1H3:text;name:text``,
@@ -128,6 +130,7 @@ class ViewState:
     task: str = ""
     method: str = DEFAULT_METHOD  # task view: "eap" | "eap-ig" (CIRCUIT_METHODS)
     steps: int = DEFAULT_STEPS  # task view: EAP-IG's integration steps (1..STEPS_MAX)
+    pairs: int = PAIRS_MAX  # task view: a bundled task's first n prompt pairs (PAIRS_MIN..PAIRS_MAX)
     pins: tuple[str, ...] = ()  # subgraph: pinned heads (and KV groups), in pin order
     groups: tuple[tuple[str, tuple[str, ...]], ...] = ()  # subgraph: (name, its pinned heads)
     labels: tuple[tuple[str, str], ...] = ()  # subgraph: (head or group name, custom label)
@@ -342,6 +345,7 @@ def parse_query(search: str | None, vocab: Vocabulary,
         task=parse_task(q.get("task")) or (DEFAULT_TASK if view == "task" else d.task),
         method=_choice(q.get("method"), CIRCUIT_METHODS, d.method),
         steps=int(_number(q.get("steps"), d.steps, 1, STEPS_MAX) or d.steps),
+        pairs=int(_number(q.get("pairs"), d.pairs, PAIRS_MIN, PAIRS_MAX) or d.pairs),
         pins=pins,
         groups=groups,
         labels=labels,
@@ -396,6 +400,8 @@ def to_query(state: ViewState) -> str:
     task = state.task or (DEFAULT_TASK if state.view == "task" else "")
     if task or (state.method, state.steps) != (DEFAULT_METHOD, DEFAULT_STEPS):
         items += [("task", task), ("method", state.method), ("steps", str(state.steps))]
+    if state.pairs != PAIRS_MAX:
+        items.append(("pairs", str(state.pairs)))
     items += format_subgraph(state)
     if state.head:
         items.append(("head", state.head))

@@ -16,11 +16,13 @@ from typing import Any
 
 from headgraph.server.cli.common import cache_opt, fail, resolve_model, services_for
 from headgraph.server.computations.circuits import (
+    BUNDLED_PAIRS,
     BUNDLED_TASKS,
     CIRCUIT_METHODS,
     DEFAULT_METHOD,
     DEFAULT_STEPS,
     MAX_STEPS,
+    MIN_PAIRS,
     TASK_NAME_PATTERN,
     TOP_MAX,
 )
@@ -77,6 +79,9 @@ def add_parser(sub: Any) -> None:
     c.add_argument("--method", default=DEFAULT_METHOD, choices=list(CIRCUIT_METHODS))
     c.add_argument("--steps", type=int, default=DEFAULT_STEPS,
                    help=f"EAP-IG's integration steps (1..{MAX_STEPS}; eap: 1)")
+    c.add_argument("--pairs", type=int, default=BUNDLED_PAIRS,
+                   help=f"a bundled task's first n prompt pairs ({MIN_PAIRS}..{BUNDLED_PAIRS}; "
+                        "fewer: a quicker circuit of a large model)")
     c.add_argument("--top", type=int, default=DEFAULT_CLI_TOP,
                    help=f"edges listed, strongest first (1..{TOP_MAX})")
     c.add_argument("--json", action="store_true", help="one JSON object instead of the text")
@@ -89,6 +94,8 @@ def run(args: argparse.Namespace) -> int:
         return fail(f"--top must be in 1..{TOP_MAX}, got {args.top}")
     if not 1 <= args.steps <= MAX_STEPS:
         return fail(f"--steps must be in 1..{MAX_STEPS}, got {args.steps}")
+    if not MIN_PAIRS <= args.pairs <= BUNDLED_PAIRS:
+        return fail(f"--pairs must be in {MIN_PAIRS}..{BUNDLED_PAIRS}, got {args.pairs}")
     jsonl = None
     name = args.task
     path = Path(args.task).expanduser()
@@ -105,7 +112,8 @@ def run(args: argparse.Namespace) -> int:
     services = services_for(args)
     ref = resolve_model(services, args.model)
     steps = args.steps if args.method == "eap-ig" else 1
-    report = services.circuits.answer(ref, name, args.method, steps, args.top, jsonl=jsonl)
+    report = services.circuits.answer(ref, name, args.method, steps, args.top, jsonl=jsonl,
+                                      pairs=args.pairs)
     sys.stdout.write(json.dumps(report) + "\n" if args.json else circuit_text(report))
     sys.stdout.flush()
     return 0

@@ -31,7 +31,8 @@ CIRCUIT_METHODS: tuple[str, ...] = ("eap", "eap-ig")  # core.circuits.attributio
 DEFAULT_METHOD = "eap-ig"
 DEFAULT_STEPS = 5
 MAX_STEPS = 64
-BUNDLED_PAIRS = 32  # prompt pairs of a bundled task
+BUNDLED_PAIRS = 32  # prompt pairs of a bundled task (the default of ``pairs``)
+MIN_PAIRS = 2  # the fewest a bundled task may be cut to (a quick look at a large model)
 BUNDLED_SEED = 0
 PATCHED_EDGES = 24  # edges checked by real patching (Spearman against EAP)
 CIRCUIT_SHARE = 0.8  # the share of the metric gap the shown circuit recovers
@@ -65,20 +66,27 @@ def check_steps(value: Any) -> int:
     return value
 
 
-def task_content(task: str, jsonl: str | None) -> str:
-    """What a task's prompts are made of, for the cache key (module docstring)."""
+def check_pairs(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not MIN_PAIRS <= value <= BUNDLED_PAIRS:
+        raise Invalid(f"pairs must be an integer in {MIN_PAIRS}..{BUNDLED_PAIRS}, got {value!r}")
+    return value
+
+
+def task_content(task: str, jsonl: str | None, pairs: int = BUNDLED_PAIRS) -> str:
+    """What a task's prompts are made of, for the cache key (module docstring); ``pairs``: a
+    bundled task's first ``pairs`` prompt pairs (an uploaded one is used whole)."""
     if jsonl is None:
-        return f"bundled-n{BUNDLED_PAIRS}-seed{BUNDLED_SEED}"
+        return f"bundled-n{pairs}-seed{BUNDLED_SEED}"
     return "sha256-" + hashlib.sha256(jsonl.encode()).hexdigest()[:16]
 
 
-def build_task(source: Any, task: str, jsonl: str | None) -> Any:
-    """core.circuits.tasks.Task of a bundled name (``jsonl`` None) or of uploaded JSONL, in
-    ``source``'s token ids."""
+def build_task(source: Any, task: str, jsonl: str | None, pairs: int = BUNDLED_PAIRS) -> Any:
+    """core.circuits.tasks.Task of a bundled name (``jsonl`` None; ``pairs`` prompt pairs) or
+    of uploaded JSONL, in ``source``'s token ids."""
     from headgraph.core.circuits.tasks import bundled_task, parse_jsonl
 
     if jsonl is None:
-        return bundled_task(task, source, n=BUNDLED_PAIRS, seed=BUNDLED_SEED)
+        return bundled_task(task, source, n=pairs, seed=BUNDLED_SEED)
     return parse_jsonl(jsonl, source, name=task)
 
 
@@ -103,8 +111,8 @@ def _stage(stage: str, start: float, width: float) -> Callable[[float, str], Non
     return progress
 
 
-def circuit(src: Inputs, *, task: str, jsonl: str | None, method: str, steps: int
-            ) -> dict[str, Any]:
+def circuit(src: Inputs, *, task: str, jsonl: str | None, method: str, steps: int,
+            pairs: int = BUNDLED_PAIRS) -> dict[str, Any]:
     """Task metrics, every edge's attribution, the faithfulness curve and the EAP vs patching
     check of ``task`` on ``src``'s runnable model (module docstring)."""
     import numpy as np
@@ -120,7 +128,7 @@ def circuit(src: Inputs, *, task: str, jsonl: str | None, method: str, steps: in
     if source is None:
         raise UnsupportedModel(f"{src.info.name} cannot be run here (weights read without a "
                                "runnable model), so it has no task circuits")
-    t = build_task(source, task, jsonl)
+    t = build_task(source, task, jsonl, pairs)
     att_w, faith_w, patch_w = stage_weights(steps)
     att = attribute(source, t, method=method, steps=steps,
                     progress=_stage("attribution", 0.0, att_w))
@@ -130,7 +138,7 @@ def circuit(src: Inputs, *, task: str, jsonl: str | None, method: str, steps: in
                            progress=_stage("patching", att_w + faith_w, patch_w))
     report("store", 1.0, "keeping the result", force=True)
     order = att.order()
-    return {"task": jsonable(t.to_dict()), "content": task_content(task, jsonl),
+    return {"task": jsonable(t.to_dict()), "content": task_content(task, jsonl, pairs),
             "bundled": jsonl is None, "method": att.method, "steps": att.steps,
             "metrics": jsonable(att.metrics.to_dict()), "n_edges": att.n_edges,
             "layer_indices": list(att.layer_indices),
@@ -143,7 +151,7 @@ def circuit(src: Inputs, *, task: str, jsonl: str | None, method: str, steps: in
 
 
 def _key(p: dict[str, Any]) -> dict[str, Any]:
-    return {"task": p["task"], "content": task_content(p["task"], p["jsonl"]),
+    return {"task": p["task"], "content": task_content(p["task"], p["jsonl"], p["pairs"]),
             "method": p["method"], "steps": p["steps"] if p["method"] == "eap-ig" else 1}
 
 
@@ -152,4 +160,4 @@ def circuit_computations() -> list[Computation]:
 
     return [Computation("circuit", circuit,
                         {"task": check_task_name, "jsonl": check_jsonl, "method": check_method,
-                         "steps": check_steps}, key=_key)]
+                         "steps": check_steps, "pairs": check_pairs}, key=_key)]

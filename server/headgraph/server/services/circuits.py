@@ -27,6 +27,7 @@ from headgraph.server.computations.circuits import (
     TOP_MAX,
     build_task,
     check_method,
+    check_pairs,
     check_steps,
     check_task_name,
 )
@@ -138,31 +139,37 @@ class CircuitService:
 
     # -- circuits ------------------------------------------------------------------------------
     def progress(self, ref: ModelRef, task: str, method: str = DEFAULT_METHOD,
-                 steps: int = DEFAULT_STEPS) -> dict[str, Any]:
+                 steps: int = DEFAULT_STEPS, pairs: int = BUNDLED_PAIRS) -> dict[str, Any]:
         """Where the circuit of ``task`` is, never loading a model or computing: "cached",
         "running" (stage, fraction of the whole run, message, elapsed_s) or "idle"
         (ResultCache.progress)."""
         check_method(method)
         check_steps(steps)
+        check_pairs(pairs)
         name, jsonl = self.task_source(task)
         steps = steps if method == "eap-ig" else 1
+        pairs = pairs if jsonl is None else BUNDLED_PAIRS
         out = self.cache.progress(ref, "circuit", task=name, jsonl=jsonl, method=method,
-                                  steps=steps)
+                                  steps=steps, pairs=pairs)
         return {"model": ref.id, "task": name, "method": method, "steps": steps, "stage": None,
                 "fraction": 1.0 if out["state"] == "cached" else None, "message": None,
                 "elapsed_s": None, **out}
 
     def answer(self, ref: ModelRef, task: str, method: str = DEFAULT_METHOD,
                steps: int = DEFAULT_STEPS, top: int = DEFAULT_TOP, *,
-               jsonl: str | None = None, lookup: Sequence[str] = ()) -> dict[str, Any]:
+               jsonl: str | None = None, lookup: Sequence[str] = (),
+               pairs: int = BUNDLED_PAIRS) -> dict[str, Any]:
         """The API answer: task metrics, the ``top`` strongest edges, the circuit (the smallest
         top-n recovering CIRCUIT_SHARE of the metric gap, its edges when at most TOP_MAX),
         the faithfulness curve and the EAP vs patching check. ``jsonl``: the task's rows
         themselves (a file the CLI read), not a stored task. ``lookup``: edges
         ("WRITER>READER", "L0H0>L1H3.K") answered as ``lookup`` with their rank among all
-        edges; one the graph does not have is left out."""
+        edges; one the graph does not have is left out. ``pairs``: a bundled task's first
+        ``pairs`` prompt pairs (MIN_PAIRS..BUNDLED_PAIRS: a quicker circuit of a large model;
+        an uploaded task is used whole)."""
         check_method(method)
         check_steps(steps)
+        check_pairs(pairs)
         if isinstance(top, bool) or not isinstance(top, int) or not 1 <= top <= TOP_MAX:
             raise Invalid(f"top must be in 1..{TOP_MAX}, got {top!r}")
         if jsonl is None:
@@ -174,7 +181,8 @@ class CircuitService:
             read_jsonl(jsonl)
         try:
             r = self.cache.get(ref, "circuit", task=name, jsonl=jsonl, method=method,
-                               steps=steps if method == "eap-ig" else 1)
+                               steps=steps if method == "eap-ig" else 1,
+                               pairs=pairs if jsonl is None else BUNDLED_PAIRS)
         except InvalidInput as err:  # a row this model's tokenizer cannot take
             raise Invalid(f"task {name!r} on {ref.id}: {err}") from None
         size = r["faithfulness"]["circuit_size"]

@@ -20,11 +20,13 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.concurrency import run_in_threadpool
 
 from headgraph.server.computations.circuits import (
+    BUNDLED_PAIRS,
     CIRCUIT_METHODS,
     DEFAULT_METHOD,
     DEFAULT_STEPS,
     DEFAULT_TOP,
     MAX_STEPS,
+    MIN_PAIRS,
     TASK_NAME_PATTERN,
     TOP_MAX,
 )
@@ -45,6 +47,8 @@ from headgraph.server.services.circuits import MAX_TASK_BYTES, CircuitService
 
 router = APIRouter(prefix="/api", tags=["circuits"])
 MAX_LOOKUP = 50  # edges one GET /api/circuit looks up
+PAIRS_HELP = ("a bundled task's first n prompt pairs (a quicker circuit of a large model: the "
+              "time grows with n); an uploaded task is used whole")
 EDGE_PATTERN = r"^[A-Za-z0-9_.]{1,40}>[A-Za-z0-9_.]{1,40}$"
 CircuitsDep = Annotated[CircuitService, Depends(_service("circuits"))]
 METHOD_PATTERN = "^(" + "|".join(m.replace("-", r"\-") for m in CIRCUIT_METHODS) + ")$"
@@ -119,6 +123,8 @@ async def get_circuit(request: Request, *, ref: ModelDep,
                                          description="EAP-IG's integration steps (eap: 1)"),
                       top: int = Query(DEFAULT_TOP, ge=1, le=TOP_MAX,
                                        description="edges listed, strongest first"),
+                      pairs: int = Query(BUNDLED_PAIRS, ge=MIN_PAIRS, le=BUNDLED_PAIRS,
+                                         description=PAIRS_HELP),
                       edge: list[str] = Query([], max_length=MAX_LOOKUP,
                                               description="edges to look up (repeatable): "
                                                           "WRITER>READER, e.g. L0H0>L1H3.K; "
@@ -130,7 +136,8 @@ async def get_circuit(request: Request, *, ref: ModelDep,
     _, jsonl = await run_in_threadpool(circuits.task_source, task)
     variant = None if jsonl is None else circuits_content(jsonl)
     return await warm_json(request, CircuitOut, ref,
-                           lambda: circuits.answer(ref, task, method, steps, top, lookup=edge),
+                           lambda: circuits.answer(ref, task, method, steps, top, lookup=edge,
+                                                   pairs=pairs),
                            variant=variant)
 
 
@@ -140,10 +147,12 @@ async def circuit_progress(*, ref: ModelDep,
                            task: str = Query("induction", pattern=TASK_NAME_PATTERN),
                            method: str = Query(DEFAULT_METHOD, pattern=METHOD_PATTERN),
                            steps: int = Query(DEFAULT_STEPS, ge=1, le=MAX_STEPS),
+                           pairs: int = Query(BUNDLED_PAIRS, ge=MIN_PAIRS, le=BUNDLED_PAIRS,
+                                              description=PAIRS_HELP),
                            circuits: CircuitsDep) -> Any:
     """Never computes nor loads a model (no token needed in lab mode): what the dashboard
     polls while a cold GET /api/circuit runs."""
-    return await run_in_threadpool(circuits.progress, ref, task, method, steps)
+    return await run_in_threadpool(circuits.progress, ref, task, method, steps, pairs)
 
 
 def circuits_content(jsonl: str) -> str:
