@@ -26,11 +26,18 @@ def demo_heads(demo):
     return demo.head_weights()
 
 
-def numpy_baseline(W_U: np.ndarray, rank: int, k: int, samples: int, seed: int):
+def numpy_baseline(W_U: np.ndarray, rank: int, k: int, samples: int, seed: int, shaped: bool = False):
     """Float64 numpy: the same Gaussian draws, numpy QR bases, centred W_U, ||Q^T u|| / ||u||,
-    top-k per subspace, then per-depth and mean-top-k 0.95 quantiles (numpy's linear rule)."""
+    top-k per subspace, then per-depth and mean-top-k 0.95 quantiles (numpy's linear rule);
+    ``shaped``: the draws multiplied by a square root of the centred unembedding's covariance
+    (scipy's sqrtm: another factor of the same covariance spans the same planes' law, so only
+    the law is compared then)."""
     g = haar_gaussians(W_U.shape[0], rank, samples, seed).numpy()
     Wc = W_U - W_U.mean(axis=1, keepdims=True)
+    if shaped:
+        from scipy.linalg import sqrtm
+
+        g = np.real(sqrtm(Wc @ Wc.T / Wc.shape[1])) @ g
     norms = np.linalg.norm(Wc, axis=0)
     top = np.zeros((samples, k))
     for i in range(samples):
@@ -58,6 +65,34 @@ def test_baseline_matches_float64_numpy_of_the_same_draw():
     assert torch.allclose(token_baseline(W_U, 6, 12, samples=24, seed=3).scores, b.scores,
                           atol=1e-6)
     assert not torch.allclose(token_baseline(W_U, 6, 12, samples=24, seed=4).scores, b.scores)
+
+
+def test_unembedding_shaped_baseline_draws_planes_with_the_unembeddings_covariance():
+    from headgraph.core.readout.tokens import unembedding_factor
+
+    g = torch.Generator().manual_seed(7)
+    scales = torch.logspace(0, -2, 48, dtype=torch.float64)  # a strongly anisotropic unembedding
+    W_U = (scales[:, None] * torch.randn(48, 700, generator=g, dtype=torch.float64))
+    F = unembedding_factor(W_U)
+    Wc = (W_U - W_U.mean(1, keepdim=True)).numpy()
+    sigma = Wc @ Wc.T / 700
+    np.testing.assert_allclose((F @ F.T).numpy(), sigma, rtol=1e-6, atol=2e-7 * np.diag(sigma).mean())  # + a tiny ridge
+    b = token_baseline(W_U, 6, 12, samples=200, seed=3, method="unembedding")
+    # The same planes by hand: the factor times the same draws, numpy QR (a plane is its span).
+    gauss = (F @ haar_gaussians(48, 6, 200, 3)).numpy()
+    norms = np.linalg.norm(Wc, axis=0)
+    top = np.stack([-np.sort(-(np.linalg.norm(np.linalg.qr(gi)[0].T @ Wc, axis=0) / norms))[:12] for gi in gauss])
+    np.testing.assert_allclose(b.scores.numpy(), top, atol=1e-9)
+    mean_thr = np.quantile(np.cumsum(top, axis=1) / np.arange(1, 13), BASELINE_QUANTILE, axis=0)
+    np.testing.assert_allclose(b.mean_topk_threshold.numpy(), mean_thr, atol=1e-9)
+    # Another factor of the same covariance (scipy's symmetric square root) gives the same law.
+    _, _, sym_thr = numpy_baseline(W_U.numpy(), 6, 12, 200, 3, shaped=True)
+    assert abs(sym_thr[-1] - mean_thr[-1]) < 0.05
+    # Planes along the crowded directions name tokens: a stricter bar than Haar planes.
+    haar = token_baseline(W_U, 6, 12, samples=200, seed=3)
+    assert float(b.mean_topk_threshold[-1]) > float(haar.mean_topk_threshold[-1]) + 0.1
+    with pytest.raises(InvalidInput, match="unknown baseline method"):
+        token_baseline(W_U, 6, 12, method="uniform")
 
 
 def test_head_and_token_flags_follow_the_rule(demo_heads):

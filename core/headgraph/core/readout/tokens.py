@@ -26,6 +26,13 @@ flags (BASELINE_RULE), with q = BASELINE_QUANTILE (0.95):
 * each token at list rank i as ``above_baseline`` when its score exceeds the q-quantile of the
   random subspaces' i-th best score (rank-matched order statistics, so slicing a list to a
   smaller k keeps every token's flag).
+
+**Unembedding-shaped baseline** (``method="unembedding"``). Haar planes ignore that the
+unembedding's token vectors crowd into a few directions: a plane along them names tokens by
+construction. This baseline spans its random planes by Gaussian columns with the covariance
+of the centred unembedding Sigma_U = W~ W~^T / V (planes QR(Sigma_U^(1/2) G), a small ridge
+keeping them full rank), so a list counts only when it beats planes that respect that
+anisotropy; UNEMBEDDING_SAMPLES (200) planes resolve its 0.95 point.
 """
 
 from __future__ import annotations
@@ -50,6 +57,9 @@ _VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"}
 BASELINE_SAMPLES = 40  # Haar-random subspaces per rank (seeded; a few dozen, as the 95% point needs)
 BASELINE_SEED = 0
 BASELINE_QUANTILE = 0.95
+BASELINE_METHODS = ("haar", "unembedding")
+UNEMBEDDING_SAMPLES = 200  # planes of the unembedding-shaped baseline: its 0.95 point from 200 draws
+_UNEMBEDDING_RIDGE = 1e-7  # relative ridge so Sigma_U's planes stay full rank
 BASELINE_RULE = ("a head's list is above baseline when the mean of its top-k scores exceeds the "
                  "0.95-quantile of the mean top-k score of Haar-random subspaces of the same rank "
                  "(same centred, normalised unembedding); a token at list rank i is above baseline "
@@ -209,9 +219,21 @@ def _check_baseline_args(rank: int, k: int, samples: int, quantile: float) -> No
         raise InvalidInput(f"quantile must lie in (0, 1), got {quantile!r}")
 
 
+def unembedding_factor(W_U: torch.Tensor) -> torch.Tensor:
+    """F [d_model, d_model] float64 (CPU) with F F^T = Sigma_U + ridge: the eigen-factor of the
+    centred unembedding's covariance W~ W~^T / V (W~ = W_U minus its mean token vector)."""
+    W = W_U.detach().to("cpu", torch.float64)
+    W = W - W.mean(dim=1, keepdim=True)
+    sigma = W @ W.T / W.shape[1]
+    sigma = sigma + _UNEMBEDDING_RIDGE * float(sigma.diagonal().mean().clamp_min(1e-300)) * torch.eye(
+        sigma.shape[0], dtype=torch.float64)
+    evals, evecs = torch.linalg.eigh((sigma + sigma.T) / 2)
+    return evecs * evals.clamp(min=0).sqrt()[None, :]
+
+
 def token_baseline(W_U: torch.Tensor, rank: int, k: int, *, samples: int = BASELINE_SAMPLES,
                    seed: int = BASELINE_SEED, quantile: float = BASELINE_QUANTILE,
-                   tile_elements: int = TILE_ELEMENTS) -> TokenBaseline:
+                   tile_elements: int = TILE_ELEMENTS, method: str = "haar") -> TokenBaseline:
     """Top-k scores of ``samples`` Haar-random rank-``rank`` subspaces against ``W_U`` [d_model, V].
 
     Why: a head's top tokens always have *some* scores; this says what scores a random plane
@@ -219,8 +241,13 @@ def token_baseline(W_U: torch.Tensor, rank: int, k: int, *, samples: int = BASEL
     centring and normalisation): all samples are scored in one batched pass over vocabulary
     tiles (``tile_elements`` bounds the [samples * rank, tile] product, so memory stays
     bounded for 50k-token vocabularies). Bases: float64 QR of ``haar_gaussians``, scored in
-    float32 like the heads (float64 when W_U is). k is capped at V; rank 0 scores 0.
+    float32 like the heads (float64 when W_U is); ``method="unembedding"``: QR of
+    ``unembedding_factor(W_U) @ haar_gaussians`` (module docstring). k is capped at V; rank 0
+    scores 0.
     """
+    if method not in BASELINE_METHODS:
+        raise InvalidInput(f"unknown baseline method {method!r}; allowed: {list(BASELINE_METHODS)}",
+                           allowed=list(BASELINE_METHODS))
     if W_U.ndim != 2:
         raise InvalidInput(f"W_U must be [d_model, d_vocab], got shape {tuple(W_U.shape)}")
     _check_baseline_args(rank, k, samples, quantile)
@@ -231,7 +258,10 @@ def token_baseline(W_U: torch.Tensor, rank: int, k: int, *, samples: int = BASEL
     if rank == 0:
         top = torch.zeros(samples, k, dtype=torch.float64)
     else:
-        U = haar_basis(haar_gaussians(d, rank, samples, seed)).to(W_U.device)
+        G = haar_gaussians(d, rank, samples, seed)
+        if method == "unembedding":
+            G = unembedding_factor(W_U) @ G
+        U = haar_basis(G).to(W_U.device)
         U = U if W_U.dtype == torch.float64 else U.to(torch.float32)
         top = subspace_token_scores(U, W_U, k, tile_elements=tile_elements)[0]
         top = top.to("cpu", torch.float64)

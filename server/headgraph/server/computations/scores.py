@@ -129,6 +129,20 @@ def tokens(src: Inputs, *, role: str, k: int) -> dict[str, Any]:
     return jsonable(table.to_dict())
 
 
+def token_null(src: Inputs, *, rank: int, k: int) -> dict[str, Any]:
+    """The unembedding-shaped random-subspace baseline of token lists of one rank and depth
+    (core.readout.tokens.token_baseline, method "unembedding", UNEMBEDDING_SAMPLES planes)."""
+    from headgraph.core.errors import UnsupportedModel
+    from headgraph.core.readout.tokens import BASELINE_QUANTILE, UNEMBEDDING_SAMPLES, token_baseline
+
+    W_U = src.heads.W_U
+    if W_U is None:
+        raise UnsupportedModel(f"{src.info.name} has no unembedding (W_U): token names need one")
+    b = token_baseline(W_U, rank, k, samples=UNEMBEDDING_SAMPLES, method="unembedding")
+    return {**jsonable(b.to_dict()), "samples": b.samples, "seed": b.seed, "quantile": BASELINE_QUANTILE,
+            "method": "unembedding"}
+
+
 def patterns(src: Inputs) -> dict[str, Any]:
     """Attention-pattern scores per head (core.activations.patterns.pattern_scores); ``available`` is
     False when the model cannot be run here (weights read without a runnable model)."""
@@ -199,6 +213,8 @@ def score_computations() -> list[Computation]:
         # them; their keys are not read back).
         Computation("tokens", tokens, {"role": check_role, "k": positive_int},
                     key=lambda p: {**p, "baseline": "haar-40-q95"}),
+        Computation("token_null", token_null, {"rank": positive_int, "k": positive_int},
+                    key=lambda p: {**p, "baseline": "unembedding-200-q95"}),
         Computation("patterns", patterns, {}),
         # "kv": points are on the PK grid, KV scores once (keys of the older per-query-head
         # scatter are not read back).

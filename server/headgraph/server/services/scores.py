@@ -70,8 +70,10 @@ class ScoresService:
         return self.cache.get(ref, "tokens", role=role, k=TOKENS_CACHED_K)
 
     def tokens_view(self, ref: ModelRef, role: str, k: int, layer: int | None = None,
-                    head: int | None = None) -> dict[str, Any]:
-        """Token table cut to k tokens and optionally one layer (block number) and head."""
+                    head: int | None = None, anisotropic: bool = False) -> dict[str, Any]:
+        """Token table cut to k tokens and optionally one layer (block number) and head;
+        ``anisotropic``: also each list against the unembedding-shaped baseline
+        (``anisotropic_tokens``)."""
         check_role(role)
         info = self.catalog.model_info(ref)
         if info.d_vocab is None:
@@ -87,9 +89,46 @@ class ScoresService:
         rows = [h for h in table["heads"]
                 if (layer is None or h["layer"] == layer) and (head is None or h["head"] == head)]
         cut = slice_token_payload(dict(table, heads=rows), k)  # flags recomputed for depth k
-        return {"model": ref.id, "role": role, "k": cut["k"],
-                "formula": table.get("formula", ""), "baseline": cut.get("baseline"),
-                "n_above_baseline": cut.get("n_above_baseline"), "heads": cut["heads"]}
+        out = {"model": ref.id, "role": role, "k": cut["k"],
+               "formula": table.get("formula", ""), "baseline": cut.get("baseline"),
+               "n_above_baseline": cut.get("n_above_baseline"), "heads": cut["heads"]}
+        if anisotropic:
+            out["anisotropic"] = self.anisotropic_tokens(ref, cut["heads"], int(cut["k"]))
+        return out
+
+    def anisotropic_tokens(self, ref: ModelRef, heads: list[dict[str, Any]], k: int) -> dict[str, Any]:
+        """The lists ``heads`` (cut to k) against the unembedding-shaped baseline of their rank
+        (``token_null``): per head whether its mean top-k score is above the baseline's 0.95
+        point, how many are, the chance level 0.05 a random plane passes at, and a one-sided
+        binomial test (scipy) of that count against chance."""
+        from scipy.stats import binomtest
+
+        from headgraph.core.readout.tokens import BASELINE_QUANTILE, UNEMBEDDING_SAMPLES
+
+        nulls: dict[int, dict[str, Any]] = {}
+        above: dict[str, bool] = {}
+        for h in heads:
+            rank = int(h.get("rank") or 0)
+            if rank < 1 or not h["tokens"]:
+                above[h["name"]] = False
+                continue
+            if rank not in nulls:
+                nulls[rank] = self.cache.get(ref, "token_null", rank=rank, k=k)
+            depth = min(len(h["tokens"]), int(nulls[rank]["k"]))
+            mean = sum(t["score"] for t in h["tokens"][:depth]) / depth
+            above[h["name"]] = bool(mean > nulls[rank]["mean_topk_threshold"][depth - 1])
+        n, hits = len(above), sum(above.values())
+        chance = 1.0 - BASELINE_QUANTILE
+        p = float(binomtest(hits, n, chance, alternative="greater").pvalue) if n else None
+        return {"method": "unembedding", "samples": UNEMBEDDING_SAMPLES, "quantile": BASELINE_QUANTILE,
+                "chance": chance, "n_above": hits, "n_heads": n, "p_value": p, "above": above,
+                "thresholds": {str(r): b["mean_topk_threshold"][k - 1] if len(b["mean_topk_threshold"]) >= k
+                               else b["mean_topk_threshold"][-1] for r, b in nulls.items()},
+                "rule": ("a list counts when its mean top-k score exceeds the 0.95 point of "
+                         f"{UNEMBEDDING_SAMPLES} random planes of its rank spanned by Gaussian columns "
+                         "with the centred unembedding's covariance; a random plane passes with "
+                         "probability 0.05 (the chance level); the count is tested against that chance "
+                         "level with a one-sided binomial test")}
 
     def patterns(self, ref: ModelRef) -> dict[str, Any]:
         """Attention-pattern scores per head (core.activations.patterns.pattern_scores), JSON data."""

@@ -22,9 +22,13 @@ async def tokens(request: Request, *, ref: ModelDep,
            k: int = Query(10, ge=1, le=TOKENS_CACHED_K),
            layer: int | None = Query(None, ge=0, le=100000, description="original block number"),
            head: int | None = Query(None, ge=0, le=100000, description="head index on the role axis"),
+           anisotropic: bool = Query(False, description="also each list against the unembedding-shaped "
+                                                        "baseline (200 random planes with the centred "
+                                                        "unembedding's covariance), with the count's "
+                                                        "binomial test against the 5% chance level"),
            scores: ScoresDep) -> Any:
     return await warm_json(request, TokensOut, ref,
-                           lambda: scores.tokens_view(ref, role, k, layer, head))
+                           lambda: scores.tokens_view(ref, role, k, layer, head, anisotropic))
 
 
 @router.get("/patterns", response_model=PatternsOut, responses=ERRORS,

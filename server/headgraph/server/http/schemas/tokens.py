@@ -20,6 +20,10 @@ class TokensOut(BaseModel):
     heads: list[dict[str, Any]] = Field(description=(
         "per head: name, layer, head, rank, mean_score, baseline_threshold, above_baseline, "
         "tokens [{id, score, text, display, baseline, above_baseline}]"))
+    anisotropic: dict[str, Any] | None = Field(None, description=(
+        "with anisotropic=true: the lists against the unembedding-shaped baseline: method, samples, "
+        "quantile, chance (the share a random plane passes), n_above, n_heads, p_value (one-sided "
+        "binomial test against chance), above {head: bool}, thresholds {rank: threshold}, rule"))
 
 
 class PatternsOut(BaseModel):
