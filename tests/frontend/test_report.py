@@ -107,8 +107,13 @@ def test_printed_numbers_are_the_apis(run: dict[str, Any], api: httpx.Client) ->
     ab = api.get("/api/ablation", params={"model": "demo", "pairing": "OK", "top": 10}).json()
     for i, e in enumerate(ab["edges"]):
         cells = row_of(page, str(i + 1))
-        assert cells[1:4] == [e["source"], e["target"], fmt(e["pk"])]
-        assert cells[5:8] == [fmt(e["effect_text"]), fmt(e["effect_random"]), e["verdict"]]
+        assert [cells[1], cells[3], cells[5]] == [e["source"], e["target"], fmt(e["pk"])]
+        assert cells[6:9] == [fmt(e["effect_text"]), fmt(e["effect_random"]), e["verdict"]]
+    assert ab["verdict_rule"]["summary"] in page  # the null's quantile and thresholds, as the API states them
+    val = api.get("/api/validation", params={"model": "demo", "pairing": "OK"}).json()
+    for r in val["precision"]:  # each metric's top-k precision against the random-pair null
+        cells = row_of(page, r["metric"])
+        assert cells[1:3] == [f"{r['verified']} / {r['k']}", f"{r['null_verified']} / {r['n_null']}"]
 
 
 @pytest.mark.slow  # needs the report run (`headgraph report demo`, ~25 s)
@@ -180,26 +185,40 @@ def test_kl_rule_boundaries(numbers: dict[str, Any]) -> None:
     assert claims.claim_far_from_random(n).verdict == HOLDS
     _kl_set(n, "OK", kl=claims.KL_MIN * (1 - 1e-9))
     assert claims.claim_far_from_random(n).verdict == PARTLY
-    n = copy.deepcopy(numbers)
-    _kl_set(n, "OV", shift=-claims.SHIFT_MIN_STD * (1 + 1e-9))  # below the Haar mean counts too
-    assert claims.claim_far_from_random(n).verdict == HOLDS
-    _kl_set(n, "OV", shift=-claims.SHIFT_MIN_STD * (1 - 1e-9))
-    v = claims.claim_far_from_random(n)
-    assert v.verdict == PARTLY and "OV" not in v.because
+    n = copy.deepcopy(numbers)  # the mean shift is reported beside KL, never folded into the rule
     for p in GRAPH_PAIRINGS:
         _kl_set(n, p, shift=0.0)
+    v = claims.claim_far_from_random(n)
+    assert v.verdict == HOLDS and all(r["shift_std"] == pytest.approx(0.0) for r in v.evidence["pairings"])
+    for p in GRAPH_PAIRINGS:
+        _kl_set(n, p, kl=0.0)
     assert claims.claim_far_from_random(n).verdict == FAILS
+
+
+def _set_pattern(n: dict[str, Any], head: str, **scores: float) -> None:
+    layer, index = (int(x) for x in head[1:].split("H"))
+    row = n["patterns"]["layer_indices"].index(layer)
+    for kind in n["patterns"]["kinds"]:
+        n["patterns"]["scores"][kind][row][index] = scores.get(kind, 0.0)
 
 
 @pytest.mark.slow  # needs the report run (`headgraph report demo`, ~25 s)
 def test_hub_rule_boundaries(numbers: dict[str, Any]) -> None:
     v = claims.claim_identity_hub(numbers)
-    top = numbers["graph"]["hubs"]["rows"][0]
-    assert v.verdict == FAILS and top["name"] in v.because and top["description"] != "identity"
-    for description, verdict in (("identity", HOLDS), ("identity/induction", PARTLY), (None, NA)):
+    top = next(r for r in numbers["graph"]["hubs"]["rows"] if r["is_hub"] and "KV" not in r["name"])
+    p = numbers["patterns"]
+    row = p["layer_indices"].index(int(top["name"][1:].split("H")[0]))
+    kinds = [k for k in p["kinds"] if p["scores"][k][row][int(top["name"].split("H")[1])] >= claims.PATTERN_MIN]
+    assert v.verdict == (HOLDS if kinds == ["identity"] else PARTLY if "identity" in kinds else FAILS)
+    assert top["name"] in v.because
+    for scores, verdict in (({"identity": 0.9}, HOLDS), ({"identity": 0.9, "induction": 0.5}, PARTLY),
+                            ({"induction": 0.9}, FAILS)):
         n = copy.deepcopy(numbers)
-        n["graph"]["hubs"]["rows"][0]["description"] = description
-        assert claims.claim_identity_hub(n).verdict == verdict, description
+        _set_pattern(n, top["name"], **scores)
+        assert claims.claim_identity_hub(n).verdict == verdict, scores
+    n = copy.deepcopy(numbers)
+    n["patterns"] = {"unavailable": "no pattern scores"}
+    assert claims.claim_identity_hub(n).verdict == NA
     n = copy.deepcopy(numbers)
     for row in n["graph"]["hubs"]["rows"]:
         row["is_hub"] = False
@@ -208,18 +227,26 @@ def test_hub_rule_boundaries(numbers: dict[str, Any]) -> None:
 
 @pytest.mark.slow  # needs the report run (`headgraph report demo`, ~25 s)
 def test_tokens_rule_boundaries(numbers: dict[str, Any]) -> None:
+    from scipy.stats import binomtest
+
     v = claims.claim_tokens(numbers)
     answers = [numbers["tokens"][r] for r in claims.ROLES]
-    assert v.evidence["above"] == sum(sum(h["above_baseline"] for h in t["heads"]) for t in answers)
-    assert v.verdict == (HOLDS if v.evidence["share"] >= claims.TOKENS_SHARE_MIN else FAILS)
-    n = copy.deepcopy(numbers)
+    assert v.evidence["above"] == sum(sum(t["anisotropic"]["above"].values()) for t in answers)
+    assert v.evidence["above_haar"] == sum(sum(h["above_baseline"] for h in t["heads"]) for t in answers)
     total = sum(len(t["heads"]) for t in answers)
-    need = int(total * claims.TOKENS_SHARE_MIN)  # exactly the minimum share (64 lists: 32)
+    assert v.evidence["chance"] == pytest.approx(0.05) and answers[0]["anisotropic"]["samples"] == 200
+    assert v.evidence["p_value"] == pytest.approx(binomtest(v.evidence["above"], total, 0.05,
+                                                            alternative="greater").pvalue)
+    assert v.verdict == (HOLDS if v.evidence["p_value"] < claims.TOKENS_ALPHA else FAILS)
+    # The boundary: the smallest count whose binomial tail is below alpha (scipy), and one less.
+    need = next(c for c in range(total + 1)
+                if binomtest(c, total, 0.05, alternative="greater").pvalue < claims.TOKENS_ALPHA)
+    n = copy.deepcopy(numbers)
     for role in claims.ROLES:
-        n["tokens"][role]["n_above_baseline"] = 0
-    n["tokens"]["O"]["n_above_baseline"] = need
+        n["tokens"][role]["anisotropic"]["n_above"] = 0
+    n["tokens"]["O"]["anisotropic"]["n_above"] = need
     assert claims.claim_tokens(n).verdict == HOLDS
-    n["tokens"]["O"]["n_above_baseline"] = need - 1
+    n["tokens"]["O"]["anisotropic"]["n_above"] = need - 1
     assert claims.claim_tokens(n).verdict == FAILS
     for role in claims.ROLES:
         n["tokens"][role] = {"unavailable": "GET /api/tokens -> 422: no unembedding"}
@@ -270,20 +297,42 @@ def test_pk_vs_cs_rule_is_the_paired_difference(numbers: dict[str, Any]) -> None
 
 @pytest.mark.slow  # needs the report run (`headgraph report demo`, ~25 s)
 def test_induction_rule_boundaries(numbers: dict[str, Any]) -> None:
-    assert claims.induction_check(numbers).verdict == HOLDS
-    edge = numbers["ablation"]["edges"][0]
+    v = claims.induction_check(numbers)
+    assert v.verdict == HOLDS and v.evidence["verified"] >= 1 and len(v.evidence["edges"]) == 10
     n = copy.deepcopy(numbers)
-    n["ablation"]["edges"][0]["verdict"] = "no effect"
-    assert claims.induction_check(n).verdict == FAILS
+    for e in n["ablation"]["edges"]:
+        e["verdict"] = "no effect"
+    assert claims.induction_check(n).verdict == PARTLY  # the circuit is there, none verified
     n = copy.deepcopy(numbers)
-    for node in n["graph"]["graph"]["nodes"]:
-        if node["id"] == edge["source"]:
-            node["description"] = "unclassified"
+    for source in {e["source"] for e in n["ablation"]["edges"]}:
+        _set_pattern(n, source, identity=0.9)  # no source is a previous-token head any more
     assert claims.induction_check(n).verdict == FAILS
     n = copy.deepcopy(numbers)
     n["ablation"] = {"unavailable": "x: this GGUF cannot be run here"}
     v = claims.induction_check(n)
     assert v.verdict == NA and v.because.startswith("this model could not be run: x: this GGUF")
+
+
+def test_kv_groups_neither_decide_the_hub_nor_inherit_a_members_kind() -> None:
+    """On a grouped-query graph: a KV-group hub is listed apart; a KV-group target is induction only
+    when every query head of the group is."""
+    patterns = {"layer_indices": [0, 1], "kinds": ["identity", "previous_token", "induction"],
+                "scores": {"identity": [[0.9, 0.0], [0.0, 0.0]], "previous_token": [[0.0, 0.8], [0.0, 0.0]],
+                           "induction": [[0.0, 0.0], [0.9, 0.1]]}}
+    nodes = [{"id": "L0H0"}, {"id": "L0H1"}, {"id": "L1KV0", "heads": "L1H0,L1H1"}]
+    rows = [{"name": "L1KV0", "is_hub": True, "degree": 5, "in_degree": 5, "out_degree": 0},
+            {"name": "L0H0", "is_hub": True, "degree": 3, "in_degree": 0, "out_degree": 3}]
+    numbers = {"patterns": patterns, "graph": {"graph": {"nodes": nodes, "edges": []}, "hubs": {"rows": rows}}}
+    v = claims.claim_identity_hub(numbers)
+    assert v.verdict == HOLDS and "L0H0" in v.because  # the query head decides, the KV group is apart
+    assert [h["name"] for h in v.evidence["kv_hubs"]] == ["L1KV0"]
+    edge = {"source": "L0H1", "target": "L1KV0", "pk": 0.9, "cs": 0.1, "effect_text": 0.3, "effect_random": 0.3,
+            "verdict": "verified"}
+    numbers["ablation"] = {"edges": [edge], "verdict_rule": {"rule": "", "summary": ""}}
+    v = claims.induction_check(numbers)
+    assert v.verdict == FAILS and v.evidence["edges"][0]["target_kinds"] == {"L1H0": ["induction"], "L1H1": []}
+    patterns["scores"]["induction"][1][1] = 0.5  # now every member of the group is an induction head
+    assert claims.induction_check(numbers).verdict == HOLDS
 
 
 # -- the plugin loader --------------------------------------------------------------------------

@@ -15,7 +15,8 @@ from typing import Any
 
 from headgraph.frontend.figures.palette import NO_CLASS
 from headgraph.frontend.report.charts import Chart, report_palette
-from headgraph.frontend.report.claims import FAILS, HOLDS, KL_MIN, NA, PARTLY, Verdict, sink_edges
+from headgraph.frontend.report.claims import (FAILS, HOLDS, NA, PARTLY, PATTERN_MIN, Verdict, induction_rows,
+                                              pattern_kinds, sink_edges)
 from headgraph.frontend.report.numbers import available
 
 MARK = {HOLDS: "✅ holds", PARTLY: "◐ partly holds", FAILS: "❌ does not hold", NA: "– not applicable here"}
@@ -129,11 +130,11 @@ def kl_section(v: Verdict, charts: dict[str, Chart], folder: str) -> str:
         text.append(f"Far is not always *more aligned*: {', '.join(below)} {'is' if len(below) == 1 else 'are'} "
                     "far from random because the model's mean PK lies *below* the Haar mean (its head "
                     "subspaces overlap less than random planes would), not above it.")
-    kl_only = [r for r in v.evidence["pairings"] if not r["far"] and r["kl"] is not None and r["kl"] >= KL_MIN]
-    for r in kl_only:
-        text.append(f"{r['pairing']} passes the KL test (KL {fmt(r['kl'])}) but its mean PK lies only "
+    small = [r for r in v.evidence["pairings"] if r["far"] and abs(r["shift_std"]) < 2]
+    for r in small:
+        text.append(f"{r['pairing']} is far by KL ({fmt(r['kl'])}) while its mean PK lies only "
                     f"{fmt(abs(r['shift_std']))} Haar std from the random mean: its distribution differs from "
-                    "random in spread or shape, not in where it is centred, so the rule does not call it far.")
+                    "random in spread or shape more than in where it is centred (reported, not part of the rule).")
     text.append("The last two columns are the honest qualifier: the Haar null draws planes uniformly in "
                 "R^d, while a trained model's weights live in an anisotropic part of it. The "
                 "anisotropy-aware null draws planes where this model's weights live; the pairs still "
@@ -146,22 +147,32 @@ def kl_section(v: Verdict, charts: dict[str, Chart], folder: str) -> str:
 def hub_section(v: Verdict, numbers: dict[str, Any], charts: dict[str, Chart], folder: str) -> str:
     """Hub claim: the hub table, the API's hub and description rules, the graph figure."""
     hubs = v.evidence.get("hubs", [])
+
+    def kinds(name: str) -> str:
+        found = pattern_kinds(numbers, name)
+        return "not measured" if found is None else ", ".join(found) or f"none ≥ {PATTERN_MIN:g}"
     rows = [(h["name"], h["degree"], h["in_degree"], h["out_degree"],
              ", ".join(f"{p} {c['in']}/{c['out']}" for p, c in h["edges_by_pairing"].items()),
-             h.get("description") or "not measured", "yes" if h.get("sink") else "no") for h in hubs]
+             kinds(h["name"]), "yes" if h.get("sink") else "no") for h in hubs]
     graph = numbers["graph"]
     text = [f"## 2. {TITLES['hub']}", _head(v)]
     if rows:
-        text.append(table(("hub", "degree", "in", "out", "edges in/out per pairing", "pattern description",
-                           "attention sink"), rows))
+        text.append(table(("query-head hub", "degree", "in", "out", "edges in/out per pairing",
+                           f"pattern kinds (score ≥ {PATTERN_MIN:g})", "attention sink"), rows))
+    groups = v.evidence.get("kv_hubs", [])
+    if groups:
+        text.append("KV-group hubs (their in-edges pool every query head of the group, so they are shown "
+                    "here and do not decide): " + "; ".join(
+                        f"{g['name']} (degree {g['degree']}; members {str(g['members']).replace(',', ', ')}: "
+                        f"{g.get('description') or 'not measured'})" for g in groups) + ".")
     text.append(f"Hub rule (API): {graph['hubs']['rule']}. Descriptions: {graph['flags'].get('describe_rule') or 'n/a'}.")
     top = hubs[0] if hubs else None
     if top and v.verdict == PARTLY:
-        text.append(f"Only in part: the top hub {top['name']} (heads {str(top['members']).replace(',', ', ')}) mixes kinds "
-                    f"({top.get('description')}); identity is one of them, not the only one.")
+        text.append(f"Only in part: the top query-head hub {top['name']} shows several kinds "
+                    f"({kinds(top['name'])}); identity is one of them, not the only one.")
     elif top and v.verdict == FAILS:
         text.append(f"So the paper's GPT-2 finding (an identity head as the hub) is not what this model shows: "
-                    f"its top hub {top['name']} is {top.get('description') or 'not described'}. "
+                    f"its top query-head hub {top['name']} shows {kinds(top['name'])}. "
                     "The hub rule itself transfers; which kind of head becomes the hub depends on the model.")
     if "graph.png" in charts:
         text.append(figure(folder, charts["graph.png"]))
@@ -177,8 +188,16 @@ def tokens_section(v: Verdict, numbers: dict[str, Any]) -> str:
     text = [f"## 3. {TITLES['tokens']}", _head(v)]
     roles = v.evidence.get("roles", {})
     if roles:
-        text.append(table(("role", "token lists above the random baseline", "heads"),
-                          [(r, s["above"], s["heads"]) for r, s in roles.items()]))
+        text.append(table(("role", "lists above the unembedding-shaped baseline", "lists above the Haar baseline",
+                           "heads", "chance (a random plane)"),
+                          [(r, "n/a" if s.get("above_anisotropic") is None else s["above_anisotropic"], s["above"],
+                            s["heads"], "n/a" if s.get("chance") is None else f"{s['chance']:.0%}")
+                           for r, s in roles.items()]))
+        if v.evidence.get("p_value") is not None:
+            text.append(f"Over all lists: {v.evidence['above']} of {v.evidence['total']} above the unembedding-shaped "
+                        f"baseline against {v.evidence['chance']:.0%} expected by chance (one-sided binomial "
+                        f"p = {v.evidence['p_value']:.2g}); {v.evidence['above_haar']} are above the isotropic Haar "
+                        "baseline, which ignores that the unembedding's token vectors crowd into a few directions.")
         examples = []
         for role in ("O", "V", "K", "Q"):
             answer = numbers["tokens"].get(role)
@@ -237,6 +256,22 @@ def pk_cs_section(v: Verdict, numbers: dict[str, Any], charts: dict[str, Chart],
             + ". data-PK (weights × this model's activations) is beyond the paper; PK and CS read weights only. "
             + "The trivial baselines (" + ", ".join(val.get("baselines") or ["none"]) + ") have no top-k: "
             "a metric that does not beat them in the paired table adds nothing they do not say.")
+        held = val.get("held_out")
+        if held:
+            text.append(f"The '{held['set']}' rows are the honest test of the data-weighted metrics "
+                        f"({', '.join(held['metrics'])}): {held['fit']}, and every metric is compared with the "
+                        f"{held['tested']} (the 'text' rows fit and test data-PK on the same prompts).")
+        if val.get("precision"):
+            p0 = val["precision"][0]
+            text.append(f"Top-{val['k']} precision against the random-pair null (an edge is verified by the ablation "
+                        f"verdict's rule: above the random sample's {fmt(p0['quantile'], 4)} quantile, Bonferroni over "
+                        f"the {val['k']} edges × 2 prompt sets; the random pairs judged by the same thresholds; "
+                        "one-sided Fisher exact test):")
+            text.append(table(("metric", f"verified of top-{val['k']}", "random pairs verified", "odds ratio",
+                               "Fisher p"),
+                              [(r["metric"], f"{r['verified']} / {r['k']}", f"{r['null_verified']} / {r['n_null']}",
+                                "∞" if r["odds_ratio"] is None and r["verified"] else fmt(r["odds_ratio"]),
+                                fmt(r["p_value"], 2)) for r in val["precision"]]))
         above_zero = {p: [r["metric"] for r in rs if (r["random_rho"].get("low") or 0) > 0]
                       for p, rs in val["summary"].items()}
         text.append("Metrics whose ρ interval lies wholly above 0 (a correlation with the effect the sample "
@@ -251,12 +286,18 @@ def induction_section(v: Verdict, numbers: dict[str, Any], charts: dict[str, Cha
     text = [f"## 5. {TITLES['induction']}", _head(v)]
     a = numbers.get("ablation")
     if available(a) and a:
-        rows = [(i + 1, e["source"], e["target"], fmt(e["pk"]), fmt(e["cs"]), fmt(e["effect_text"]),
-                 fmt(e["effect_random"]), e["verdict"]) for i, e in enumerate(a["edges"])]
-        text.append(table(("PK rank", "source", "target", "PK", "CS", "effect (text)", "effect (random tokens)",
-                           "verdict"), rows))
+        def kinds(found: list[str] | None) -> str:
+            return "n/a" if found is None else ", ".join(found) or "–"
+        rows = [(e["rank"], e["source"], kinds(e["source_kinds"]), e["target"],
+                 "; ".join(f"{h}: {kinds(k)}" for h, k in e["target_kinds"].items()) if "KV" in e["target"]
+                 else kinds(next(iter(e["target_kinds"].values()), None)),
+                 fmt(e["pk"]), fmt(e["effect_text"]), fmt(e["effect_random"]), e["verdict"])
+                for e in induction_rows(numbers)]
+        text.append(table(("PK rank", "source", "source kinds", "target", "target kinds (each query head)", "PK",
+                           "effect (text)", "effect (random tokens)", "verdict"), rows))
         n_ver = sum(e["verdict"] == "verified" for e in a["edges"])
-        text.append(f"Verdict rule (API): {a['verdict_rule']['rule']}. {n_ver} of the top-{len(a['edges'])} "
+        text.append(f"Verdict rule (API): {a['verdict_rule']['rule']}. Here: verified = "
+                    f"{a['verdict_rule'].get('summary', 'n/a')}. {n_ver} of the top-{len(a['edges'])} "
                     "OK edges by PK are verified by path ablation.")
         sinks = sink_edges(numbers)
         if sinks["sink_edges"]:

@@ -132,7 +132,7 @@ def collect(client: httpx.Client, model: str, *, ablation_top: int = 10,
     say("class overlay (the dashboard's default label set)")
     out["overlay"] = overlay(client, model)
     say("top tokens per role")
-    out["tokens"] = {role: optional(client, "/api/tokens", model=model, role=role, k=TOKENS_K)
+    out["tokens"] = {role: optional(client, "/api/tokens", model=model, role=role, k=TOKENS_K, anisotropic="true")
                      for role in ROLES}
     say(f"path ablation of the top-{ablation_top} OK edges")
     out["ablation"] = optional(client, "/api/ablation", model=model, pairing="OK", top=ablation_top)
