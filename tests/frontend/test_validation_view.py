@@ -64,7 +64,8 @@ def test_the_forest_plot_and_scatter_carry_the_apis_numbers(api: ApiClient) -> N
     data = api.get("/api/validation", **PARAMS)  # cached by the test above (computed when run alone)
     fig = validation_figure(data)
     drawn = {(t.meta["prompts"], t.meta["stat"]): t for t in fig.data}
-    assert set(drawn) == {(p, s) for p in ("text", "random") for s in ("random_rho", "top_mean_effect")}
+    assert set(data["summary"]) == {"text", "random", "text (held-out)"}  # data-PK fit on even, tested on odd
+    assert set(drawn) == {(p, s) for p in data["summary"] for s in ("random_rho", "top_mean_effect")}
     for (prompts, stat), trace in drawn.items():
         rows = {r["metric"]: r[stat] for r in data["summary"][prompts]}
         assert list(trace.y) == data["metrics"] == list(rows)
@@ -76,14 +77,18 @@ def test_the_forest_plot_and_scatter_carry_the_apis_numbers(api: ApiClient) -> N
             if x is not None and iv["low"] is not None:
                 assert x - minus == pytest.approx(iv["low"]) and x + plus == pytest.approx(iv["high"])
     scatter = validation_scatter_figure(data)
+    held = data["held_out"]
     for trace in scatter.data:
         prompts, metric, pairs = trace.meta["prompts"], trace.meta["metric"], trace.meta["pairs"]
+        # The held-out row: the refit data-weighted metrics against the odd text prompts' effect.
+        value = f"{metric} (held-out)" if prompts == held["set"] and metric in held["metrics"] else metric
+        effect = "effect_text_odd" if prompts == held["set"] else f"effect_{prompts}"
         want = [e for e in data["edges"] if (e["in_sample"] if pairs == "sample" else metric in e["top_of"])
-                and e[metric] is not None and math.isfinite(e[metric])]
+                and e[value] is not None and math.isfinite(e[value])]
         assert [list(cd) for cd in trace.customdata] == [[e["source"], e["target"]] for e in want]
-        assert list(trace.x) == [e[metric] for e in want]
-        assert list(trace.y) == [e[f"effect_{prompts}"] for e in want]
-    assert sum(len(t.x) for t in scatter.data if t.meta["pairs"] == "sample") == 2 * len(data["metrics"]) * sum(
+        assert list(trace.x) == [e[value] for e in want]
+        assert list(trace.y) == [e[effect] for e in want]
+    assert sum(len(t.x) for t in scatter.data if t.meta["pairs"] == "sample") == 3 * len(data["metrics"]) * sum(
         e["in_sample"] for e in data["edges"] if all(e[m] is not None for m in data["metrics"]))
     from headgraph.frontend.figures import export as exports  # the CSV buttons under the two figures
 

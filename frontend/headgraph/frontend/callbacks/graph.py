@@ -40,6 +40,7 @@ from headgraph.frontend.figures.graph_filters import (
     in_layers,
     is_head_or_layer,
     keep_verified,
+    null_quantiles,
     verdict_counts,
     verdict_map,
     verify_k,
@@ -241,8 +242,11 @@ def chip(label: str, shown: str, key: str, value: str, title: str = "") -> html.
 
 
 def filter_chips(params: dict[str, Any], shown: int, total: int, found: list[str],
-                 counts: dict[str, int] | None, rule: str | None) -> list[Any]:
-    """Chips of what the filters show: edges in the layer range, search matches, verdicts."""
+                 counts: dict[str, int] | None, rule: str | None,
+                 quantiles: list[float] | None = None) -> list[Any]:
+    """Chips of what the filters show: edges in the layer range, search matches, verdicts (the
+    verified chip names the random-pair null and its ``quantiles``; "null not computed" only
+    when some edge is)."""
     out: list[Any] = []
     if params.get("layers") or params.get("verification") == "verified":
         what = f"layers {format_layers(tuple(params['layers']))}" if params.get("layers") else "verified only"
@@ -250,8 +254,12 @@ def filter_chips(params: dict[str, Any], shown: int, total: int, found: list[str
     if params.get("find"):
         out.append(chip("found", ", ".join(found) or f"no {params['find']} in view", "found", ",".join(found)))
     if counts is not None:
+        q = f" (q={', '.join(f'{v:.4g}' for v in quantiles)})" if quantiles else ""
         for verdict in VERDICTS:
-            out.append(chip(verdict, str(counts[verdict]), verdict.replace(" ", "-"), str(counts[verdict]),
+            if verdict == "null not computed" and not counts.get(verdict):
+                continue
+            label = f"verified: above the random-pair null{q}" if verdict == "verified" else verdict
+            out.append(chip(label, str(counts[verdict]), verdict.replace(" ", "-"), str(counts[verdict]),
                             title=rule or ""))
         if counts[NOT_MEASURED]:
             out.append(html.Span("not measured: press “verify the top edges” (computes; needs your token "
@@ -352,7 +360,8 @@ def graph_view(params: dict[str, Any] | None, label_sets: list[dict[str, Any]] |
     total = sum(counts.values())
     hubs = ",".join(data.get("hubs", {}).get("hubs", []))
     chips = filter_chips(params, len(shown_edges), total, found,
-                         None if verdicts is None else verdict_counts(in_range.get("edges", []), verdicts), rule)
+                         None if verdicts is None else verdict_counts(in_range.get("edges", []), verdicts), rule,
+                         None if verdicts is None else null_quantiles(verdicts))
     if params.get("task"):
         in_circuit = None if marks is None else sum(
             (e["source"], e["target"], e.get("pairing", "")) in marks["edges"] for e in shown_edges)

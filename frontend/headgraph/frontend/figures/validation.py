@@ -102,6 +102,15 @@ def validation_figure(data: dict[str, Any]) -> go.Figure:
                        margin=dict(l=100, r=30, t=90, b=60))
 
 
+def scatter_keys(data: dict[str, Any], prompts: str, metric: str) -> tuple[str, str]:
+    """(metric key, effect key) of a validation edge row for one prompt set: the held-out set
+    reads the refit metrics ("data-PK in (held-out)") against the odd prompts' effect."""
+    held = data.get("held_out") or {}
+    if prompts != held.get("set"):
+        return metric, f"effect_{prompts}"
+    return (f"{metric} (held-out)" if metric in (held.get("metrics") or []) else metric), "effect_text_odd"
+
+
 def validation_scatter_figure(data: dict[str, Any]) -> go.Figure:
     """Metric against effect, a row per prompt set and a column per metric: the random
     sample's pairs (whose Spearman the forest plot shows) and that metric's top-k.
@@ -114,16 +123,16 @@ def validation_scatter_figure(data: dict[str, Any]) -> go.Figure:
     fig = make_subplots(rows=max(len(sets), 1), cols=max(len(metrics), 1), subplot_titles=titles,
                         horizontal_spacing=0.05, vertical_spacing=0.18)
     for row, prompts in enumerate(sets, start=1):
-        effect = f"effect_{prompts}"
         for col, metric in enumerate(metrics, start=1):
+            value, effect = scatter_keys(data, prompts, metric)
             for which, keep, color, symbol in (("sample", lambda e: e.get("in_sample"), SAMPLE_COLOR, "circle"),
                                                ("top", lambda e, m=metric: m in (e.get("top_of") or []),
                                                 TOP_COLOR, "diamond-open")):
-                pts = [e for e in edges if keep(e) and _finite(e.get(metric)) is not None
+                pts = [e for e in edges if keep(e) and _finite(e.get(value)) is not None
                        and _finite(e.get(effect)) is not None]
                 label = "random sample" if which == "sample" else f"top-{data.get('k')} by {metric}"
                 fig.add_trace(go.Scatter(
-                    x=[e[metric] for e in pts], y=[e[effect] for e in pts], mode="markers", name=label,
+                    x=[e[value] for e in pts], y=[e[effect] for e in pts], mode="markers", name=label,
                     showlegend=False, meta={"prompts": prompts, "metric": metric, "pairs": which},
                     customdata=[[e["source"], e["target"]] for e in pts],
                     marker=dict(size=7 if which == "sample" else 10, color=color, symbol=symbol,
