@@ -185,6 +185,12 @@ def test_api_validation_summarises_the_measured_pairs(api):
         assert fit != [e[metric] for e in sample]  # refit on half the prompts
     assert rows["PK"]["random_rho"]["value"] == pytest.approx(spearmanr([e["PK"] for e in sample], odd).statistic)
     assert {d["metric_b"] for d in body["paired"][held["set"]]} == set(body["metrics"]) - {"PK"}
+    from headgraph.server.cli.validate import validation_text  # the CLI prints both
+
+    text = validation_text(body)
+    assert "text (held-out) prompts" in text
+    for r in body["precision"]:
+        assert f"{r['metric']}: {r['verified']} of {r['k']} verified vs {r['null_verified']} of {r['n_null']}" in text
 
 
 @pytest.mark.parametrize(("params", "status", "text"), [

@@ -39,6 +39,12 @@ def validation_text(report: dict[str, Any]) -> str:
             diff = _ci({"value": d["difference"], "low": d["low"], "high": d["high"]})
             lines.append(f"  {d['metric_a']} - {d['metric_b']}: {diff} (paired, n = {d['n']}): "
                          + VERDICT_WORDS.get(d["verdict"], "undefined").format(a=d["metric_a"], b=d["metric_b"]))
+    if report.get("precision"):
+        lines += ["", f"top-{report['k']} precision against the random-pair null (verified share, one-sided "
+                      "Fisher exact test):"]
+        lines += [f"  {r['metric']}: {r['verified']} of {r['k']} verified vs {r['null_verified']} of "
+                  f"{r['n_null']} random pairs (q = {r['quantile']:.4g}), p = {r['p_value']:.2g}"
+                  for r in report["precision"]]
     return "\n".join(lines) + "\n"
 
 
