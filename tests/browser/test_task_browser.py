@@ -60,10 +60,26 @@ def test_the_task_view_computes_the_circuit_and_its_link_reopens_it(server: Serv
     page.goto(server.url + LINK)
     # A cold circuit: the view says it is computed on request while it waits.
     assert "computed on request" in page.locator("#view-task").inner_text()
-    page.locator("#task-table").wait_for(timeout=600_000)
+    # Meanwhile the progress bar names the stage and the share of the run done (GET /api/circuit/progress).
+    bar, seen = page.locator("#task-progress"), []
+    while not page.locator("#task-table").count():
+        if bar.get_attribute("data-state") == "running":
+            seen.append((float(bar.get_attribute("data-fraction") or 0), page.locator("#task-progress-label").inner_text()))
+        page.wait_for_timeout(300)
+    assert seen and [f for f, _ in seen] == sorted(f for f, _ in seen) and seen[-1][0] <= 1
+    assert {label.split(" · ")[0] for _, label in seen} <= {"start", "load", "attribution", "faithfulness",
+                                                            "patching", "store"}
+    wait_until(lambda: not bar.is_visible(), 30, message="the progress bar hidden when done", page=page)
     data = circuit(server)  # cached now: what the page read
     assert data["method"] == "eap" and data["task"]["name"] == "induction"
     check_page(page, data)
+    # The circuit drawn on the head graph's layered layout: its head -> Q / K / V edges.
+    want = {(e["writer"], e["reader"].rsplit(".", 1)[0], "O" + e["path"]) for e in data["circuit"]
+            if e["writer_kind"] == "head" and e["path"] in ("Q", "K", "V")}
+    graph = wait_figure(page, "task-graph", lambda g: any(
+        isinstance(cd, list) and cd[:1] == ["edge"] for tr in g["data"] for cd in tr.get("customdata") or []))
+    assert {tuple(cd[1:4]) for tr in graph["data"] for cd in tr.get("customdata") or []
+            if isinstance(cd, list) and cd[:1] == ["edge"]} == want
     wait_until(lambda: page.locator("#tab-task").get_attribute("class") == "tab tab-selected", 30,
                message="task tab selected", page=page)
     assert page.locator("#ctl-task").is_visible()
