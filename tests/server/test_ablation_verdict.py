@@ -110,13 +110,28 @@ def test_cached_reads_never_compute_and_share_measurements(lab: TestClient) -> N
     assert {e["target"] for e in measured["edges"] if e["verdict"] == VERIFIED} == {f"L1H{t}" for t in range(8)}
     assert {e["source"] for e in measured["edges"] if e["verdict"] == VERIFIED} == {"L0H0"}
     by_edge = {(e["source"], e["target"]): e for e in measured["edges"]}
+    # The thresholds are the demo's null's, recomputed here: its 64 pairs' smaller split halves
+    # without the 10 tested, the "higher" empirical quantile; plant a larger null and they move.
+    services = lab.app.state.services
+    ref = services.catalog.resolve("demo")
+    null = services.scores.cache.get(ref, "ablation_null", pairing="OK", ablation="mean", seed=0)
+    assert null["n"] == 64 and len(null["statistic"]["text"]) == 64
+    tested = {(0, int(e["source"][3:]), 1, int(e["target"][3:])) for e in measured["edges"]}
+    for name in ("text", "random"):
+        rest = np.sort([v for p, v in zip(null["pairs"], null["statistic"][name], strict=True)
+                        if tuple(p) not in tested])
+        assert rule["thresholds"][name] == pytest.approx(rest[math.ceil(rule["quantile"] * (len(rest) - 1))])
+    planted = {**null, "statistic": {k: [v + 0.5 for v in vs] for k, vs in null["statistic"].items()}}
+    moved = null_thresholds(planted, sorted(tested))
+    assert all(moved[k]["threshold"] == pytest.approx(rule["thresholds"][k] + 0.5) for k in moved)
+    assert {edge_verdict(e["halves"], moved) for e in measured["edges"]} == {NO_EFFECT}  # nothing beats it
     # The null was measured too: every forward pair's effects are cached now.
     everything = get(lab, pairing="OK", top=50, cached="true")
     assert {e["verdict"] for e in everything["edges"]} <= {VERIFIED, NO_EFFECT}
     assert everything["verdict_rule"]["n_null"] == {"text": 14, "random": 14}  # 64 - 50 tested
 
     def same_measurement(a: dict, b: dict) -> bool:  # the verdict depends on the tested set
-        drop = ("verdict", "verdict_note")
+        drop = ("verdict", "verdict_note", "null_quantile")
         return {k: v for k, v in a.items() if k not in drop} == {k: v for k, v in b.items() if k not in drop}
 
     # Cached reads of another selection reuse those measurements (anonymous, no 401).
