@@ -12,6 +12,7 @@ import httpx
 import pytest
 from playwright.sync_api import Page
 
+from headgraph.frontend.callbacks.validation import paired_row_id
 from browser import VIEWPORT, Server, controls_settled, query_of, wait_figure, wait_until
 
 pytestmark = pytest.mark.timeout(300)
@@ -106,7 +107,7 @@ def test_the_validation_view_shows_the_paired_verdicts_and_the_power(server: Ser
     assert f"power {data['power']['power']:.2f} to detect ρ = 0.3" in power
     for prompts, rows in data["paired"].items():
         for d in rows:
-            row = page.locator(f"#paired-{prompts}-{d['metric_b'].replace(' ', '-')}")
+            row = page.locator("#" + paired_row_id(prompts, d["metric_b"]))
             assert row.get_attribute("data-verdict") == (d["verdict"] or "")
     pk_cs = next(d for d in data["paired"]["text"] if d["metric_b"] == "CS")
     words = {"A": "PK better", "B": "CS better", "tie": "no difference"}[pk_cs["verdict"]]

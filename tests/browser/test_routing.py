@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from playwright.sync_api import Page
 
+from headgraph.frontend.figures.validation import scatter_keys
 from browser import Server, click_point, figure, query_of, wait_figure, wait_until
 
 pytestmark = pytest.mark.timeout(300)
@@ -220,10 +221,11 @@ def test_the_validation_view_reads_the_cache_then_runs_and_draws_the_apis_number
     settle(page)
     assert calls.views() == {"validation"}, calls.outputs()
     page.click("#validation-run-btn")
-    fig = wait_figure(page, "validation", lambda f: len(f["data"]) == 4, timeout=120)
-    page.locator("#validation-run-done").wait_for(timeout=10_000)
+    page.locator("#validation-run-done").wait_for(timeout=120_000)
     data = httpx.get(server.url + "/api/validation", params={"model": "demo", "pairing": "OV", "cached": "true"},
                      timeout=60).json()
+    # two traces (random-pair rho, top-k mean effect) per prompt set the API summarises
+    fig = wait_figure(page, "validation", lambda f: len(f["data"]) == 2 * len(data["summary"]), timeout=60)
     assert data["computed"] is True and data["pairing"] == "OV"
     for trace in fig["data"]:  # a point per metric: [metric, value, low, high, n] as the API has them
         prompts, key = trace["meta"]["prompts"], trace["meta"]["stat"]
@@ -239,13 +241,14 @@ def test_the_validation_view_reads_the_cache_then_runs_and_draws_the_apis_number
     sample = [e for e in data["edges"] if e["in_sample"]]
     for trace in scatter["data"]:
         if trace["meta"]["pairs"] == "sample":
-            metric, effect = trace["meta"]["metric"], "effect_" + trace["meta"]["prompts"]
+            # the held-out set reads the refit metrics against the other half's effects
+            metric, effect = scatter_keys(data, trace["meta"]["prompts"], trace["meta"]["metric"])
             shown = [e for e in sample if e[metric] is not None]
             assert trace["customdata"] == [[e["source"], e["target"]] for e in shown]
             assert trace["y"] == [e[effect] for e in shown]
     # Opened again (a shared link), it reads the cached answer at once: no button.
     page.goto(server.url + "/?model=demo&view=validation&pairing=OV")
-    again = wait_figure(page, "validation", lambda f: len(f["data"]) == 4)
+    again = wait_figure(page, "validation", lambda f: len(f["data"]) == len(fig["data"]))
     assert [t["customdata"] for t in again["data"]] == [t["customdata"] for t in fig["data"]]
     assert not page.locator("#validation-run-btn").is_visible()
 

@@ -13,6 +13,7 @@ includes whether the validation is cached, ``cached_state``).
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -49,6 +50,11 @@ function(n, started) {
 }
 """
 
+
+
+def paired_row_id(prompts: str, metric: str) -> str:
+    """A paired row's element id, CSS-safe: 'text (held-out)', 'CS' -> 'paired-text-held-out-CS'."""
+    return "paired-" + re.sub(r"[^A-Za-z0-9]+", "-", f"{prompts} {metric}").strip("-")
 
 def cached_state(params: dict[str, Any]) -> bool | None:
     """Whether the params' validation is cached (part of the view's rendered key, so a view
@@ -94,7 +100,7 @@ def paired_table(data: dict[str, Any]) -> html.Table:
             html.Td(interval_text({"value": r["difference"], "low": r["low"], "high": r["high"]})),
             html.Td(str(r["n"])),
             html.Td(verdict_text(r), className="paired-verdict paired-" + (r["verdict"] or "none"))],
-            id=f"paired-{r['prompts']}-{r['metric_b'].replace(' ', '-')}", className="paired-row",
+            id=paired_row_id(r["prompts"], r["metric_b"]), className="paired-row",
             **{"data-verdict": r["verdict"] or "", "data-difference": "" if r["difference"] is None
                else repr(r["difference"])}))
     return html.Table([html.Thead(head), html.Tbody(rows)], id="validation-paired", className="paired-table")

@@ -198,5 +198,13 @@ def write_pngs(charts: list[Chart], folder: Path) -> list[Path]:
         files: list[str | Path] = list(paths)
         pio.write_images([c.figure for c in charts], files, format="png", scale=1,
                          width=[c.width for c in charts], height=[figure_height(c.figure) for c in charts])
+    # A kaleido session on a loaded machine has dropped a figure without an error: write the
+    # missing ones again one by one, and never hand back a page linking a file that is not there.
+    for chart, p in zip(charts, paths):
+        if not p.exists():
+            pio.write_image(chart.figure, p, format="png", scale=1, width=chart.width,
+                            height=figure_height(chart.figure))
+        if not p.exists():
+            raise RuntimeError(f"kaleido did not write {p.name}")
     return paths
 

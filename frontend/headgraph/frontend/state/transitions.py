@@ -15,6 +15,7 @@ from headgraph.frontend.state.readiness import focus_head
 from headgraph.frontend.state.url import (
     CIRCUIT_METHODS,
     DEFAULT_SERIES,
+    DEFAULT_TASK,
     DIRECTIONS,
     GRAINS,
     LAYOUTS,
@@ -108,7 +109,10 @@ def set_field(state: ViewState, field: str, value: Any, vocab: Vocabulary) -> Vi
         ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 10**6
         return state.with_(checkpoint=str(int(value))) if ok else state
     if field == "task":  # a task name as the API spells one; anything else leaves it as it is
-        return state.with_(task=parse_task(str(value or ""))) if parse_task(str(value or "")) else state
+        task = parse_task(str(value or ""))
+        if not task or (not state.task and task == DEFAULT_TASK and state.view != "task"):
+            return state  # the task box showing its default while no task is chosen: no choice
+        return state.with_(task=task)
     if field == "find":
         text = str(value or "").strip()
         found = parse_find(text, vocab)
