@@ -38,6 +38,7 @@ class ModelInfo:
     source: str  # "builtin" | "local" | "hub" | "config" | "safetensors" | "gguf"
     quantization: str | None = None  # GGUF weights: their quantization type ("Q4_1"), else None
     subspaces: str = "raw"  # "raw" weights, or "norm": norm gains folded in (core.models.norm_fold)
+    norm_gains: str | None = None  # subspaces "norm": what the folded gains are (NormGains.kind)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-JSON form (for APIs and caches)."""

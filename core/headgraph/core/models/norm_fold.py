@@ -64,9 +64,9 @@ class NormGains:
 
 def fold_norm_gains(heads: HeadWeights, gains: NormGains) -> HeadWeights:
     """HeadWeights with the gains folded in (see the module docstring): readers scaled by
-    ``gains.pre`` along d_model, writers by ``gains.post``; ModelInfo.subspaces "norm", a new
-    fingerprint (so cached results of the raw weights are never reused), an empty cache.
-    Pure: the input is not modified."""
+    ``gains.pre`` along d_model, writers by ``gains.post``; ModelInfo.subspaces "norm" and
+    ModelInfo.norm_gains ``gains.kind``, a new fingerprint (so cached results of the raw
+    weights are never reused), an empty cache. Pure: the input is not modified."""
     if heads.info.subspaces == "norm":
         raise InvalidInput(f"{heads.info.name}: its weights already have the norm gains folded in")
     L, d = heads.W_Q.shape[0], heads.W_Q.shape[2]
@@ -83,7 +83,7 @@ def fold_norm_gains(heads: HeadWeights, gains: NormGains) -> HeadWeights:
         W_O = W_O * gains.post.to(W_O.device, W_O.dtype)[:, None, None, :]
     else:
         W_O = W_O.clone()
-    info = replace(heads.info, subspaces="norm")
+    info = replace(heads.info, subspaces="norm", norm_gains=gains.kind)
     fp = weights_fingerprint([W_Q, W_K, W_V, W_O, heads.W_U], processing=info.processing,
                              extra=",".join(map(str, info.layer_indices)) + "|norm")
     return HeadWeights(info=info, W_Q=W_Q, W_K=W_K, W_V=W_V, W_O=W_O, W_U=heads.W_U,
