@@ -43,6 +43,7 @@ from headgraph.server.http.routers import (
     scores,
     series,
     subgraph,
+    subspaces,
     tokens,
     validation,
     vocabulary,
@@ -55,7 +56,7 @@ log = logging.getLogger("headgraph.app")
 API_ROUTERS = (health.router, auth.router, vocabulary.router, models.router, jobs.router, scores.router, graph.router,
                reference.router, tokens.router, labels.router, downloads.router, ablation.router,
                data_pk.router, validation.router, series.router, compare.router,
-               recovery.router, circuits.router, subgraph.router)
+               recovery.router, circuits.router, subgraph.router, subspaces.router)
 FRONTEND_GROUP = "headgraph.frontends"
 API_DESCRIPTION = """\
 Attention-head affinity read from weights: Projection Kernel (Yamagiwa et al.,

@@ -32,7 +32,7 @@ class RecoveryService:
             raise Invalid("give a label set (labels=) as the reference")
         info = self.scores.catalog.model_info(ref)
         heads = sorted(label_set.classes)
-        mine = [h for h in heads if _in_model(h, info)]
+        mine = [h for h in heads if in_model(h, info)]
         if not mine:
             raise Invalid(f"label set {label_set.name!r} names no head of {ref.id} "
                           f"({len(heads)} heads, e.g. {heads[:3]})")
@@ -45,7 +45,8 @@ class RecoveryService:
                            "resamples; baselines: layer gap (nearer layers first) and seeded random")}
 
 
-def _in_model(head: str, info: Any) -> bool:
+def in_model(head: str, info: Any) -> bool:
+    """Whether a query-head name ("L9H6") is a head of the model ``info`` describes."""
     from headgraph.core.names import HeadRef
 
     r = HeadRef.parse(head)

@@ -26,5 +26,7 @@ class ModelInfoOut(BaseModel):
 
     model: str
     fingerprint: str
-    info: dict[str, Any] = Field(description="ModelInfo: shape, layer_indices, processing, source")
+    info: dict[str, Any] = Field(description="ModelInfo: shape, layer_indices, processing, source, "
+                                             "subspaces (raw | norm: MODEL@norm) and norm_gains "
+                                             "(what a norm-aware model folds in)")
     cached: list[str]
