@@ -27,8 +27,9 @@ from headgraph.frontend.callbacks.navigation import WRITER_INPUTS, next_query, r
 from headgraph.frontend.callbacks.panels import render_head_panel, render_pair_panel
 from headgraph.frontend.callbacks.scatter import render_scatter
 from headgraph.frontend.callbacks.graph import render_graph, slider_range, summary
-from headgraph.frontend.state.url import (THRESHOLD_DIGITS, ViewState, default_state, format_threshold,
-                                      parse_query, quantize_threshold, to_query)
+from headgraph.frontend.layout.controls import model_picker
+from headgraph.frontend.state.url import (THRESHOLD_DIGITS, ViewState, default_overlay, default_state,
+                                      format_threshold, parse_query, quantize_threshold, to_query)
 from headgraph.frontend.state.readiness import view_params
 from headgraph.frontend.state.transitions import apply_click, apply_control, next_state
 from headgraph.frontend.api.names import Vocabulary, VocabularyCache
@@ -128,6 +129,24 @@ def test_url_writer_next_query() -> None:
     assert next_query(fresh, [("model-select", None)], VOCAB) is None
     click = {"points": [{"x": "L1H5", "y": "L0H3"}]}
     assert parse_query(next_query(fresh, [("heatmap", click)], VOCAB), VOCAB).pair == ("L0H3", "L1H5")
+
+
+def test_subspaces_toggle_round_trips_through_the_url() -> None:
+    raw = "?model=demo&view=heatmap&head=L1H2"
+    norm = next_query(raw, [("subspaces-radio", "norm")], VOCAB)
+    assert "model=demo%40norm" in norm  # the link keeps the mode
+    state = parse_query(norm, VOCAB)
+    assert state == parse_query(raw, VOCAB).with_(model="demo@norm")  # same view, same head
+    assert parse_query(to_query(state), VOCAB) == state
+    dropdown, toggle = model_picker(state, [{"id": "demo", "status": "available"}])
+    assert dropdown.value == "demo" and find(toggle, "subspaces-radio").value == "norm"
+    # The controls rebuilt from the URL report their values: no change, the mode stays.
+    assert next_query(norm, [("model-select", "demo"), ("subspaces-radio", "norm")], VOCAB) is None
+    assert parse_query(next_query(norm, [("model-select", "gpt2")], VOCAB), VOCAB).model == "gpt2@norm"
+    assert parse_query(next_query(norm, [("subspaces-radio", "raw")], VOCAB), VOCAB).model == "demo"
+    assert next_query(norm, [("subspaces-radio", "folded")], VOCAB) is None
+    sets = [{"name": "demo-heads", "builtin": True, "model": "demo", "n_heads": 4}]
+    assert default_overlay("demo@norm", sets) == default_overlay("demo", sets) == "demo-heads"
 
 
 # -- module-level callbacks called directly ----------------------------------------------------

@@ -78,15 +78,18 @@ def is_complete(cached: list[str] | None, pairings: tuple[str, ...]) -> bool:
 
 def describe(info: dict[str, Any] | None) -> str:
     """One line about a model's shape: layers x heads, widths, vocabulary, dtype (and the
-    quantization a GGUF model's weights were dequantized from)."""
+    quantization a GGUF model's weights were dequantized from, and the norm gains a
+    norm-aware model folds in)."""
     if not info:
         return "shape known after loading"
     kv = f" ({info['n_kv_heads']} KV)" if info.get("n_kv_heads") != info.get("n_heads") else ""
     vocab = f" · vocab {info['d_vocab']}" if info.get("d_vocab") else ""
     quant = f" · GGUF {info['quantization']}" if info.get("quantization") else ""
+    norm = (f" · norm-aware ({info.get('norm_gains') or 'norm gains'} folded in)"
+            if info.get("subspaces") == "norm" else "")
     return (f"{info['n_layers']} layers × {info['n_heads']} heads{kv} · d_model {info['d_model']} · "
             f"d_head {info['d_head']}{vocab} · {info.get('dtype', '')} · {info.get('architecture', '')}"
-            f"{quant}")
+            f"{quant}{norm}")
 
 
 def progress_view(job: dict[str, Any]) -> tuple[dict[str, str], dict[str, str], str, str]:

@@ -20,7 +20,7 @@ from dash import Input, Output, State, ctx, no_update
 from headgraph.frontend.api.names import Vocabulary
 from headgraph.frontend.callbacks.common import state_of, vocab
 from headgraph.frontend.callbacks.define import callback
-from headgraph.frontend.layout.controls import VIEW_CONTROLS, control_groups, model_dropdown, tab_links
+from headgraph.frontend.layout.controls import VIEW_CONTROLS, control_groups, model_picker, tab_links
 from headgraph.frontend.state.transitions import (
     CLICK_SOURCES,
     CONTROL_FIELDS,
@@ -118,7 +118,7 @@ def render_controls(search: str | None, models: list[dict[str, Any]] | None,
     """
     state = state_of(search, label_sets)
     rendered = (search or "") if models is not None and label_sets is not None else "(loading)"
-    return (model_dropdown(state, models), tab_links(state),
+    return (model_picker(state, models), tab_links(state),
             control_groups(state, vocab(), label_sets, slider_for(state, slider_range)), rendered)
 
 

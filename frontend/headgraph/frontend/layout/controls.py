@@ -22,12 +22,14 @@ from headgraph.frontend.state.url import (
     FDR_Q_RANGE,
     RANK_ON,
     STEPS_MAX,
+    SUBSPACES,
     THRESHOLD_ON,
     VERIFICATION_MODES,
     VIEWS,
     ViewState,
     format_layers,
     format_threshold,
+    split_subspaces,
     to_query,
 )
 
@@ -57,6 +59,7 @@ METRIC_LABELS = {"raw": "raw", "normalized": "normalized", "z": "z", "cs": "CS"}
 RANK_LABELS = {"pk": "raw PK", "normalized": "normalized", "z": "z"}
 THRESHOLD_LABELS = {"normalized": "normalized", "z": "z", "pk": "raw PK", "fdr": "FDR q"}
 VERIFICATION_LABELS = {"off": "off", "colour": "colour", "verified": "verified only"}
+SUBSPACES_LABELS = {"raw": "raw", "norm": "norm-aware"}
 UNAVAILABLE = "not available offline"
 HIDE = {"display": "none"}
 RECOVERY_K_MAX = 200  # GET /api/recovery's most top edges per metric
@@ -103,9 +106,26 @@ def overlay_options(sets: list[dict[str, Any]] | None, current: str | None = Non
 
 
 def model_dropdown(state: ViewState | None, models: list[dict[str, Any]] | None) -> dcc.Dropdown:
-    model = state.model if state else DEFAULT_MODEL
+    """The model picker; its value is the model without its subspaces mode (the toggle's)."""
+    model, _ = split_subspaces(state.model if state else DEFAULT_MODEL)
     return dcc.Dropdown(id="model-select", options=model_options(models, model), value=model,
                         clearable=False, searchable=True, className="model-select", placeholder="model")
+
+
+def subspaces_toggle(state: ViewState | None) -> html.Span:
+    """Raw or norm-aware subspaces of the model: switches the URL's model id (``MODEL@norm``)."""
+    _, mode = split_subspaces(state.model if state else DEFAULT_MODEL)
+    return html.Span([html.Span("subspaces", className="ctl-label"),
+                      dcc.RadioItems(id="subspaces-radio", value=mode, inline=True,
+                                     options=_opts(SUBSPACES, SUBSPACES_LABELS))],
+                     className="subspaces-toggle",
+                     title="raw weights, or norm-aware: the gains of the norms around attention "
+                           "folded into the heads (the model id's @norm variant)")
+
+
+def model_picker(state: ViewState | None, models: list[dict[str, Any]] | None) -> list[Any]:
+    """The model bar's picker: the model dropdown and the subspaces toggle."""
+    return [model_dropdown(state, models), subspaces_toggle(state)]
 
 
 def tab_links(state: ViewState | None) -> list[Any]:

@@ -18,7 +18,7 @@ from typing import Any
 from dash import dcc, html
 
 from headgraph.frontend.layout.compare import compare_view, timeline_view
-from headgraph.frontend.layout.controls import control_groups, model_dropdown, tab_links
+from headgraph.frontend.layout.controls import control_groups, model_picker, tab_links
 from headgraph.frontend.layout.subgraph import subgraph_view
 from headgraph.frontend.state.readiness import ROUTED_PARTS, ROUTED_VIEWS
 
@@ -65,7 +65,7 @@ def model_bar(auth: tuple[str, str] | None = None) -> html.Div:
                   html.Span("attention heads read from weights", className="tagline")],
                  className="brand-box"),
         html.Div([
-            html.Div(model_dropdown(None, None), id="model-select-box"),
+            html.Div(model_picker(None, None), id="model-select-box", className="model-picker"),
             html.Div(id="model-info", className="model-info"),
             html.Button("Compute", id="compute-btn", className="btn primary", n_clicks=0),
             html.Div([html.Div(id="progress-bar", className="progress-fill", style={"width": "0%"}),

@@ -24,6 +24,7 @@ from headgraph.frontend.state.url import (
     THRESHOLD_ON,
     VERIFICATION_MODES,
     STEPS_MAX,
+    SUBSPACES,
     VIEWS,
     ViewState,
     clean_name,
@@ -33,6 +34,8 @@ from headgraph.frontend.state.url import (
     parse_find,
     parse_layers,
     parse_task,
+    split_subspaces,
+    with_subspaces,
 )
 
 _LAYER_RE = re.compile(r"^L\d+$")
@@ -40,6 +43,7 @@ _LAYER_RE = re.compile(r"^L\d+$")
 # Control component id -> the ViewState field it edits.
 CONTROL_FIELDS: dict[str, str] = {
     "model-select": "model",
+    "subspaces-radio": "subspaces",
     "pairing-select": "pairing",
     "pairings-check": "pairings",
     "k-input": "k",
@@ -89,8 +93,11 @@ def set_field(state: ViewState, field: str, value: Any, vocab: Vocabulary) -> Vi
     allowed = _allowed(field, vocab)
     if allowed is not None:
         return state.with_(**{field: value}) if value in allowed else state
-    if field == "model":
-        return state.with_(model=str(value)) if value else state
+    if field == "model":  # another model keeps the subspaces mode
+        mode = split_subspaces(state.model)[1]
+        return state.with_(model=with_subspaces(str(value), mode)) if value else state
+    if field == "subspaces":  # the same model in the other mode (its id's @norm suffix)
+        return state.with_(model=with_subspaces(state.model, value)) if value in SUBSPACES else state
     if field == "pairings":
         return state.with_(pairings=tuple(p for p in vocab.graph_pairings if p in (value or [])))
     if field == "overlay":

@@ -47,6 +47,10 @@ FDR_Q_RANGE = (0.001, 0.2)
 THRESHOLD_DIGITS = 3
 THRESHOLD_FLOOR = 1e-6
 DEFAULT_MODEL = "demo"
+# A model id's norm-aware variant (the API's ``MODEL@norm``: the norm gains around attention
+# folded into the heads); the plain id is raw. The dashboard's subspaces toggle switches it.
+NORM_SUFFIX = "@norm"
+SUBSPACES: tuple[str, ...] = ("raw", "norm")
 DEFAULT_SERIES = "demo-series"  # the timeline's series (GET /api/series)
 TIMELINE_K_MAX = 50  # the most edges GET /api/timeline follows
 DEFAULT_PAIRING = "OK"
@@ -78,13 +82,29 @@ def parse_task(value: str | None) -> str:
     return text if _TASK_RE.match(text) else ""
 
 
+def split_subspaces(model: str) -> tuple[str, str]:
+    """(model id, subspaces) of a model id: ``demo@norm`` -> ("demo", "norm"), ``demo`` ->
+    ("demo", "raw")."""
+    if model.endswith(NORM_SUFFIX) and len(model) > len(NORM_SUFFIX):
+        return model[: -len(NORM_SUFFIX)], "norm"
+    return model, "raw"
+
+
+def with_subspaces(model: str, subspaces: str) -> str:
+    """``model`` (either mode) as the id of mode ``subspaces`` ("raw" | "norm")."""
+    base, _ = split_subspaces(model)
+    return base + NORM_SUFFIX if subspaces == "norm" else base
+
+
 def default_overlay(model: str, label_sets: list[dict[str, Any]] | None = None) -> str:
     """The class overlay a link that names none opens ``model`` with.
 
-    A built-in set made for the model (GET /api/labels ``model`` hint equal to the model id;
-    the one labelling most heads, ties by name), else the per-model ``patterns`` set, which
-    the API computes for every model it can run. Without the label-set list: ``patterns``.
+    A built-in set made for the model (GET /api/labels ``model`` hint equal to the model id,
+    either subspaces mode; the one labelling most heads, ties by name), else the per-model
+    ``patterns`` set, which the API computes for every model it can run. Without the
+    label-set list: ``patterns``.
     """
+    model, _ = split_subspaces(model)
     own = [s for s in label_sets or [] if s.get("builtin") and not s.get("per_model")
            and s.get("model") and s.get("model") == model and s.get("n_heads")]
     if own:
