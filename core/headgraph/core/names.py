@@ -27,11 +27,19 @@ LayerOrder = Literal["forward", "all", "same-layer"]
 LAYER_ORDERS: tuple[LayerOrder, ...] = get_args(LayerOrder)
 CSMode = Literal["Q", "K", "V"]
 CS_MODES: tuple[CSMode, ...] = get_args(CSMode)
-# What a grid of pair scores can show, and what a ranking of pairs can be ordered by.
-GridMetric = Literal["raw", "normalized", "z"]
+# What a grid of pair scores can show, and what a ranking of pairs can be ordered by: PK (raw,
+# normalized, z), CS, and the PK paper's baselines linear CKA and orthogonal Procrustes
+# (core.scores.similarity, on PK's pairs).
+GridMetric = Literal["raw", "normalized", "z", "cka", "procrustes"]
 GRID_METRICS: tuple[GridMetric, ...] = get_args(GridMetric)
-RankMetric = Literal["pk", "normalized", "cs", "z"]
+RankMetric = Literal["pk", "normalized", "cs", "z", "cka", "procrustes"]
 RANK_METRICS: tuple[RankMetric, ...] = get_args(RankMetric)
+SimilarityKind = Literal["cka", "procrustes"]
+SIMILARITY_KINDS: tuple[SimilarityKind, ...] = get_args(SimilarityKind)
+# How a ranking's rows get CKA / Procrustes besides a ranked one: from grids already cached
+# (never computing one; each costs about as much as PK's), or computing both.
+SimilarityMode = Literal["cached", "compute"]
+SIMILARITY_MODES: tuple[SimilarityMode, ...] = get_args(SimilarityMode)
 K_MAX = 1000  # the most edges per pairing (graph) or pairs (rankings) one request may ask for
 DEFAULT_K = 20  # the paper's top-20 edges per pairing
 MAX_EDGES = 2000  # a thresholded graph keeps at most this many (best) edges per pairing

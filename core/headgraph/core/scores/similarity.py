@@ -25,19 +25,15 @@ order's pairs between heads of non-zero rank, and of non-zero centred weights).
 
 from __future__ import annotations
 
-from typing import Literal, get_args
-
 import torch
 
 from headgraph.core.errors import InvalidInput
-from headgraph.core.names import check_order, check_pairing
+from headgraph.core.names import SIMILARITY_KINDS, SimilarityKind, check_order, check_pairing
 from headgraph.core.scores.layer_order import layer_blocks, layer_mask
 from headgraph.core.scores.overlaps import sq_overlaps
 from headgraph.core.scores.subspaces import compute_dtype, effective_ranks, roles_bases
 from headgraph.core.types import HeadWeights, PairScores
 
-SimilarityKind = Literal["cka", "procrustes"]
-SIMILARITY_KINDS: tuple[SimilarityKind, ...] = get_args(SimilarityKind)
 # Largest batch of [d_head, d_head] products per SVD call (bytes of the products).
 _PRODUCT_BYTES = 64 * 1024 * 1024
 

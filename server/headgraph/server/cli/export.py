@@ -1,4 +1,5 @@
-"""``headgraph export MODEL``: ranked head pairs of one pairing (JSON, CSV) or its graph (GraphML)."""
+"""``headgraph export MODEL``: ranked head pairs of one pairing with PK, CS, CKA and Procrustes
+(JSON, CSV) or its graph (GraphML)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,14 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from headgraph.core.names import DEFAULT_K, K_MAX, LAYER_ORDERS, RANK_METRICS
+from headgraph.core.names import (
+    DEFAULT_K,
+    K_MAX,
+    LAYER_ORDERS,
+    RANK_METRICS,
+    SIMILARITY_KINDS,
+    SIMILARITY_MODES,
+)
 from headgraph.server.cli.common import cache_opt, fail, resolve_model, services_for
 
 if TYPE_CHECKING:
@@ -21,15 +29,18 @@ EXPORT_FORMATS = ("csv", "json", "graphml")
 
 
 def export_records(views: ViewService, ref: ModelRef, pairing: str, top: int, metric: str,
-                   order: str) -> list[dict[str, Any]]:
-    """Ranked pairs with source, target, pk, normalized, cs (+ z when ranked by z); a pair
-    whose target is a grouped-query KV group also has cs_of (its CS is the mean over the
-    group's query heads, named there; ViewService.top)."""
-    records = views.top(ref, pairing, top, metric, order)
+                   order: str, similarity: str = "compute") -> list[dict[str, Any]]:
+    """Ranked pairs with source, target, pk, normalized, cs, cka, procrustes (+ z when ranked
+    by z); a pair whose target is a grouped-query KV group also has cs_of (its CS is the mean
+    over the group's query heads, named there; CKA and Procrustes are the KV head's own, as
+    PK; ViewService.top). ``similarity="cached"``: CKA / Procrustes only from grids already
+    cached (the ranked one always computed)."""
+    records = views.top(ref, pairing, top, metric, order, similarity)
     out = []
     for r in records:
         row = {"source": r["source"], "target": r["target"], "pk": r.get("pk"),
-               "normalized": r.get("normalized"), "cs": r.get("cs")}
+               "normalized": r.get("normalized"), "cs": r.get("cs"),
+               **{kind: r.get(kind) for kind in SIMILARITY_KINDS}}
         if "cs_of" in r:
             row["cs_of"] = r["cs_of"]
         if metric == "z":
@@ -47,19 +58,21 @@ def run(args: argparse.Namespace) -> int:
     ref = resolve_model(services, args.model)
     check_pairing(args.pairing)
     if args.format == "graphml":
-        if args.metric == "cs":
-            return fail("graphml export ranks edges by pk, normalized or z (CS is an edge attribute)")
+        if args.metric in ("cs", *SIMILARITY_KINDS):
+            return fail("graphml export ranks edges by pk, normalized or z (CS is an edge "
+                        "attribute; CKA and Procrustes are in the json and csv exports)")
         text = services.graphs.graph_export(ref, "graphml", pairings=[args.pairing], granularity="head",
                                     k=args.top, threshold=None, threshold_on=args.metric,
                                     labels=None)
     else:
-        rows = export_records(services.views, ref, args.pairing, args.top, args.metric, args.order)
+        rows = export_records(services.views, ref, args.pairing, args.top, args.metric, args.order,
+                              args.similarity)
         if args.format == "json":
             text = json.dumps({"model": ref.id, "pairing": args.pairing, "metric": args.metric,
                                "order": args.order, "pairs": rows}) + "\n"
         else:
             buf = io.StringIO()
-            cols = ["source", "target", "pk", "normalized", "cs"]
+            cols = ["source", "target", "pk", "normalized", "cs", *SIMILARITY_KINDS]
             cols += ["cs_of"] if any("cs_of" in r for r in rows) else []
             cols += ["z"] if args.metric == "z" else []
             w = csv.DictWriter(buf, fieldnames=cols, lineterminator="\n")
@@ -83,6 +96,9 @@ def add_parser(sub: Any) -> None:
     e.add_argument("--top", type=int, default=DEFAULT_K, help=f"number of pairs / edges (1..{K_MAX})")
     e.add_argument("--metric", default="pk", choices=RANK_METRICS, help="ranking metric")
     e.add_argument("--order", default="forward", choices=list(LAYER_ORDERS))
+    e.add_argument("--similarity", default="compute", choices=list(SIMILARITY_MODES),
+                   help="the cka / procrustes columns: compute both grids (default; each about "
+                        "as costly as PK's), or only read grids already cached (others empty)")
     e.add_argument("--format", default="json", choices=EXPORT_FORMATS)
     e.add_argument("-o", "--output", help="write to this file instead of stdout")
     cache_opt(e)

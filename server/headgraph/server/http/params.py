@@ -22,11 +22,12 @@ from headgraph.core.names import (
     Pairing,
     RankMetric,
     Role,
+    SimilarityMode,
 )
 from headgraph.server.http.schemas.common import ErrorBody
 
 __all__ = ["DEFAULT_K", "ERRORS", "K_MAX", "PAIRINGS_PATTERN", "CSMode", "GridMetric",
-           "LayerOrder", "Pairing", "RankMetric", "Role", "head_query", "labels_query",
+           "LayerOrder", "Pairing", "RankMetric", "Role", "SimilarityMode", "head_query", "labels_query",
            "optional_k_query", "pairings_query"]
 
 # Comma-separated pairings (case-insensitive): core.names.parse_pairings checks each.
@@ -42,6 +43,12 @@ def pairings_query() -> Any:
 
 def optional_k_query(description: str = f"top-k edges per pairing (default {DEFAULT_K})") -> Any:
     return Query(None, ge=1, le=K_MAX, description=description)
+
+
+def similarity_query() -> Any:
+    return Query("cached", description="the rows' cka / procrustes: from grids already cached "
+                 "(null for one that is not; the ranked one is always computed), or compute both "
+                 "(each costs about as much as the PK grid on a cold model)")
 
 
 def head_query(default: str) -> Any:

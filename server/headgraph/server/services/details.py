@@ -13,7 +13,14 @@ import torch
 
 from headgraph.core.activations.flags import SINK_RULE, SINK_THRESHOLD, head_flags, pattern_scores_from_dict
 from headgraph.core.graphs.labels import LabelSet
-from headgraph.core.names import GRAPH_PAIRINGS, ROLES, HeadRef, check_pairing, head_label
+from headgraph.core.names import (
+    GRAPH_PAIRINGS,
+    ROLES,
+    SIMILARITY_KINDS,
+    HeadRef,
+    check_pairing,
+    head_label,
+)
 from headgraph.core.scores.ranking import kv_level_cs
 from headgraph.core.types import ModelInfo
 from headgraph.server.computations.convert import axis_labels, jsonable, parse_node, role_is_grouped
@@ -41,11 +48,13 @@ class DetailService:
 
     def pair(self, ref: ModelRef, pairing: str, source: str, target: str,
              labels: str | None, k: int = 5, data_pk_sets: tuple[str, ...] = (),
-             data_pk_unavailable: dict[str, str] | None = None) -> dict[str, Any]:
+             data_pk_unavailable: dict[str, str] | None = None,
+             similarity_kinds: tuple[str, ...] = ()) -> dict[str, Any]:
         """Everything about one head pair: PK with principal angles, CS, z, p-values, classes,
-        tokens, and the data-weighted PK of the prompt sets ``data_pk_sets`` (cached ones:
+        tokens, the data-weighted PK of the prompt sets ``data_pk_sets`` (cached ones:
         server.computations.data_pk.cached_data_pk_sets), or why a set cannot be computed
-        (``data_pk_unavailable``: data_pk_failures)."""
+        (``data_pk_unavailable``: data_pk_failures), and CKA / Procrustes of the kinds
+        ``similarity_kinds`` (cached forward grids: ScoresService.cached_similarity_kinds)."""
         check_pairing(pairing)
         info = self.catalog.model_info(ref)
         s_role, t_role = pairing[0], pairing[1]
@@ -72,6 +81,7 @@ class DetailService:
                 cs_of = kv.cs_of(0, 0, tl, th)
                 if cs_of is not None:
                     detail["cs_of"] = cs_of
+        detail.update(self._similarities(ref, pairing, (sl, sh, tl, th), forward, similarity_kinds))
         z_all = self.scores.zscores(ref, pairing, "all")
         detail["z"] = jsonable(float(z_all[sl, sh, tl, th]))
         detail["p_haar"] = None
@@ -96,6 +106,21 @@ class DetailService:
         detail["data_pk"] = pair_data_pk(self.cache, ref, pairing, sl, sh, tl, th, data_pk_sets)
         detail["data_pk_unavailable"] = data_pk_unavailable or None
         return detail
+
+    def _similarities(self, ref: ModelRef, pairing: str, cell: tuple[int, int, int, int],
+                      forward: bool, kinds: tuple[str, ...]) -> dict[str, Any]:
+        """{"cka", "procrustes": the pair's value or None, "similarity_cached": kinds read}:
+        read from the forward grids of ``kinds`` only (never computed here), None for a kind
+        not cached, a pair that is not forward, or a cell outside the grid's valid ones. A K /
+        V target is its native KV head, as PK's."""
+        out: dict[str, Any] = {kind: None for kind in SIMILARITY_KINDS}
+        read = [kind for kind in SIMILARITY_KINDS if kind in kinds]
+        for kind in read if forward else ():
+            sim = self.scores.similarity(ref, kind, pairing, "forward")
+            if bool(sim.valid[cell]):
+                out[kind] = float(sim.scores[cell])
+        out["similarity_cached"] = read
+        return out
 
     def _head_tokens(self, ref: ModelRef, info: ModelInfo, role: str, name: str, k: int
                      ) -> list[dict[str, Any]] | None:

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from headgraph.core.errors import UnsupportedModel
-from headgraph.core.names import check_pairing, check_role, cs_mode_of
+from headgraph.core.names import SIMILARITY_KINDS, check_pairing, check_role, cs_mode_of
 from headgraph.core.types import PairScores
 from headgraph.server.computations.data_pk import DATA_PK_PAIRINGS
 from headgraph.server.computations.graphs import cs_modes_for
@@ -51,6 +51,23 @@ class ScoresService:
     @staticmethod
     def cs_modes_for(pairings: list[str]) -> list[str]:
         return cs_modes_for(pairings)
+
+    def similarity(self, ref: ModelRef, kind: str, pairing: str, order: str = "forward"
+                   ) -> PairScores:
+        """Linear CKA (``kind="cka"``) or orthogonal Procrustes similarity of one pairing
+        (core.scores.similarity; K / V axes keep native KV heads, as PK), cached: the
+        ``similarity`` computation the recovery tables read."""
+        return self.cache.get(ref, "similarity", kind=kind, pairing=pairing, order=order)
+
+    def cached_similarity_kinds(self, ref: ModelRef, pairing: str, order: str = "forward"
+                                ) -> tuple[str, ...]:
+        """The similarity kinds whose grid of ``pairing`` is cached; () while the model's
+        identity is not known. Never computes or loads a model: what a pair panel or a
+        ranking of another metric shows beside PK (each grid costs about as much as PK's)."""
+        if self.catalog.known_identity(ref) is None:
+            return ()
+        return tuple(kind for kind in SIMILARITY_KINDS
+                     if self.cache.has(ref, "similarity", kind=kind, pairing=pairing, order=order))
 
     def zscores(self, ref: ModelRef, pairing: str, order: str = "forward") -> np.ndarray:
         """z-scores of raw PK against its Haar moments; NaN where invalid."""

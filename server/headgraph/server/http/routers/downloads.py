@@ -1,5 +1,6 @@
 """File downloads (Content-Disposition: attachment), one endpoint per resource so OpenAPI states
-exactly the formats and metrics each offers: PK and CS grids, top pairs, head graphs."""
+exactly the formats and metrics each offers: PK, CKA / Procrustes and CS grids, top pairs, head
+graphs."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import numpy as np
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
+from headgraph.core.names import SIMILARITY_KINDS
 from headgraph.server.computations.convert import cs_grid_of, grid_axis_labels, jsonable
 from headgraph.server.http.access import caller_of
 from headgraph.server.http.deps import CatalogDep, GraphsDep, ModelDep, ScoresDep, ViewsDep, cached_first
@@ -24,9 +26,11 @@ from headgraph.server.http.params import (
     LayerOrder,
     Pairing,
     RankMetric,
+    SimilarityMode,
     labels_query,
     optional_k_query,
     pairings_query,
+    similarity_query,
 )
 from headgraph.server.http.routers.graph import Granularity, ThresholdOn, graph_params, threshold_query
 from headgraph.server.http.routers.scores import grid_response
@@ -97,7 +101,7 @@ def _grid_file(catalog: ModelCatalog, ref: ModelRef, ps: Any, grid: np.ndarray, 
 # result only as gated cold work (deps.cached_first: 401 in lab mode without the token, 429).
 
 @router.get("/download/pk", responses=FILE_RESPONSES,
-            summary="A PK grid (raw, normalized or z) as csv | json | npy")
+            summary="A PK grid (raw, normalized or z), or a CKA / Procrustes grid, as csv | json | npy")
 async def download_pk(*,
     request: Request, ref: ModelDep,
     format: Literal["csv", "json", "npy"] = "csv",
@@ -106,8 +110,9 @@ async def download_pk(*,
 ) -> Response:
     def build() -> Response:
         ps, grid = views.metric_grid(ref, pairing, metric, order)
-        return _grid_file(catalog, ref, ps, grid, metric, format,
-                          f"{_safe(ref.id)}_pk_{pairing}_{metric}_{order}")
+        stem = (f"{_safe(ref.id)}_{metric}_{pairing}_{order}" if metric in SIMILARITY_KINDS
+                else f"{_safe(ref.id)}_pk_{pairing}_{metric}_{order}")
+        return _grid_file(catalog, ref, ps, grid, metric, format, stem)
 
     return await cached_first(request, build)
 
@@ -135,15 +140,16 @@ async def download_top(*,
     request: Request, ref: ModelDep,
     format: Literal["csv", "json"] = "csv",
     pairing: Pairing = Query("OK"), order: LayerOrder = "forward", metric: RankMetric = "pk",
-    k: int = Query(DEFAULT_K, ge=1, le=K_MAX), views: ViewsDep,
+    k: int = Query(DEFAULT_K, ge=1, le=K_MAX), similarity: SimilarityMode = similarity_query(),
+    views: ViewsDep,
 ) -> Response:
     def build() -> Response:
-        pairs = views.top(ref, pairing, k, metric, order)
+        pairs = views.top(ref, pairing, k, metric, order, similarity)
         stem = f"{_safe(ref.id)}_top{k}_{pairing}_{metric}"
         if format == "json":
             body = {"model": ref.id, "pairing": pairing, "metric": metric, "pairs": pairs}
             return _attachment(json.dumps(body), format, stem)
-        cols = ["source", "target", "pk", "normalized", "cs"]
+        cols = ["source", "target", "pk", "normalized", "cs", *SIMILARITY_KINDS]
         if any("cs_of" in p for p in pairs):  # KV-group targets: CS is the mean over cs_of
             cols.append("cs_of")
         cols += [c for c in (pairs[0] if pairs else {}) if c not in cols]

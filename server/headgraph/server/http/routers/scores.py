@@ -1,4 +1,5 @@
-"""Score grids and rankings: PK, CS, top pairs, one pair, one head, PK-vs-CS scatter.
+"""Score grids and rankings: PK, CS, CKA / Procrustes, top pairs, one pair, one head, PK-vs-CS
+scatter.
 
 All GET. A warm read is answered from the rendered-response LRU on the event loop, or read and
 rendered in a worker thread (responses.warm_json); a cold result is computed synchronously from
@@ -28,8 +29,10 @@ from headgraph.server.http.params import (
     LayerOrder,
     Pairing,
     RankMetric,
+    SimilarityMode,
     head_query,
     labels_query,
+    similarity_query,
 )
 from headgraph.server.http.responses import warm_json
 from headgraph.server.http.schemas.scores import HeadOut, PairOut, ScatterOut, ScoreGrid, TopPairs
@@ -86,9 +89,12 @@ def grid_response(catalog: ModelCatalog, ref: ModelRef, ps: PairScores, grid: np
 
 
 @router.get("/pk", response_model=ScoreGrid, responses=ERRORS,
-            summary="Projection Kernel grid of one pairing (raw, normalized or z-score)")
+            summary="Projection Kernel grid of one pairing (raw, normalized or z-score), or its "
+                    "linear CKA / orthogonal Procrustes grid (metric=cka | procrustes)")
 async def pk(request: Request, *, ref: ModelDep, pairing: Pairing = pairing_query(),
-             order: LayerOrder = "forward", metric: GridMetric = "raw",
+             order: LayerOrder = "forward",
+             metric: GridMetric = Query("raw", description="raw | normalized | z (of PK), or cka | "
+                                        "procrustes: the PK paper's baselines on the same pairs"),
              download: bool = download_query(), views: ViewsDep,
              catalog: CatalogDep) -> Any:
     def run() -> dict[str, Any]:
@@ -115,28 +121,33 @@ async def cs(request: Request, *, ref: ModelDep,
             summary="The k highest-scoring valid pairs of one pairing")
 async def top(request: Request, *, ref: ModelDep, pairing: Pairing = pairing_query(),
               k: int = Query(DEFAULT_K, ge=1, le=K_MAX), metric: RankMetric = "pk",
-              order: LayerOrder = "forward", views: ViewsDep) -> Any:
+              order: LayerOrder = "forward", similarity: SimilarityMode = similarity_query(),
+              views: ViewsDep, scores: ScoresDep) -> Any:
+    # which grids the rows read also decides the answer (a grid cached later changes it)
+    sims = await run_in_threadpool(scores.cached_similarity_kinds, ref, pairing, order)
     return await warm_json(request, TopPairs, ref, lambda: {
         "model": ref.id, "pairing": pairing, "metric": metric, "k": k,
-        "pairs": views.top(ref, pairing, k, metric, order)})
+        "pairs": views.top(ref, pairing, k, metric, order, similarity)},
+        variant=("similarity", sims))
 
 
 @router.get("/pair", response_model=PairOut, responses=ERRORS,
-            summary="One head pair: PK, principal angles, CS, z, p-values, classes, tokens")
+            summary="One head pair: PK, principal angles, CS, CKA, Procrustes, z, p-values, classes, tokens")
 async def pair(request: Request, *, ref: ModelDep, pairing: Pairing = pairing_query(),
                source: str = head_query("L0H0"), target: str = head_query("L1H0"),
                labels: str | None = labels_query(),
                k: int = Query(5, ge=1, le=50, description="top tokens per head"),
-               details: DetailsDep) -> Any:
-    def optional() -> tuple[tuple[str, ...], dict[str, str]]:  # reads the cache: off the loop
+               details: DetailsDep, scores: ScoresDep) -> Any:
+    def optional() -> tuple[tuple[str, ...], dict[str, str], tuple[str, ...]]:  # off the loop
         return (cached_data_pk_sets(details.cache, ref, pairing),  # never computes them
-                data_pk_failures(details.cache, ref, pairing))
+                data_pk_failures(details.cache, ref, pairing),
+                scores.cached_similarity_kinds(ref, pairing))  # nor these
 
-    sets, failures = await run_in_threadpool(optional)
+    sets, failures, sims = await run_in_threadpool(optional)
     return await warm_json(request, PairOut, ref,
                            lambda: details.pair(ref, pairing, source, target, labels, k, sets,
-                                                failures),
-                           labels=labels, variant=("data_pk", sets, tuple(sorted(failures))))
+                                                failures, sims),
+                           labels=labels, variant=("data_pk", sets, tuple(sorted(failures)), sims))
 
 
 @router.get("/head", response_model=HeadOut, responses=ERRORS,

@@ -18,7 +18,9 @@ class ScoreGrid(BaseModel):
     """
 
     model: str
-    kind: str = Field(description="pk | cs")
+    kind: str = Field(description="pk | cs | cka | procrustes: the scores the grid is of (a "
+                      "PK grid's metric is raw, normalized or z; a cs metric of /api/pk is CS on "
+                      "PK's pairs)")
     pairing: str
     metric: str
     order: str
@@ -59,6 +61,10 @@ class TopPair(BaseModel):
     normalized: float | None = None
     cs: float | None = None
     z: float | None = None
+    cka: float | None = Field(None, description="linear CKA of the pair (a KV-group target: the "
+                              "KV head's own, as PK); null outside its grid's valid cells or "
+                              "while that grid is not cached (similarity=compute computes it)")
+    procrustes: float | None = Field(None, description="orthogonal Procrustes similarity, as cka")
 
 
 class TopPairs(BaseModel):
@@ -71,7 +77,8 @@ class TopPairs(BaseModel):
 
 
 class PairOut(BaseModel):
-    """One pair: PK, normalized, principal cosines/angles, CS, z, p-values, classes, tokens."""
+    """One pair: PK, normalized, principal cosines/angles, CS, CKA, Procrustes, z, p-values,
+    classes, tokens."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -85,6 +92,14 @@ class PairOut(BaseModel):
     angles: list[float]
     ranks: list[int]
     cs: float | None = None
+    cka: float | None = Field(None, description="linear CKA of the pair, read from the forward "
+                              "grid when cached (never computed here: a CKA heatmap, ranking or "
+                              "recovery table computes it); null otherwise, for a pair that is "
+                              "not forward, or outside the grid's valid cells")
+    procrustes: float | None = Field(None, description="orthogonal Procrustes similarity, as cka")
+    similarity_cached: list[str] = Field(default_factory=list, description=(
+        "the similarity kinds (cka, procrustes) whose forward grid of the pairing was cached "
+        "and read: a kind missing here is 'not computed', not 'not valid'"))
     z: float | None = None
     p_haar: float | None = None
     p_anisotropic: float | None = None
