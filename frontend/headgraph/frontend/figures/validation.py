@@ -20,8 +20,9 @@ from plotly.subplots import make_subplots
 from headgraph.frontend.figures.common import CLASS_PALETTE, base_layout, fmt_value
 
 PROMPT_LABELS: dict[str, str] = {"text": "text prompts", "random": "repeated random tokens"}
-METRIC_COLORS: dict[str, str] = {"PK": "#1f77b4", "CS": "#ff7f0e", "data-PK out": "#9467bd",
-                                 "data-PK in": "#d62728", "layer gap": "#8c8c8c", "source variance": "#b0a48a"}
+METRIC_COLORS: dict[str, str] = {"PK": "#1f77b4", "CS": "#ff7f0e", "CKA": "#2ca02c", "Procrustes": "#17becf",
+                                 "data-PK out": "#9467bd", "data-PK in": "#d62728", "layer gap": "#8c8c8c",
+                                 "source variance": "#b0a48a"}
 # The paired rule's verdicts (core.stats.verdicts): "A" = PK better, "B" = the other metric.
 VERDICT_WORDS: dict[str, str] = {"A": "PK better", "B": "{b} better", "tie": "no difference"}
 # The forest plot's two columns: (summary key, what its x axis is).

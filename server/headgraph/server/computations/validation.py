@@ -10,8 +10,9 @@ paired bootstrap interval; the sample's power for rho = 0.3; each metric's top-k
 (verified share) against the random sample (the null) with a Fisher exact test; and a held-out
 set where data-weighted PK, fit on the even text prompts, meets the effects on the odd ones.
 Metrics are on the PK grid (a grouped-query K / V target is a KV group): PK, CS (a KV group: the mean over its query heads,
-core.scores.ranking.kv_level_cs) and the data-weighted PK shares (core.activations.data_pk,
-text prompts); and two trivial baselines with no top-k of their own: the layer gap (nearer
+core.scores.ranking.kv_level_cs), the PK paper's weight-level baselines linear CKA and orthogonal
+Procrustes (the cached ``similarity`` grids, a KV group's own as PK's) and the data-weighted PK
+shares (core.activations.data_pk, text prompts); and two trivial baselines with no top-k of their own: the layer gap (nearer
 layer pairs first) and the source head's variance share tr(C_S) / tr(C_X) (data_pk's
 ``in_share_baseline``, when data-weighted PK is available). ``RULE`` is part of the cache key,
 so answers cached under an older rule are never read as this one.
@@ -31,10 +32,11 @@ DEFAULT_SAMPLE = 200  # power 0.98 for rho = 0.3 (40 pairs gave 0.45)
 DEFAULT_TOP = 10
 SAMPLE_MAX = 1000
 TOP_MAX = 20
-METRICS = ("PK", "CS", "data-PK out", "data-PK in")
+METRICS = ("PK", "CS", "CKA", "Procrustes", "data-PK out", "data-PK in")
+SIMILARITY_METRICS = {"CKA": "cka", "Procrustes": "procrustes"}  # name -> similarity kind
 BASELINES = ("layer gap", "source variance")  # trivial predictors: in the table, no top-k
 POWER_RHO = 0.3
-RULE = "paired-v3"  # the answer's shape and decision rule, in the cache key
+RULE = "paired-v4"  # the answer's shape (its metrics) and decision rule, in the cache key
 HELD_OUT = "text (held-out)"  # data-PK fit on the even text prompts, effects of the odd ones
 HELD_OUT_METRICS = ("data-PK out", "data-PK in", "source variance")  # refit on the even half
 
@@ -71,6 +73,9 @@ def metric_grids(src: Inputs, pairing: str) -> tuple[dict[str, Any], Any]:
     if mode is not None:
         kv = kv_level_cs(src.result("cs", mode=mode, order="forward"), ps.scores.shape[3])
         grids["CS"] = np.where(kv.valid.numpy(), kv.scores.numpy(), np.nan)
+    for name, kind in SIMILARITY_METRICS.items():
+        sim = src.result("similarity", kind=kind, pairing=pairing, order="forward")
+        grids[name] = np.where(sim.valid.numpy() & valid, sim.scores.double().numpy(), np.nan)
     try:
         d = src.result("data_pk", pairing=pairing, prompts="text")
         grids["data-PK out"] = np.asarray(d["out_share"], dtype=np.float64)
