@@ -134,6 +134,29 @@ def test_the_recovery_section_prints_the_apis_tables(run: dict[str, Any], api: h
 
 
 @pytest.mark.slow  # needs the report run (`headgraph report demo`, ~25 s)
+def test_the_subspaces_section_prints_the_apis_comparison(run: dict[str, Any], api: httpx.Client) -> None:
+    from headgraph.frontend.report.markdown import fmt_ci
+
+    page = run["page"].read_text(encoding="utf-8")
+    section = page[page.index("## 7. Raw vs norm-aware subspaces"):]
+    assert "`demo@norm`" in section and "label set `patterns`" in section and "lies above 0" in section
+    words = {"norm": "norm-aware", "raw": "raw", "tie": "no difference", None: "undefined"}
+    for p in GRAPH_PAIRINGS:
+        sub = api.get("/api/subspaces", params={"model": "demo", "pairing": p, "labels": "patterns",
+                                                "k": 20}).json()
+        assert sub["norm"] == "demo@norm" and sub["norm_gains"] in section
+        rows = {r["metric"]: r for r in sub["recovery"]["rows"]}
+        d = sub["auc_difference"]
+        cells = row_of(section, p)
+        assert cells[1:6] == [fmt(sub["spearman"], 4), f"{sub['n_shared']} / 20", fmt_ci(rows["raw"]["auc"]),
+                              fmt_ci(rows["norm"]["auc"]),
+                              f"{d['value']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]"]
+        # the stated rule, applied to the printed interval
+        want = "norm" if d["low"] > 0 else "raw" if d["high"] < 0 else "tie"
+        assert sub["verdict"] == want and cells[6] == words[want]
+
+
+@pytest.mark.slow  # needs the report run (`headgraph report demo`, ~25 s)
 def test_figures_are_linked_pngs(run: dict[str, Any]) -> None:
     page = run["page"].read_text(encoding="utf-8")
     links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", page)

@@ -18,28 +18,14 @@ from headgraph.frontend.report.charts import Chart, report_palette
 from headgraph.frontend.report.claims import (FAILS, HOLDS, NA, PARTLY, PATTERN_MIN, Verdict, induction_rows,
                                               pattern_kinds, sink_edges)
 from headgraph.frontend.report.numbers import available
+from headgraph.frontend.report.subspaces import subspaces_section
+from headgraph.frontend.report.text import fmt, fmt_ci, table
 
 MARK = {HOLDS: "✅ holds", PARTLY: "◐ partly holds", FAILS: "❌ does not hold", NA: "– not applicable here"}
 INDEX_TITLE = "# Findings reports"
 TITLES = {"kl": "Far from random subspaces (KL)", "hub": "An identity-head hub",
           "tokens": "Heads named by tokens", "pk_vs_cs": "PK against CS on what matters",
           "induction": "The induction circuit (a check beyond the paper)"}
-
-
-def fmt(value: Any, digits: int = 3) -> str:
-    """A number as the page prints it: 3 significant digits, integers as such, None as 'n/a'."""
-    if value is None:
-        return "n/a"
-    if isinstance(value, int):  # bool included
-        return str(value)
-    return f"{float(value):.{digits}g}"
-
-
-def fmt_ci(stat: dict[str, Any] | None) -> str:
-    """A bootstrap statistic ``{value, low, high}`` as 'v [low, high]'."""
-    if not stat or stat.get("value") is None:
-        return "n/a"
-    return f"{fmt(stat['value'], 2)} [{fmt(stat['low'], 2)}, {fmt(stat['high'], 2)}]"
 
 
 def slug(model: str) -> str:
@@ -54,15 +40,6 @@ def code(text: str) -> str:
     fence = "``" if "`" in text else "`"
     pad = " " if text.startswith("`") or text.endswith("`") or text != text.strip() else ""
     return f"{fence}{pad}{text}{pad}{fence}"
-
-
-def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """A markdown table (cells already formatted; '|' escaped)."""
-    def cell(v: Any) -> str:
-        return str(v).replace("|", "\\|").replace("\n", " ")
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def figure(folder: str, chart: Chart) -> str:
@@ -358,7 +335,7 @@ def render(numbers: dict[str, Any], verdicts: Sequence[Verdict], charts: Sequenc
              tokens_section(by_key["tokens"], numbers),
              pk_cs_section(by_key["pk_vs_cs"], numbers, by_name, folder),
              induction_section(by_key["induction"], numbers, by_name, folder),
-             recovery_section(numbers)]
+             recovery_section(numbers), subspaces_section(numbers)]
     return "\n\n".join(parts).rstrip() + "\n"
 
 

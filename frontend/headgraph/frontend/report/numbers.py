@@ -4,8 +4,9 @@
 scores, the paper's head graph (top-k per pairing, hubs, sink flags), the class overlay the
 dashboard opens the model with (its label set, for the graph's class colours), the top tokens of each
 role, the path ablation of the top OK edges, the validation of PK / CS / data-PK against
-those effects and the recovery tables of the model's label set (OQ, OK, OV). Cold results are
-computed by that server (minutes for a real model).
+those effects, the recovery tables of the model's label set (OQ, OK, OV) and raw vs norm-aware
+PK on that label set (GET /api/subspaces). Cold results are computed by that server (minutes
+for a real model).
 ``LocalServer`` starts ``headgraph serve`` as a subprocess on a free loopback port: the
 frontend reaches the server only over HTTP, so it runs the server's module, never imports it.
 """
@@ -143,6 +144,10 @@ def collect(client: httpx.Client, model: str, *, ablation_top: int = 10,
     out["recovery"] = {"labels": labels, "k": PAPER_K,
                        "pairings": {p: optional(client, "/api/recovery", model=model, pairing=p, labels=labels,
                                                 k=PAPER_K) for p in GRAPH_PAIRINGS}}
+    say(f"raw vs norm-aware subspaces on the label set '{labels}' (top-{PAPER_K}, {', '.join(GRAPH_PAIRINGS)})")
+    out["subspaces"] = {"labels": labels, "k": PAPER_K,
+                        "pairings": {p: optional(client, "/api/subspaces", model=model, pairing=p, labels=labels,
+                                                 k=PAPER_K) for p in GRAPH_PAIRINGS}}
     return out
 
 
