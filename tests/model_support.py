@@ -40,6 +40,26 @@ def save_random_model(folder: Path, config: Any, model_cls: Any, seed: int = 0) 
     return folder
 
 
+def save_gemma3_random_norms(folder: Path, seed: int = 0) -> Path:
+    """A tiny Gemma-3-shaped checkpoint (3 layers, 4 query / 2 KV heads, d_model 64: RMSNorm
+    gains applied as 1 + w, a post-attention norm) whose norm weights are random (random init
+    leaves them 0, so folding them in would change nothing), saved to ``folder``."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    cfg = Gemma3TextConfig(num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+                           head_dim=16, hidden_size=64, intermediate_size=128,
+                           max_position_embeddings=128, sliding_window=16)
+    save_random_model(folder, cfg, Gemma3ForCausalLM, seed=seed)
+    model = Gemma3ForCausalLM.from_pretrained(folder, torch_dtype=torch.float32)
+    g = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "layernorm" in name:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.8)
+    model.save_pretrained(folder)
+    return folder
+
+
 def boot_bridge(folder: Path) -> Any:
     """A TransformerBridge of a local folder on the CPU, in eval mode."""
     from transformer_lens.model_bridge import TransformerBridge

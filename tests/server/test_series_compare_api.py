@@ -1,6 +1,8 @@
 """Checkpoint series and model comparison through the server (issue 16): GET /api/series,
 /api/timeline (JSON and CSV) and /api/compare in process, and `headgraph timeline` / `compare`,
-each against core's answer (core against a float64 reference is tests/core/test_series.py).
+each against core's answer (core against a float64 reference is tests/core/test_series.py);
+a model's norm-aware variant (``local:gemma3@norm`` on a tiny Gemma-3 with random norm gains)
+against core's fold_norm_gains, and GET /api/subspaces comparing the two modes.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from headgraph.server.http.app import create_app
 from headgraph.server.cli.main import main as cli_main
 from headgraph.server.settings import Settings
 
+from model_support import save_gemma3_random_norms
+
 SERIES = demo_series()
 
 
@@ -36,7 +40,10 @@ def pks() -> dict[str, object]:
 def client(tmp_path_factory: pytest.TempPathFactory):
     root = tmp_path_factory.mktemp("series-models")
     save_demo_model(DemoModel(DemoConfig(n_heads=4), seed=1), root / "demo-4heads")
-    app = create_app(Settings(cache_dir=tmp_path_factory.mktemp("series-cache"), model_root=root))
+    save_gemma3_random_norms(root / "gemma3", seed=7)
+    # inline (no compute process): the models load once, in this process, beside the references
+    app = create_app(Settings(cache_dir=tmp_path_factory.mktemp("series-cache"), model_root=root,
+                              compute_processes=0))
     with TestClient(app) as c:
         yield c
 
@@ -80,6 +87,9 @@ def test_api_compare_equals_core(client: TestClient, pks: dict) -> None:
 
 
 @pytest.mark.parametrize(("path", "params", "status", "words"), [
+    ("/api/pk", {"model": "demo@foo"}, 404, "'demo@norm' (norm-aware subspaces)"),
+    ("/api/pk", {"model": "local:demo-4heads@raw"}, 404, "unknown variant '@raw'"),
+    ("/api/subspaces", {"model": "demo@norm@norm"}, 404, "appended once"),
     ("/api/compare", {"a": "demo", "b": "local:demo-4heads"}, 422, "head layout"),
     ("/api/compare", {"a": "demo", "b": "demo@step-7"}, 404, "demo checkpoint"),
     ("/api/timeline", {"series": "no-such-series"}, 404, "unknown series"),
@@ -114,3 +124,52 @@ def test_cli_timeline_and_compare(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert got["gained"] == want["gained"] and got["hub_moves"] == want["hub_moves"]
     assert cli_main(["compare", "demo", "demo@step-7", "--cache-dir", cache]) == 2
     assert "demo checkpoint" in capsys.readouterr().err
+
+
+def _grid(body: dict) -> np.ndarray:
+    return np.array([np.nan if v is None else v for v in np.ravel(np.array(body["grid"], dtype=object))],
+                    dtype=float).reshape(body["shape"])
+
+
+def test_norm_aware_variant_is_its_own_model(client: TestClient) -> None:
+    from scipy.stats import spearmanr
+
+    from headgraph.core.models.loading import load_model
+    from headgraph.core.models.norm_fold import bridge_norm_gains, fold_norm_gains
+
+    params = {"pairing": "OK"}
+    raw = client.get("/api/pk", params={"model": "local:gemma3", **params}).json()
+    r = client.get("/api/pk", params={"model": "local:gemma3@norm", **params})
+    assert r.status_code == 200, r.text
+    norm = r.json()
+    assert norm["model"] == "local:gemma3@norm" and norm["target_labels"][:2] == ["L0KV0", "L0KV1"]
+    # core's norm-aware PK, computed here from the same folder
+    root = Path(client.app.state.settings.model_root)
+    lm = load_model(str(root / "gemma3"), device="cpu")
+    want = projection_kernel(fold_norm_gains(lm.heads, bridge_norm_gains(lm.bridge)), "OK")
+    valid = np.array(norm["valid"], dtype=bool)
+    assert (valid == want.valid.numpy()).all()
+    np.testing.assert_allclose(_grid(norm)[valid], want.scores.numpy()[valid], rtol=1e-5, atol=1e-5)
+    moved = np.abs(_grid(norm) - _grid(raw))[valid].max()
+    assert moved > 1e-2  # the random gains change the graph
+    info = {m: client.get("/api/models/info", params={"model": m}).json() for m in ("local:gemma3", "local:gemma3@norm")}
+    assert info["local:gemma3"]["info"]["subspaces"] == "raw" and info["local:gemma3"]["info"]["norm_gains"] is None
+    n = info["local:gemma3@norm"]["info"]
+    assert n["subspaces"] == "norm" and "post-attention" in n["norm_gains"] and n["name"] == "local:gemma3"
+    assert info["local:gemma3"]["fingerprint"] != info["local:gemma3@norm"]["fingerprint"]
+    assert all("pk?order=forward&pairing=OK" in i["cached"] for i in info.values())  # both kept
+    assert client.get("/api/pk", params={"model": "local:gemma3", **params}).json() == raw  # raw unchanged
+    # raw vs norm-aware: Spearman and shared top-k against scipy / numpy on the two grids
+    sub = client.get("/api/subspaces", params={"model": "local:gemma3@norm", "pairing": "OK", "k": 5}).json()
+    both = valid & np.array(raw["valid"], dtype=bool)
+    assert sub["n_valid"] == int(both.sum()) and sub["recovery"] is None and sub["verdict"] is None
+    assert sub["spearman"] == pytest.approx(spearmanr(_grid(raw)[both], _grid(norm)[both]).statistic, abs=1e-9)
+
+    def top(body: dict) -> set[str]:  # flat index i of [L, Hs, L, Ht]: source i // (L Ht), target i % (L Ht)
+        g = np.where(np.array(body["valid"], dtype=bool), _grid(body), -np.inf).ravel()
+        cols = body["shape"][2] * body["shape"][3]
+        return {f"{body['source_labels'][i // cols]} -> {body['target_labels'][i % cols]}"
+                for i in np.argsort(-g, kind="stable")[:5]}
+
+    assert set(sub["top_raw"]) == top(raw) and set(sub["top_norm"]) == top(norm)
+    assert set(sub["shared"]) == top(raw) & top(norm)
