@@ -58,7 +58,8 @@ class Vocabulary:
 
     @property
     def metrics(self) -> tuple[str, ...]:
-        """The dashboard's metric switch: the API's grid metrics, then "cs" (Composition Score)."""
+        """The dashboard's metric switch: the API's grid metrics (PK raw / normalized / z, CKA,
+        Procrustes), then "cs" (Composition Score)."""
         return (*self.grid_metrics, "cs")
 
     @property

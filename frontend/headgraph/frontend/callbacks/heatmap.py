@@ -24,10 +24,12 @@ from headgraph.frontend.state.readiness import view_params
 
 
 def metric_grid(client: ApiClient, model: str, pairing: str, metric: str) -> dict[str, Any]:
-    """The API grid for a metric switch value (CS exists for OQ / OK / OV only).
+    """The API grid for a metric switch value: GET /api/pk's raw / normalized / z PK and its
+    cka / procrustes grids (the PK paper's baselines on PK's pairs), or GET /api/cs (CS exists
+    for OQ / OK / OV only).
 
-    On a grouped-query model an OK / OV PK grid has KV groups on its target axis ("L6KV1"),
-    its CS grid query heads (labels made to match, see figures.heatmaps.grid_labels).
+    On a grouped-query model an OK / OV PK, CKA or Procrustes grid has KV groups on its target
+    axis ("L6KV1"), its CS grid query heads (labels made to match, see figures.heatmaps.grid_labels).
     """
     if metric == "cs":
         if pairing not in vocab().cs_pairings:

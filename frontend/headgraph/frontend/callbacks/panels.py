@@ -150,6 +150,24 @@ def data_pk_rows(d: dict[str, Any]) -> list[tuple[str, Any, str]]:
     return rows
 
 
+SIMILARITY_ROWS = (("cka", "CKA"), ("procrustes", "Procrustes"))
+
+
+def similarity_rows(d: dict[str, Any]) -> list[tuple[str, Any, str]]:
+    """The pair panel's CKA and Procrustes rows as /api/pair gives them (read from the cached
+    forward grids only): the value, "–" for a pair outside the grid's valid ones (not forward),
+    "not computed" for a kind whose grid is not cached (a CKA / Procrustes heatmap computes it)."""
+    rows = []
+    for key, name in SIMILARITY_ROWS:
+        v = d.get(key)
+        if v is None and key not in (d.get("similarity_cached") or ()):
+            cell = html.Span("not computed", className="hint", **{"data-value": ""})
+        else:
+            cell = html.Span(_num(v), **{"data-value": "" if v is None else repr(v)})
+        rows.append((name, cell, f"pair-{key}"))
+    return rows
+
+
 def pair_body(d: dict[str, Any], state: ViewState) -> list[Any]:
     """Pair panel content for an /api/pair answer (close link from the current ``state``)."""
     title = f"{d['source']} → {d['target']}"
@@ -158,6 +176,7 @@ def pair_body(d: dict[str, Any], state: ViewState) -> list[Any]:
         ("PK", _num(d["pk"]), "pair-pk"), ("normalized", _num(d["normalized"]), "pair-normalized"),
         ("CS", _num(d.get("cs")) + (f" ({d['cs_of']})" if d.get("cs_of") and d.get("cs") is not None else ""),
          "pair-cs"),
+        *similarity_rows(d),
         *data_pk_rows(d),
         ("z (Haar)", _num(d.get("z"), 3), "pair-z"),
         ("p (Haar)", p_text(d.get("p_haar"), d.get("p_floor")), "pair-p-haar"),

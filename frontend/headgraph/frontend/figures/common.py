@@ -20,7 +20,8 @@ __all__ = ["CLASS_PALETTE", "FONT", "METRIC_TITLES", "NO_CLASS_COLOR", "OTHER_PA
            "pairing_color", "slim_template"]
 PAIRING_COLORS: dict[str, str] = {"OQ": "#d62728", "OK": "#2ca02c", "OV": "#1f77b4"}
 OTHER_PAIRING_COLOR = "#7f7f7f"
-METRIC_TITLES = {"raw": "PK", "normalized": "normalized PK", "z": "z-score (Haar)", "cs": "CS"}
+METRIC_TITLES = {"raw": "PK", "normalized": "normalized PK", "z": "z-score (Haar)", "cs": "CS",
+                 "cka": "linear CKA", "procrustes": "Procrustes similarity"}
 FONT = dict(family="Inter, Segoe UI, Helvetica, Arial, sans-serif", size=12)
 _KEPT_TRACES = ("heatmap", "scatter", "scattergl", "bar")
 _DROPPED_LAYOUT = ("polar", "ternary", "scene", "geo", "coloraxis")

@@ -36,7 +36,8 @@ _SET_NAME = re.compile(r"[^A-Za-z0-9_.\-]+")
 
 
 def rank_on(metric: str) -> str:
-    """The API's ``rank_on`` for the page's metric switch (raw, normalized, z, cs)."""
+    """The API's ``rank_on`` for the page's metric switch (raw, normalized, z, cs; the
+    heatmap-only CKA and Procrustes rank by raw PK)."""
     return RANK_ON.get(metric, "pk")
 
 

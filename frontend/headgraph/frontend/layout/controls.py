@@ -54,7 +54,12 @@ VIEW_CONTROLS: dict[str, tuple[str, ...]] = {
 }
 CONTROL_GROUPS = ("pairing", "pairings", "rule", "metric", "grain", "layout", "direction", "top_percent",
                   "role", "overlay", "verification", "filter", "recovery", "compare", "series", "task")
-METRIC_LABELS = {"raw": "raw", "normalized": "normalized", "z": "z", "cs": "CS"}
+METRIC_LABELS = {"raw": "raw", "normalized": "normalized", "z": "z", "cs": "CS", "cka": "CKA",
+                 "procrustes": "Procrustes"}
+# The metric switch's values the subgraph cannot rank by (GET /api/subgraph's rank_on): shown
+# there but disabled (a link holding one ranks the subgraph by raw PK, which it says).
+HEATMAP_ONLY_METRICS = {"cka": "CKA: heatmaps only (the subgraph ranks by raw PK, z or CS)",
+                        "procrustes": "Procrustes: heatmaps only (the subgraph ranks by raw PK, z or CS)"}
 # The graph's scales (the API's threshold_on): no CS, which GET /api/graph cannot rank by.
 RANK_LABELS = {"pk": "raw PK", "normalized": "normalized", "z": "z"}
 THRESHOLD_LABELS = {"normalized": "normalized", "z": "z", "pk": "raw PK", "fdr": "FDR q"}
@@ -145,6 +150,16 @@ def _opts(values: tuple[str, ...], labels: dict[str, str] | None = None) -> list
     return [{"label": (labels or {}).get(v, v), "value": v} for v in values]
 
 
+def metric_options(vocab: Vocabulary | None, view: str | None) -> list[dict[str, Any]]:
+    """The metric switch: the vocabulary's metrics (PK raw / normalized / z, CKA, Procrustes,
+    CS); in the subgraph view the heatmap-only ones are disabled, titled why."""
+    opts: list[dict[str, Any]] = list(_opts(vocab.metrics if vocab else (), METRIC_LABELS))
+    if view == "subgraph":
+        opts = [{**o, "disabled": True, "title": HEATMAP_ONLY_METRICS[o["value"]]}
+                if o["value"] in HEATMAP_ONLY_METRICS else o for o in opts]
+    return opts
+
+
 def slider_props(state: ViewState | None, slider: dict[str, Any] | None) -> dict[str, Any]:
     """The threshold slider's min, max, step, marks and value for ``state``.
 
@@ -219,7 +234,7 @@ def control_groups(state: ViewState | None, vocab: Vocabulary | None,
                          style=inline if fdr else HIDE)),
         _group("metric", "metric", "metric" in shown, dcc.RadioItems(
             id="metric-radio", value=state.metric if state else None, inline=True,
-            options=_opts(vocab.metrics if vocab else (), METRIC_LABELS))),
+            options=metric_options(vocab, state.view if state else None))),
         _group("grain", "cells", "grain" in shown, dcc.RadioItems(
             id="grain-radio", value=state.grain if state else None, inline=True,
             options=[{"label": "head pairs", "value": "heads"},
