@@ -131,6 +131,27 @@ def test_url_writer_next_query() -> None:
     assert parse_query(next_query(fresh, [("heatmap", click)], VOCAB), VOCAB).pair == ("L0H3", "L1H5")
 
 
+def test_cka_and_procrustes_are_heatmap_metrics_in_the_link() -> None:
+    from headgraph.frontend.layout.controls import control_groups
+
+    assert {"cka", "procrustes"} <= set(VOCAB.metrics) and {"cka", "procrustes"} <= set(VOCAB.rank_metrics)
+    fresh = "?model=demo&view=heatmap&pairing=OV"
+    for metric in ("cka", "procrustes"):
+        search = next_query(fresh, [("metric-radio", metric)], VOCAB)
+        assert f"metric={metric}" in search
+        state = parse_query(search, VOCAB)
+        assert state == parse_query(fresh, VOCAB).with_(metric=metric)
+        assert parse_query(to_query(state), VOCAB) == state
+        radio = {g.id: g for g in control_groups(state, VOCAB, [])}["ctl-metric"].children[1]
+        assert radio.value == metric
+        assert {o["value"]: o.get("disabled", False) for o in radio.options}[metric] is False
+        # The subgraph cannot rank by them: offered there, disabled, saying why.
+        sub = {g.id: g for g in control_groups(state.with_(view="subgraph"), VOCAB, [])}["ctl-metric"]
+        option = next(o for o in sub.children[1].options if o["value"] == metric)
+        assert option["disabled"] and "heatmaps only" in option["title"]
+    assert parse_query("?view=heatmap&metric=cosine", VOCAB).metric == default_state(VOCAB).metric
+
+
 def test_subspaces_toggle_round_trips_through_the_url() -> None:
     raw = "?model=demo&view=heatmap&head=L1H2"
     norm = next_query(raw, [("subspaces-radio", "norm")], VOCAB)
@@ -190,6 +211,30 @@ def test_view_callbacks_render_the_api_data(in_app: None, api: ApiClient, comput
     assert head[1].id == "head-panel-title"
     _, _, n = render_scatter("?model=demo&view=scatter&pairing=OK&top_percent=10", READY)
     assert n == str(len(api.scatter("demo", "OK", 10)["points"]["pk"]))
+
+
+def test_cka_heatmap_and_pair_panel_show_the_api_values(in_app: None, api: ApiClient, computed: list[str]) -> None:
+    search = "?model=demo&view=heatmap&pairing=OK&metric=cka&pair=L0H0,L1H3"
+    fig, _chips, _cells = render_heatmap(search, READY, None)
+    grid = api.pk("demo", "OK", "cka")
+    assert grid["kind"] == "cka" and grid["metric"] == "cka"
+    want = np.array(grid["grid"], dtype=float).reshape(16, 16)
+    valid = np.array(grid["valid"], dtype=bool).reshape(16, 16)
+    shown = np.asarray(fig.data[0].z)
+    np.testing.assert_allclose(shown[valid], want[valid], rtol=1e-6)
+    assert "CKA" in fig.layout.title.text and "PK: %{customdata[0]" in fig.data[0].hovertemplate
+    # The pair panel reads the grid now cached; a kind not cached says so.
+    pair = api.pair("demo", "OK", "L0H0", "L1H3")
+    cell = grid["source_labels"].index("L0H0"), grid["target_labels"].index("L1H3")
+    assert "cka" in pair["similarity_cached"] and pair["cka"] == want[cell]
+    body, _ = render_pair_panel(search, READY, None)
+    cka = find(body, "pair-cka")
+    assert float(getattr(cka.children, "data-value")) == pair["cka"]
+    procrustes = find(body, "pair-procrustes").children
+    if "procrustes" in pair["similarity_cached"]:
+        assert float(getattr(procrustes, "data-value")) == pair["procrustes"]
+    else:
+        assert procrustes.children == "not computed"
 
 
 def test_controls_are_built_from_the_url(in_app: None) -> None:

@@ -74,8 +74,8 @@ def run_cli(*args: str, cache: Path, expect: int = 0) -> subprocess.CompletedPro
     return proc
 
 
-def reference_scores(folder: Path) -> dict[tuple[str, str], tuple[float, float]]:
-    """float64 (PK of O_i vs K_j, CS K-mode of i -> j) for every forward head pair."""
+def head_weights(folder: Path) -> tuple[list[torch.Tensor], ...]:
+    """float64 per-head (W_Q, W_K, W_V [d, dh], W_O [dh, d]) lists, heads in layer-major order."""
     sd = load_file(str(folder / "model.safetensors"))
     w_q, w_k, w_v, w_o = [], [], [], []
     for layer in range(N_LAYER):
@@ -88,6 +88,24 @@ def reference_scores(folder: Path) -> dict[tuple[str, str], tuple[float, float]]
             w_k.append(k[:, cols])
             w_v.append(v[:, cols])
             w_o.append(c_proj[cols, :])  # [dh, d]
+    return w_q, w_k, w_v, w_o
+
+
+def reference_similarity(weights: tuple[list[torch.Tensor], ...], name: tuple[str, str]) -> tuple[float, float]:
+    """float64 (linear CKA, orthogonal Procrustes) of O_i^T vs K_j for the pair ``name`` = (source,
+    target) of ``head_weights``, from their definitions on the matrices centred over d_model."""
+    _, w_k, _, w_o = weights
+    i, j = (int(n[1:].split("H")[0]) * N_HEAD + int(n.split("H")[1]) for n in name)
+    x, y = w_o[i].T, w_k[j]
+    x, y = x - x.mean(0), y - y.mean(0)
+    cka = float(torch.linalg.norm(y.T @ x).square() / (torch.linalg.norm(x.T @ x) * torch.linalg.norm(y.T @ y)))
+    proc = float(torch.linalg.svdvals(x.T @ y).sum() / (torch.linalg.norm(x) * torch.linalg.norm(y)))
+    return cka, proc
+
+
+def reference_scores(folder: Path) -> dict[tuple[str, str], tuple[float, float]]:
+    """float64 (PK of O_i vs K_j, CS K-mode of i -> j) for every forward head pair."""
+    w_q, w_k, w_v, w_o = head_weights(folder)
 
     def basis(m: torch.Tensor) -> torch.Tensor:
         return torch.linalg.svd(m, full_matrices=False).U
@@ -115,6 +133,7 @@ def test_export_json_ranks_pairs_offline_and_matches_float64(gpt2_dir, cache_dir
     pks = [p["pk"] for p in pairs]
     assert pks == sorted(pks, reverse=True)
     ref = reference_scores(gpt2_dir)
+    weights = head_weights(gpt2_dir)
     expected_top = sorted(ref, key=lambda k: -ref[k][0])[:20]
     assert [(p["source"], p["target"]) for p in pairs] == expected_top
     for p in pairs:
@@ -123,7 +142,9 @@ def test_export_json_ranks_pairs_offline_and_matches_float64(gpt2_dir, cache_dir
         assert 0.0 <= p["pk"] <= D_HEAD
         assert p["normalized"] == pytest.approx(pk / D_HEAD, abs=1e-5)
         assert p["cs"] == pytest.approx(cs, rel=1e-4, abs=1e-6)
-    assert set(pairs[0]) == {"source", "target", "pk", "normalized", "cs"}
+        cka, proc = reference_similarity(weights, (p["source"], p["target"]))
+        assert (p["cka"], p["procrustes"]) == (pytest.approx(cka, abs=1e-5), pytest.approx(proc, abs=1e-5))
+    assert set(pairs[0]) == {"source", "target", "pk", "normalized", "cs", "cka", "procrustes"}
 
 
 def test_export_csv_and_graphml_and_cs_ranking(gpt2_dir, cache_dir, tmp_path):
@@ -131,7 +152,7 @@ def test_export_csv_and_graphml_and_cs_ranking(gpt2_dir, cache_dir, tmp_path):
                    cache=cache_dir)
     rows = list(csv.DictReader(io.StringIO(proc.stdout)))
     assert len(rows) == 20
-    assert list(rows[0]) == ["source", "target", "pk", "normalized", "cs"]
+    assert list(rows[0]) == ["source", "target", "pk", "normalized", "cs", "cka", "procrustes"]
     ref = reference_scores(gpt2_dir)
     vals = [float(r["pk"]) for r in rows]
     assert vals == sorted(vals, reverse=True)
