@@ -90,6 +90,7 @@ def test_api_compare_equals_core(client: TestClient, pks: dict) -> None:
     ("/api/pk", {"model": "demo@foo"}, 404, "'demo@norm' (norm-aware subspaces)"),
     ("/api/pk", {"model": "local:demo-4heads@raw"}, 404, "unknown variant '@raw'"),
     ("/api/subspaces", {"model": "demo@norm@norm"}, 404, "appended once"),
+    ("/api/models/info", {"model": "@norm"}, 404, "a model id before"),
     ("/api/compare", {"a": "demo", "b": "local:demo-4heads"}, 422, "head layout"),
     ("/api/compare", {"a": "demo", "b": "demo@step-7"}, 404, "demo checkpoint"),
     ("/api/timeline", {"series": "no-such-series"}, 404, "unknown series"),

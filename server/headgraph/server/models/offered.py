@@ -265,6 +265,9 @@ class Registry:
     def _resolve_norm(self, model: str) -> ModelRef:
         """``MODEL@norm``: MODEL resolved, with norm-aware subspaces."""
         text = model.removesuffix(NORM_SUFFIX)
+        if not text.strip():
+            raise NotFound(f"unknown model {shown(model)}: give a model id before {NORM_SUFFIX!r} "
+                           "(see GET /api/models)")
         if text.rstrip().endswith(NORM_SUFFIX):
             raise NotFound(f"unknown model {shown(model)}: {NORM_SUFFIX!r} is appended once")
         return self._resolve(text, variants=False).with_subspaces("norm")
