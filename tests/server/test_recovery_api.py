@@ -130,7 +130,7 @@ def test_cka_and_procrustes_grids_and_rankings_equal_core(api, model_root):
                                                 "metric": "procrustes", "format": "csv"})
     assert resp.status_code == 200
     rows = list(csv.DictReader(io.StringIO(resp.text)))
-    assert list(rows[0])[:7] == ["source", "target", "pk", "normalized", "cs", "cka", "procrustes"]
+    assert list(rows[0])[:8] == ["source", "target", "pk", "normalized", "cs", "cs_of", "cka", "procrustes"]
     assert [float(r["procrustes"]) for r in rows] == [p["procrustes"] for p in top]
     npy = api.get("/api/download/pk", params={"model": "demo", "pairing": "OK", "metric": "cka",
                                               "format": "npy"})

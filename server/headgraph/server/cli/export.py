@@ -72,8 +72,9 @@ def run(args: argparse.Namespace) -> int:
                                "order": args.order, "pairs": rows}) + "\n"
         else:
             buf = io.StringIO()
-            cols = ["source", "target", "pk", "normalized", "cs", *SIMILARITY_KINDS]
+            cols = ["source", "target", "pk", "normalized", "cs"]
             cols += ["cs_of"] if any("cs_of" in r for r in rows) else []
+            cols += SIMILARITY_KINDS
             cols += ["z"] if args.metric == "z" else []
             w = csv.DictWriter(buf, fieldnames=cols, lineterminator="\n")
             w.writeheader()

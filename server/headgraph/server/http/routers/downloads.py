@@ -149,9 +149,10 @@ async def download_top(*,
         if format == "json":
             body = {"model": ref.id, "pairing": pairing, "metric": metric, "pairs": pairs}
             return _attachment(json.dumps(body), format, stem)
-        cols = ["source", "target", "pk", "normalized", "cs", *SIMILARITY_KINDS]
+        cols = ["source", "target", "pk", "normalized", "cs"]
         if any("cs_of" in p for p in pairs):  # KV-group targets: CS is the mean over cs_of
             cols.append("cs_of")
+        cols += SIMILARITY_KINDS
         cols += [c for c in (pairs[0] if pairs else {}) if c not in cols]
         out = io.StringIO()
         w = csv.DictWriter(out, fieldnames=cols, lineterminator="\n", extrasaction="ignore")
