@@ -113,7 +113,12 @@ def test_api_validation_summarises_the_measured_pairs(api):
 
     # 100 asked for, the demo has 64 forward OK pairs: all of them are drawn, and the answer says so
     body = ok(api.get("/api/validation", params={"model": "demo", "pairing": "OK", "n": 100, "k": 5}))
-    assert body["metrics"][:2] == ["PK", "CS"] and body["n_sample"] == 64
+    assert body["metrics"][:4] == ["PK", "CS", "CKA", "Procrustes"] and body["n_sample"] == 64
+    for kind, name in (("cka", "CKA"), ("procrustes", "Procrustes")):  # the cached similarity grids
+        rows = ok(api.get("/api/top", params={"model": "demo", "pairing": "OK", "k": 64, "metric": kind}))["pairs"]
+        grid = {(r["source"], r["target"]): r[kind] for r in rows}
+        assert all(e[name] == pytest.approx(grid[e["source"], e["target"]], rel=1e-6)
+                   for e in body["edges"] if e["in_sample"])
     assert body["baselines"] == ["layer gap", "source variance"] == body["metrics"][-2:]
     power = body["power"]
     assert (power["requested"], power["n"], power["available"], power["rho"]) == (100, 64, 64, 0.3)
@@ -127,10 +132,11 @@ def test_api_validation_summarises_the_measured_pairs(api):
         paired = {d["metric_b"]: d for d in body["paired"][prompts]}
         assert set(paired) == set(body["metrics"]) - {"PK"}
         eff = [e[f"effect_{prompts}"] for e in sample]
+        for other in ("CS", "CKA", "Procrustes"):  # PK - CS, PK - CKA, PK - Procrustes
+            want = paired_spearman_difference([e["PK"] for e in sample], [e[other] for e in sample], eff,
+                                              names=("PK", other), seed=0)
+            assert paired[other] == pytest.approx(want.to_dict())
         cs = paired["CS"]
-        want = paired_spearman_difference([e["PK"] for e in sample], [e["CS"] for e in sample], eff,
-                                          names=("PK", "CS"), seed=0)
-        assert cs == pytest.approx(want.to_dict())
         assert cs["difference"] == pytest.approx(spearmanr([e["PK"] for e in sample], eff).statistic
                                                  - spearmanr([e["CS"] for e in sample], eff).statistic)
         assert paired["layer gap"]["verdict"] is None  # the demo's pairs are all one layer apart
