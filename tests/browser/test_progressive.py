@@ -49,5 +49,35 @@ def test_a_cold_heatmap_shows_before_the_reference_is_computed(server: Server, p
     ok = [v for sl in grid["valid"] for sh in sl for tl in sh for v in tl]
     z = [v for row in seen["fig"]["data"][0]["z"] for v in row]
     assert [v for v in z if v is not None] == pytest.approx([v for v, o in zip(flat, ok) if o])
-    # That the rest then fills in behind it (the job ends, the reference view draws) is checked
-    # on SmolLM2 (tests/browser/test_smollm2.py); waiting for this model's whole job here took CI ~2 min.
+    # That a view waiting for the rest fills in when the job ends is the next test's (on the
+    # demo, whose job is short); waiting for this model's whole job here took CI ~2 min.
+
+
+def test_a_pair_panel_opened_while_the_job_runs_fills_in_when_it_ends(launch_server: Any, tmp_path: Any,
+                                                                      page: Page) -> None:
+    """Side panels wait for the whole job: a pair link opened on a cold demo shows the panel's
+    waiting state (titled with the pair) while the job runs (seconds), then the finished panel
+    by itself, with the API's numbers."""
+    source, target = "L0H0", "L1H3"
+    with launch_server(tmp_path / "cache", env={"HEADGRAPH_MODELS": "demo"}) as cold:
+        page.goto(cold.url + f"/?model=demo&view=heatmap&pairing=OK&pair={source},{target}")
+        title = page.locator(f"#pair-panel-title[data-pair='{source},{target}']")
+        body = page.locator("#pair-panel-body")
+        states: list[str] = []
+
+        def full() -> bool:
+            if title.count():
+                return True
+            heading = body.locator("h3")
+            waiting = (heading.count() and heading.first.inner_text().strip() == f"{source} → {target}"
+                       and "waiting for the model's results" in body.inner_text())
+            if waiting:
+                states.append("waiting")
+            return False
+
+        wait_until(full, 120, interval=0.1, message="the pair panel filled in", page=page)
+        print(f"the panel waited {len(states)} polls before filling in")
+        pair = httpx.get(cold.url + "/api/pair", params={"model": "demo", "pairing": "OK", "source": source,
+                                                          "target": target}, timeout=60).json()
+        assert float(title.get_attribute("data-pk") or "nan") == pair["pk"]
+        assert title.get_attribute("data-pairing") == "OK"

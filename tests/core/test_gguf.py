@@ -28,24 +28,12 @@ def heads(gguf_path):
 
 
 @pytest.fixture(scope="module")
-def hf_heads(gguf_path, tmp_path_factory):
-    """transformers' dequantization of the same file, as headgraph reads an HF checkpoint."""
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name,
-                                                 dtype=torch.float32, local_files_only=True)
-    from safetensors.torch import save_file
-
-    folder = tmp_path_factory.mktemp("smollm2-hf")  # save_pretrained refuses a GGUF-quantized model
-    state = {k: v.contiguous() for k, v in model.state_dict().items() if k != "lm_head.weight"}
-    save_file(state, str(folder / "model.safetensors"))
-    model.config.to_json_file(str(folder / "config.json"))
-    assert model.config.tie_word_embeddings
-    del model, state
-    return load_heads_safetensors(folder, device="cpu", name="smollm2-hf")
+def hf_heads(smollm2_hf_dir):
+    """transformers' dequantization of the same file (conftest), as headgraph reads an HF checkpoint."""
+    return load_heads_safetensors(smollm2_hf_dir, device="cpu", name="smollm2-hf")
 
 
-@pytest.mark.slow  # SmolLM2 dequantized twice: ~50 s
+@pytest.mark.slow  # SmolLM2 dequantized by headgraph and (once per session) by transformers
 def test_gguf_weights_equal_transformers_dequantized(heads, hf_heads):
     for role in ("W_Q", "W_K", "W_V", "W_O", "W_U"):
         ours, ref = getattr(heads, role), getattr(hf_heads, role)

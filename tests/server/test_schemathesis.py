@@ -6,6 +6,7 @@ and in lab mode (HEADGRAPH_API_TOKEN set) both without and with the token."""
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -24,18 +25,28 @@ WARM = ("/api/reference", "/api/scatter", "/api/graph", "/api/patterns", "/api/v
         "/api/circuit")
 
 
+ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HEADGRAPH_DEVICE": "cpu"}
+
+
+@pytest.fixture(scope="module")
+def warm_cache(launch_server, tmp_path_factory):
+    """A cache holding the demo's heavier results (computed once by an open server, which is
+    then stopped), so fuzzing measures the API, not first computations; each mode's server
+    starts on its own copy (lab mode reads it like any cache: anonymous reads are cache-only)."""
+    cache = tmp_path_factory.mktemp("schemathesis-warm") / "cache"
+    with launch_server(cache, workers=1, env=ENV) as srv:
+        for path in WARM:
+            assert httpx.get(srv.url + path, timeout=300).status_code == 200
+    return cache
+
+
 @pytest.mark.parametrize("mode", ["open", "lab-anonymous", "lab-token"])
-def test_every_check_holds_under_schemathesis(launch_server, tmp_path, mode):
-    env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HEADGRAPH_DEVICE": "cpu"}
-    headers = {}
+def test_every_check_holds_under_schemathesis(launch_server, warm_cache, tmp_path, mode):
+    env = dict(ENV)
     if mode != "open":
         env["HEADGRAPH_API_TOKEN"] = TOKEN
-        headers = {"Authorization": f"Bearer {TOKEN}"}
+    shutil.copytree(warm_cache, tmp_path / "cache")
     with launch_server(tmp_path / "cache", workers=1, env=env) as srv:
-        # Warm the demo's heavier results so fuzzing measures the API, not first computations
-        # (in lab mode this needs the token: anonymous reads are cache-only).
-        for path in WARM:
-            assert httpx.get(srv.url + path, headers=headers, timeout=300).status_code == 200
         ops = httpx.get(srv.url + "/openapi.json").json()["paths"]
         base = [str(SCHEMATHESIS), "--config-file", str(CONFIG), "run", srv.url + "/openapi.json",
                 "--checks", "all", "--workers", "1", "--seed", "0", "--request-timeout", "300",
