@@ -188,8 +188,9 @@ class Registry:
                for n in BUILTIN_MODELS]
         out += [ModelEntry(ref, "available", "built-in GGUF (from an installed package), "
                            "available offline") for ref in packaged_refs()]
+        listed = {e.ref.id for e in out}
         for name in self.settings.models:
-            if name in BUILTIN_MODELS:
+            if name in listed:  # a built-in or packaged model named in HEADGRAPH_MODELS: once
                 continue
             ref = listed_ref(name)
             out.append(ModelEntry(ref, "available", "random weights built from a config (no download)")
