@@ -46,6 +46,14 @@ MAX_EDGES = 2000  # a thresholded graph keeps at most this many (best) edges per
 THRESHOLD_DIGITS = 3  # thresholds are rounded to this many significant digits (a finite key grid)
 THRESHOLD_FLOOR = 1e-6  # thresholds nearer zero than this are zero
 PERCENT_STEP = 0.1  # top-percent parameters are multiples of this
+# Subgraph queries (core.graphs.subgraph): what they rank by, and their bounds.
+SUBGRAPH_RANK_ON: tuple[str, ...] = ("pk", "normalized", "cs", "z")
+SUBGRAPH_QUERIES: tuple[str, ...] = ("heads", "neighbourhood", "layers")
+SUBGRAPH_CAP = 300  # edges one subgraph answer keeps unless asked for more
+SUBGRAPH_CAP_MAX = MAX_EDGES  # the most edges any subgraph answer keeps
+SUBGRAPH_DEPTH_MAX = 4
+SUBGRAPH_HEADS_MAX = 512  # names in one head set
+TIMELINE_MAX_EDGES = 50  # edges one timeline may follow
 
 
 def quantize_threshold(value: float) -> float:

@@ -25,16 +25,15 @@ from typing import Any
 import torch
 
 from headgraph.core.errors import InvalidInput
-from headgraph.core.names import CS_MODES, K_MAX, MAX_EDGES, head_label
+from headgraph.core.names import (CS_MODES, K_MAX, SUBGRAPH_CAP, SUBGRAPH_CAP_MAX, SUBGRAPH_DEPTH_MAX,
+                                  SUBGRAPH_HEADS_MAX, SUBGRAPH_QUERIES, SUBGRAPH_RANK_ON, head_label)
 from headgraph.core.scores.ranking import kv_level_cs
 from headgraph.core.types import ModelInfo, PairScores
 
-SUBGRAPH_RANK_ON: tuple[str, ...] = ("pk", "normalized", "cs", "z")
-SUBGRAPH_QUERIES: tuple[str, ...] = ("heads", "neighbourhood", "layers")
-DEFAULT_CAP = 300  # edges one answer keeps unless asked for more
-CAP_MAX = MAX_EDGES  # the most edges any answer keeps
-DEPTH_MAX = 4
-HEADS_MAX = 512  # names in one head set
+DEFAULT_CAP = SUBGRAPH_CAP  # edges one answer keeps unless asked for more
+CAP_MAX = SUBGRAPH_CAP_MAX  # the most edges any answer keeps
+DEPTH_MAX = SUBGRAPH_DEPTH_MAX
+HEADS_MAX = SUBGRAPH_HEADS_MAX  # names in one head set
 _WORDS = {"pk": "raw PK", "normalized": "normalized PK", "cs": "CS", "z": "z-score"}
 
 

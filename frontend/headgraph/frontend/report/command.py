@@ -19,10 +19,8 @@ from typing import Any
 
 import httpx
 
-from headgraph.frontend.report.charts import all_charts, write_pngs
-from headgraph.frontend.report.claims import all_verdicts
-from headgraph.frontend.report.numbers import TIMEOUT_S, ApiFailure, LocalServer, collect
-from headgraph.frontend.report.markdown import index_page, render, slug
+# The page's modules (figures, the dashboard's plotting code, the server for a local run) are
+# imported when the command runs: every ``headgraph`` call loads this module to list it.
 
 
 def add_parser(sub: Any, cache_opt: Callable[[argparse.ArgumentParser], None]) -> None:
@@ -46,6 +44,8 @@ def _say(message: str) -> None:
 
 
 def _client(url: str) -> httpx.Client:
+    from headgraph.frontend.report.numbers import TIMEOUT_S
+
     token = os.environ.get("HEADGRAPH_API_TOKEN")
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     return httpx.Client(base_url=url.rstrip("/"), timeout=TIMEOUT_S, headers=headers)
@@ -53,6 +53,8 @@ def _client(url: str) -> httpx.Client:
 
 def fetch(model: str, url: str | None, cache_dir: str | None) -> dict[str, Any]:
     """The report's API answers, from ``url`` or from a server started for this run."""
+    from headgraph.frontend.report.numbers import LocalServer, collect
+
     if url:
         with _client(url) as client:
             return collect(client, model, say=_say)
@@ -64,6 +66,10 @@ def fetch(model: str, url: str | None, cache_dir: str | None) -> dict[str, Any]:
 
 def write_report(numbers: dict[str, Any], out: Path) -> Path:
     """Write the page, its figures and the index under ``out/findings``; returns the page."""
+    from headgraph.frontend.report.charts import all_charts, write_pngs
+    from headgraph.frontend.report.claims import all_verdicts
+    from headgraph.frontend.report.markdown import index_page, render, slug
+
     folder = out / "findings"
     name = slug(numbers["model"])
     charts = all_charts(numbers)
@@ -78,6 +84,9 @@ def write_report(numbers: dict[str, Any], out: Path) -> Path:
 
 def run(args: argparse.Namespace) -> int:
     """The subcommand: fetch, decide, write; prints each verdict; 2 on a bad model or server."""
+    from headgraph.frontend.report.claims import all_verdicts
+    from headgraph.frontend.report.numbers import ApiFailure
+
     try:
         numbers = fetch(args.model, args.url, getattr(args, "cache_dir", None))
     except ApiFailure as err:

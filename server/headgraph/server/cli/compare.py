@@ -100,7 +100,7 @@ def _outputs(args: argparse.Namespace, table: str, as_json: dict[str, Any], as_c
 def add_parser(sub: Any) -> None:
     """Register ``timeline`` and ``compare`` on the subcommand parsers ``sub``."""
     from headgraph.core.names import K_MAX
-    from headgraph.server.services.comparisons import MAX_EDGES
+    from headgraph.core.names import TIMELINE_MAX_EDGES as MAX_EDGES
 
     def cmd_timeline(args: argparse.Namespace) -> int:
         from headgraph.server.services.comparisons import (

@@ -8,8 +8,10 @@ import json
 import sys
 from typing import Any
 
-from headgraph.core.graphs.subgraph import CAP_MAX, DEFAULT_CAP, DEPTH_MAX, SUBGRAPH_RANK_ON
-from headgraph.core.names import GRAPH_PAIRINGS, K_MAX
+from headgraph.core.names import GRAPH_PAIRINGS, K_MAX, SUBGRAPH_RANK_ON
+from headgraph.core.names import SUBGRAPH_CAP as DEFAULT_CAP
+from headgraph.core.names import SUBGRAPH_CAP_MAX as CAP_MAX
+from headgraph.core.names import SUBGRAPH_DEPTH_MAX as DEPTH_MAX
 from headgraph.server.cli.common import cache_opt, fail, model_arg, resolve_model, services_for
 
 

@@ -97,8 +97,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def add_parser(sub: Any) -> None:
     """Register ``sweep`` on the subcommand parsers ``sub``."""
-    from headgraph.server.sweep.run import DEFAULT_RETRIES
-    from headgraph.server.sweep.task import RESULTS
+    from headgraph.server.sweep.task import DEFAULT_RETRIES, RESULTS
 
     s = sub.add_parser(
         "sweep", help="compute many models on Ray into the result cache (needs the 'sweep' extra)",

@@ -20,7 +20,7 @@ import numpy as np
 from headgraph.core.graphs.diff import EdgeChange, ModelDiff, compare_scores
 from headgraph.core.graphs.timeline import Edge, Timeline, edge_of, edge_trajectories
 from headgraph.core.models.series import DEMO_SERIES, demo_series
-from headgraph.core.names import check_pairing
+from headgraph.core.names import TIMELINE_MAX_EDGES, check_pairing
 from headgraph.server.computations.convert import grid_axis_labels, jsonable, role_is_grouped
 from headgraph.server.errors import Invalid, NotFound
 from headgraph.server.models.catalog import ModelCatalog
@@ -28,7 +28,7 @@ from headgraph.server.models.offered import ModelRef, shown
 from headgraph.server.services.scores import ScoresService
 
 MAX_SERIES = 64  # checkpoints one timeline may read
-MAX_EDGES = 50  # edges one timeline may follow
+MAX_EDGES = TIMELINE_MAX_EDGES  # edges one timeline may follow
 SERIES_METHOD = ("PK of each edge at every checkpoint (core.graphs.timeline.edge_trajectories); "
                  "edges: the given ones, else the last checkpoint's top-k by the metric")
 COMPARE_METHOD = ("B - A of the metric on pairs valid in both; gained / lost: edges of B's / "

@@ -26,9 +26,7 @@ from typing import Any
 
 from headgraph.server.settings import Settings
 from headgraph.server.sweep.specs import default_model_root, registry_ids, serve_env
-from headgraph.server.sweep.task import FAIL_FIRST_ENV, TRANSIENT, read_attempts, sweep_task
-
-DEFAULT_RETRIES = 2
+from headgraph.server.sweep.task import DEFAULT_RETRIES, FAIL_FIRST_ENV, TRANSIENT, read_attempts, sweep_task
 INSTALL_HINT = "pip install 'headgraph-server[sweep]' (or: pip install 'ray>=2.9')"
 
 

@@ -23,6 +23,8 @@ from headgraph.core.names import GRAPH_PAIRINGS
 from headgraph.server.errors import ApiError, one_line
 from headgraph.server.settings import Settings
 
+DEFAULT_RETRIES = 2  # Ray retries of a failed task (the sweep CLI default)
+
 # Result names of --results, in the job's order (the first word of a job's stage names):
 # the scores, then what the default views render (graph, scatter, the pair panels of the
 # default graph's edges), so a server on the swept cache serves those views without computing.
