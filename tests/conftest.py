@@ -90,6 +90,13 @@ def smollm2_cache(gguf_path: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     return build(shared_root(tmp_path_factory), "smollm2-cache")
 
 
+@pytest.fixture(scope="session")
+def demo_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A template cache holding the demo's whole job (``headgraph compute demo``, once per
+    session), copied by the modules that warm the demo (their job then finds it all cached)."""
+    return build(shared_root(tmp_path_factory), "demo-cache")
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Start building, in the background, the session artifacts the selected tests read."""
     fixtures = {name for item in session.items for name in getattr(item, "fixturenames", ())}

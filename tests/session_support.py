@@ -1,7 +1,7 @@
 """Artifacts built once per test session and shared by every pytest-xdist worker, for what is
 costly and identical everywhere: the SmolLM2 GGUF dequantized by transformers (the independent
-reference of its weights) and a cache holding SmolLM2's whole job (so only the tests about a
-cold model compute it).
+reference of its weights), and caches holding SmolLM2's and the demo's whole jobs (so only the
+tests about a cold model compute them; a module warming the demo copies its cache).
 
 An artifact is a folder in the session's common temporary folder, built under a file lock by
 whoever comes first and marked complete last (a folder without the mark is rebuilt). When the
@@ -58,6 +58,7 @@ def dequantize_smollm2(folder: Path) -> None:
 ARTIFACTS: dict[str, tuple[str, Callable[[Path], None]]] = {
     "smollm2-cache": ("smollm2_cache", lambda folder: compute_with_cli("smollm2", folder)),
     "smollm2-hf": ("smollm2_hf_dir", dequantize_smollm2),
+    "demo-cache": ("demo_cache", lambda folder: compute_with_cli("demo", folder)),
 }
 
 

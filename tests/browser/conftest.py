@@ -17,6 +17,7 @@ import pytest
 
 from browser import VIEWPORT, launch_browser
 from headgraph.server.http.launch import ServerProcess
+from session_support import copy_cache
 
 HERE = Path(__file__).resolve().parent
 
@@ -66,5 +67,8 @@ def server(request: pytest.FixtureRequest, launch_server: Any, tmp_path_factory:
            server_env: dict[str, str], warm_models: tuple[str, ...]) -> Iterator[ServerProcess]:
     """A real ``headgraph serve`` for the module, on a fresh cache; stopped after its last test."""
     name = request.module.__name__.rsplit(".", 1)[-1].removeprefix("test_")
-    with launch_server(tmp_path_factory.mktemp(name) / "cache", env=server_env, warm=warm_models) as srv:
+    cache = tmp_path_factory.mktemp(name) / "cache"
+    if "demo" in warm_models:  # the session's demo cache: warming it then finds every result cached
+        copy_cache(request.getfixturevalue("demo_cache"), cache)
+    with launch_server(cache, env=server_env, warm=warm_models) as srv:
         yield srv

@@ -16,11 +16,18 @@ from headgraph.frontend.api.context import CONFIG_KEY, FrontendContext
 from headgraph.frontend.app import create_dash
 from headgraph.server.http.app import create_app
 from headgraph.server.settings import Settings
+from session_support import copy_cache
 
 
 @pytest.fixture(scope="module")
-def http(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
-    app = create_app(Settings(cache_dir=tmp_path_factory.mktemp("frontend-units")))
+def http(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+    """The API app on the module's own cache: a copy of the session's demo cache when a test of
+    the module uses ``computed`` (so its job finds every result cached), else empty."""
+    cache = tmp_path_factory.mktemp("frontend-units") / "cache"
+    if any("computed" in item.fixturenames for item in request.session.items
+           if item.module is request.module):
+        copy_cache(request.getfixturevalue("demo_cache"), cache)
+    app = create_app(Settings(cache_dir=cache))
     with TestClient(app) as client:
         yield client
 
