@@ -161,8 +161,10 @@ def test_cli_circuit_of_a_file(tmp_path, capsys):
     code = main(["circuit", "demo", "--task", str(path), "--method", "eap", "--top", "5",
                  "--json", "--cache-dir", str(tmp_path / "cache")])
     assert code == 0
-    body = json.loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    body = json.loads(captured.out)  # stdout: the one JSON object; the progress bar on stderr
     assert body["task"]["name"] == "my-task" and len(body["edges"]) == 5
+    assert all(stage in captured.err for stage in ("attribution", "faithfulness", "patching", "100%"))
     assert main(["circuit", "demo", "--task", str(path), "--method", "eap", "--top", "3",
                  "--cache-dir", str(tmp_path / "cache")]) == 0
     text = capsys.readouterr().out

@@ -85,6 +85,8 @@ def add_parser(sub: Any) -> None:
     c.add_argument("--top", type=int, default=DEFAULT_CLI_TOP,
                    help=f"edges listed, strongest first (1..{TOP_MAX})")
     c.add_argument("--json", action="store_true", help="one JSON object instead of the text")
+    c.add_argument("-q", "--quiet", action="store_true",
+                   help="no progress bar (stderr: stage and share of the run done)")
     cache_opt(c)
     c.set_defaults(func=run)
 
@@ -112,8 +114,24 @@ def run(args: argparse.Namespace) -> int:
     services = services_for(args)
     ref = resolve_model(services, args.model)
     steps = args.steps if args.method == "eap-ig" else 1
-    report = services.circuits.answer(ref, name, args.method, steps, args.top, jsonl=jsonl,
-                                      pairs=args.pairs)
+    from tqdm import tqdm
+
+    from headgraph.server.compute.progress import listening
+
+    bar = tqdm(total=1000, file=sys.stderr, desc=f"{ref.id} {name}", unit="‰", disable=args.quiet,
+               bar_format="{desc}: {percentage:3.0f}%|{bar}| {postfix}")
+
+    def progress(stage: str, fraction: float, message: str) -> None:
+        bar.n = int(round(fraction * 1000))
+        bar.set_postfix_str(f"{stage}: {message}" if message else stage)
+        bar.refresh()
+
+    try:
+        with listening(progress):
+            report = services.circuits.answer(ref, name, args.method, steps, args.top, jsonl=jsonl,
+                                              pairs=args.pairs)
+    finally:
+        bar.close()
     sys.stdout.write(json.dumps(report) + "\n" if args.json else circuit_text(report))
     sys.stdout.flush()
     return 0

@@ -55,17 +55,37 @@ class _Recorder:
 
 
 _CURRENT: ContextVar[_Recorder | None] = ContextVar("headgraph_progress", default=None)
+Listener = Any  # callable(stage, fraction, message): a progress bar of the process running it
+_LISTENER: ContextVar[Listener | None] = ContextVar("headgraph_progress_listener", default=None)
 
 
 def report(stage: str, fraction: float, message: str = "", *, force: bool = False) -> None:
     """Record where the running computation is (``fraction`` of it done, in [0, 1]); a no-op
-    outside a recorded run. ``force``: write even within MIN_INTERVAL_S of the last write."""
+    outside a recorded run. ``force``: write even within MIN_INTERVAL_S of the last write.
+    A listener (``listening``) of this process hears every report, recorded or not."""
+    listener = _LISTENER.get()
+    if listener is not None:
+        try:
+            listener(stage, min(max(fraction, 0.0), 1.0), message)
+        except Exception:  # a progress bar must not fail the computation either
+            pass
     rec = _CURRENT.get()
     if rec is not None:
         try:
             rec.write(stage, fraction, message, force=force)
         except Exception:  # progress is advisory: never fail a computation over it
             pass
+
+
+@contextmanager
+def listening(listener: Listener) -> Iterator[None]:
+    """Call ``listener(stage, fraction, message)`` on every report of a computation run inline
+    inside (the CLI's progress bar), besides any record."""
+    token = _LISTENER.set(listener)
+    try:
+        yield
+    finally:
+        _LISTENER.reset(token)
 
 
 @contextmanager
