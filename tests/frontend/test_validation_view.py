@@ -133,6 +133,18 @@ def test_the_view_shows_the_paired_verdicts_and_the_power(in_app: None, api: Api
             assert getattr(row, "data-verdict") == (d["verdict"] or "")
             assert getattr(row, "data-difference") == ("" if d["difference"] is None else repr(d["difference"]))
     assert "(baseline)" in str(find(table, "paired-text-source-variance").children[1].children)
+    # Calibrated precision: each metric's top-k verified share against the null's, with its exact
+    # test, which scipy's one-sided Fisher test on the same counts reproduces.
+    from scipy.stats import fisher_exact
+
+    precision = find(words, "validation-precision")
+    assert data["precision"] and {r["metric"] for r in data["precision"]} >= {"PK", "CS"}
+    for r in data["precision"]:
+        row = find(precision, "precision-" + r["metric"].replace(" ", "-"))
+        assert (getattr(row, "data-verified"), getattr(row, "data-k")) == (str(r["verified"]), str(r["k"]))
+        assert getattr(row, "data-p") == repr(r["p_value"])
+        table_2x2 = [[r["verified"], r["k"] - r["verified"]], [r["null_verified"], r["n_null"] - r["null_verified"]]]
+        assert r["p_value"] == pytest.approx(fisher_exact(table_2x2, alternative="greater").pvalue, rel=1e-9)
 
 
 def test_the_comparison_names_the_intervals_that_lie_below_the_best() -> None:

@@ -106,6 +106,40 @@ def paired_table(data: dict[str, Any]) -> html.Table:
     return html.Table([html.Thead(head), html.Tbody(rows)], id="validation-paired", className="paired-table")
 
 
+def precision_row_id(metric: str) -> str:
+    """A precision row's element id, CSS-safe: 'data-PK out' -> 'precision-data-PK-out'."""
+    return "precision-" + re.sub(r"[^A-Za-z0-9]+", "-", metric).strip("-")
+
+
+def _p_text(p: Any) -> str:
+    return "—" if p is None else (f"{p:.1e}" if p < 1e-3 else f"{p:.3f}")
+
+
+def precision_table(data: dict[str, Any]) -> html.Table | None:
+    """Calibrated precision (id "validation-precision"): per metric, the share of its top-k
+    pairs verified against the random-pair null, the null's own share above the same
+    thresholds, and the one-sided Fisher exact test of the difference; a row's data-verified /
+    data-p carry the API's values. None when the answer has no precision rows."""
+    rows_in = data.get("precision") or []
+    if not rows_in:
+        return None
+    head = html.Tr([html.Th(h) for h in ("metric", "top-k verified", "null verified", "odds ratio",
+                                          "p (Fisher, one-sided)")])
+    rows = []
+    for r in rows_in:
+        odds = r.get("odds_ratio")
+        rows.append(html.Tr([
+            html.Td(r["metric"]),
+            html.Td(f"{r['verified']} / {r['k']} ({r['precision']:.0%})"),
+            html.Td(f"{r['null_verified']} / {r['n_null']} ({r['null_share']:.0%})"),
+            html.Td("—" if odds is None else ("∞" if odds == float("inf") else f"{odds:.3g}")),
+            html.Td(_p_text(r.get("p_value")))],
+            id=precision_row_id(r["metric"]), className="precision-row",
+            **{"data-verified": str(r["verified"]), "data-k": str(r["k"]),
+               "data-p": "" if r.get("p_value") is None else repr(r["p_value"])}))
+    return html.Table([html.Thead(head), html.Tbody(rows)], id="validation-precision", className="paired-table")
+
+
 @view_callback("validation", Output("validation", "figure"), Output("validation-scatter", "figure"),
                Output("validation-summary", "children"), Output("validation-words", "children"),
                Output("validation-run-box", "style"), Output("validation-scatter-box", "style"),
@@ -145,6 +179,12 @@ def validation_view(params: dict[str, Any] | None) -> tuple:
                     "with a paired bootstrap 95% interval; a metric is better only when that interval "
                     "excludes 0.", className="validation-note"),
              paired_table(data)]
+    precision = precision_table(data)
+    if precision is not None:
+        words += [html.P("Calibrated precision: each metric's top-k pairs verified against the random-pair "
+                         "null (the verdict's thresholds, Bonferroni over the k pairs and prompt sets), beside "
+                         "the null's own pairs above the same thresholds; one-sided Fisher exact test.",
+                         className="validation-note"), precision]
     return (validation_figure(data), validation_scatter_figure(data), chips(data), words, HIDE,
             {"display": "block"})
 
