@@ -14,6 +14,7 @@ import math
 import re
 from typing import Any
 
+import dash
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
@@ -421,3 +422,39 @@ def test_subgraph_pins_groups_and_labels_live_in_the_link(in_app: None, api: Api
                                                "value": 1.5, "count": 3, "members": ["L0H1>L1H3"]}]})
     g = nx.read_graphml(io.StringIO(graphml), force_multigraph=True)
     assert g.graph["model"] == "demo" and g.nodes["L1H3"]["label"] == "induction head"
+
+
+def test_the_server_picks_heads_to_pin_a_neighbourhood_or_a_layer_ranges_top_edges(
+        in_app: None, api: ApiClient, computed: list[str]) -> None:
+    """'pin from the model': the heads of GET /api/subgraph's neighbourhood / layer-range answer
+    (strongest edge first) become one pin-many record that the URL writer adds to the pins."""
+    import contextvars
+
+    from dash._callback_context import context_value
+    from dash._utils import AttributeDict
+
+    from headgraph.frontend.callbacks.subgraph import pin_from_query
+    from headgraph.frontend.state.url import to_query
+
+    def click(button: str, *args: Any) -> Any:
+        def run() -> Any:
+            context_value.set(AttributeDict(triggered_inputs=[{"prop_id": f"{button}.n_clicks", "value": 1}]))
+            return pin_from_query(1, 1, *args)
+        return contextvars.copy_context().run(run)
+
+    state = default_state(VOCAB, model="demo", view="graph", overlay="", pins=("L1H2",))
+    search = to_query(state)
+    action, msg = click("sub-pin-neighbourhood-btn", "L0H0", 1, None, 10, search)
+    answer = api.subgraph("demo", head="L0H0", depth=1, pairings=list(state.pairings), cap=50)
+    want = list(dict.fromkeys(h for e in sorted(answer["edges"], key=lambda e: e["rank"])
+                              for h in (e["source"], e["target"])))
+    assert action["op"] == "pin-many" and action["heads"] == want and "L0H0" in want
+    assert f"pinned {len(want)} heads of the neighbourhood of L0H0 (depth 1)" in msg
+    after = next_state(state, "sub-action", action, VOCAB)
+    assert after.view == "subgraph" and after.pins == tuple(dict.fromkeys(("L1H2", *want)))
+    action, msg = click("sub-pin-layers-btn", None, 1, "0-1", 3, search)
+    top = api.subgraph("demo", layers="0-1", k=3, cap=3, pairings=list(state.pairings))
+    assert len(top["edges"]) == 3
+    assert set(action["heads"]) == {h for e in top["edges"] for h in (e["source"], e["target"])}
+    no, refusal = click("sub-pin-neighbourhood-btn", "L9H9", 1, None, 10, search)  # no such head: the API's 422
+    assert no is dash.no_update and "not pinned" in str(refusal)

@@ -149,6 +149,60 @@ def edit_subgraph(_g: Any, _u: Any, _p: Any, _l: Any, ticked: list[str] | None, 
     return no_update, no_update
 
 
+QUERY_K_MAX = 50  # edges a "pin their heads" query keeps (a pin list stays readable)
+
+
+def query_heads(answer: dict[str, Any]) -> list[str]:
+    """The query heads of a subgraph answer's edges, strongest edge first (a KV group counts as
+    the query heads it serves, which are what a pin names)."""
+    members = {str(n["name"]): [str(h) for h in n.get("heads") or [n["name"]]] for n in answer.get("nodes", [])}
+    out: list[str] = []
+    for e in sorted(answer.get("edges", []), key=lambda e: e.get("rank", 0)):
+        for end in (e["source"], e["target"]):
+            out += members.get(str(end), [str(end)])
+    if not out and answer.get("params", {}).get("head"):
+        out.append(str(answer["params"]["head"]))
+    return list(dict.fromkeys(out))
+
+
+@callback(Output("sub-action", "data", allow_duplicate=True), Output("sub-msg", "children", allow_duplicate=True),
+          Input("sub-pin-neighbourhood-btn", "n_clicks"), Input("sub-pin-layers-btn", "n_clicks"),
+          State("sub-query-head", "value"), State("sub-query-depth", "value"),
+          State("sub-query-layers", "value"), State("sub-query-k", "value"), State("url", "search"),
+          prevent_initial_call=True)
+def pin_from_query(_n: Any, _l: Any, head: str | None, depth: Any, layers: str | None, k: Any,
+                   search: str | None) -> tuple[Any, Any]:
+    """Pin the heads of a server query (GET /api/subgraph on the URL's pairings and metric): the
+    neighbourhood of a head to a depth, or the heads of a layer range's top-k edges, as one
+    ``pin-many`` record; the API's refusal (an unknown head, a bad range) is the message."""
+    state = state_of(search)
+    client = api()
+    common = {"pairings": list(state.pairings), "rank_on": rank_on(state.metric)}
+    try:
+        if ctx.triggered_id == "sub-pin-neighbourhood-btn":
+            if not (head or "").strip():
+                return no_update, "type a head (e.g. L4H7) to pin its neighbourhood"
+            answer = client.subgraph(state.model, head=head.strip(), depth=int(depth or 1), cap=QUERY_K_MAX,
+                                     **common)
+            what = f"the neighbourhood of {head.strip()} (depth {int(depth or 1)})"
+        else:
+            if not (layers or "").strip():
+                return no_update, "type a layer range (e.g. 10-20)"
+            top = max(1, min(int(k or 10), QUERY_K_MAX))
+            answer = client.subgraph(state.model, layers=layers.strip(), k=top, cap=top, **common)
+            what = f"the top {top} edges of layers {layers.strip()}"
+    except ApiError as err:
+        return no_update, [html.B("not pinned: "), err.message]
+    except (TypeError, ValueError):
+        return no_update, "depth and top must be whole numbers"
+    heads = query_heads(answer)
+    if not heads:
+        return no_update, f"{what}: no edges on {', '.join(state.pairings) or 'no pairing'}"
+    left = f"; {answer['left_out']} weaker edges left out" if answer.get("left_out") else ""
+    return ({"op": "pin-many", "heads": heads, "t": time.time()},
+            f"pinned {len(heads)} heads of {what}: {len(answer.get('edges', []))} edges{left}")
+
+
 @callback(Output("sub-action", "data", allow_duplicate=True), Output("sub-msg", "children", allow_duplicate=True),
           Output("sub-import", "contents"),
           Input("sub-import", "contents"), State("sub-import", "filename"), prevent_initial_call=True)

@@ -1,6 +1,8 @@
 """The subgraph view's container (static; callbacks/subgraph.py fills and reads it).
 
-Ids: "subgraph-summary", "subgraph-fig", "sub-select" (the pinned heads and groups, ticked to
+Ids: "subgraph-summary", "subgraph-fig", "sub-query-head" / "sub-query-depth" /
+"sub-pin-neighbourhood-btn" and "sub-query-layers" / "sub-query-k" / "sub-pin-layers-btn" (pin
+the heads of a server query), "sub-select" (the pinned heads and groups, ticked to
 act on), "sub-group-name" / "sub-group-btn", "sub-unpin-btn", "sub-ungroup-btn",
 "sub-label-target" / "sub-label-text" / "sub-label-btn", "sub-export-json-btn",
 "sub-export-graphml-btn", "sub-download", "sub-import" (a JSON upload), "sub-save-btn" (the
@@ -24,6 +26,22 @@ def subgraph_view(style: dict[str, str]) -> html.Div:
     """Pinned heads: the tools (select, group, unpin, label, export, import, save as a label
     set) above the layered subgraph figure."""
     tools = html.Div([
+        html.Div([html.Span("pin from the model", className="ctl-label",
+                            title="the server picks the heads (GET /api/subgraph): a head's neighbourhood, or a "
+                                  "layer range's strongest edges, on the chosen pairings and metric"),
+                  dcc.Input(id="sub-query-head", type="text", placeholder="head (e.g. L4H7)", className="text-input",
+                            debounce=False, style={"width": "8em"}),
+                  html.Span("depth", className="ctl-label"),
+                  dcc.Input(id="sub-query-depth", type="number", min=1, max=4, step=1, value=1,
+                            className="text-input", style={"width": "4em"}),
+                  html.Button("pin neighbourhood", id="sub-pin-neighbourhood-btn", className="btn", n_clicks=0),
+                  dcc.Input(id="sub-query-layers", type="text", placeholder="layers (e.g. 10-20)",
+                            className="text-input", debounce=False, style={"width": "9em"}),
+                  html.Span("top", className="ctl-label"),
+                  dcc.Input(id="sub-query-k", type="number", min=1, max=50, step=1, value=10,
+                            className="text-input", style={"width": "4em"}),
+                  html.Button("pin their heads", id="sub-pin-layers-btn", className="btn", n_clicks=0)],
+                 className="sub-row"),
         html.Div([html.Span("pinned", className="ctl-label"),
                   dcc.Checklist(id="sub-select", options=[], value=[], inline=True, className="sub-select")],
                  className="sub-row"),

@@ -247,6 +247,7 @@ def apply_subgraph_action(state: ViewState, action: Any, vocab: Vocabulary) -> V
     """The state after one subgraph edit ``action`` (a dict with ``op``):
 
     * ``pin`` {head}: toggle a pin; ``unpin`` {heads}: remove pins (a group name removes its members);
+    * ``pin-many`` {heads}: add heads to the pins (a server query's heads; at most PINS_MAX in all);
     * ``group`` {name, heads}: the pinned ``heads`` become group ``name`` (leaving other groups;
       an existing name is replaced); ``ungroup`` {names}: the groups go, their heads stay pinned;
     * ``label`` {key, text}: a head's or group's custom label (blank text removes it);
@@ -259,6 +260,10 @@ def apply_subgraph_action(state: ViewState, action: Any, vocab: Vocabulary) -> V
     op = action.get("op")
     if op == "pin" and vocab.is_head(str(action.get("head"))):
         return toggle_pin(state, str(action["head"]))
+    if op == "pin-many":  # heads a server query found, added to the pins (up to PINS_MAX)
+        heads = [*state.pins, *(str(h) for h in action.get("heads") or [])]
+        pins, groups, labels = clean_subgraph(heads, state.groups, state.labels, vocab)
+        return state.with_(view="subgraph", pins=pins, groups=groups, labels=labels)
     if op == "unpin":
         names = [str(h) for h in action.get("heads") or []]
         members = [h for n, m in state.groups if n in names for h in m]
