@@ -10,16 +10,15 @@ Every number is compared with the API's answers, none hard-coded.
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
 import httpx
 import pytest
 from playwright.sync_api import Page
-from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-from browser import Server, controls_settled, query_of, show_point, wait_figure, wait_until
+import subgraph_scenario
+from browser import Server, query_of, show_point, wait_figure, wait_until
 from headgraph.frontend.report.charts import graph_chart, report_palette
 from headgraph.frontend.report.numbers import overlay
 
@@ -141,95 +140,11 @@ def test_find_takes_a_class_name(server: Server, page: Page) -> None:
     assert "head" not in query_of(page.url)  # a class opens no head panel
 
 
-def drawn_subgraph(page: Page) -> tuple[str, str]:
-    """The subgraph view's drawn nodes (id -> label) and edges, as the view states them."""
-    el = page.locator("#sub-drawn")
-    el.wait_for(state="attached", timeout=60_000)
-    return el.get_attribute("data-nodes") or "", el.get_attribute("data-edges") or ""
-
-
 @pytest.mark.slow  # ~25 s: four pins, a group, a label, a second context, export, two imports, a save
 def test_pin_group_label_share_export_import_and_save(server: Server, page: Page, browser: Any,
                                                       tmp_path: Any) -> None:
-    page.goto(server.url + GRAPH.format(model="demo") + "&overlay=")
-    fig = wait_figure(page, "graph", lambda f: len(points(f, "node")) >= 4)
-    nodes = {cd[1]: (x, y) for x, y, cd in points(fig, "node")}
     graph = api(server, "/api/graph", model="demo", pairings="OQ,OK,OV", k=20, threshold_on="pk")["graph"]
     edged = sorted(n["id"] for n in graph["nodes"])  # heads with edges; the first columns (the modebar
     pins = [n for n in edged if n.startswith("L0")][:3] + [n for n in edged if n.startswith("L1")][:1]  # is right)
-    for i, head in enumerate(pins):  # Ctrl + click on the hovered node: a pin, no head panel
-        want = ",".join(pins[: i + 1])
-        for _ in range(4):  # a click while the graph redraws (it labels the pins) misses
-            x, y = nodes[head]
-            px, py = show_point(page, "graph", x, y)
-            page.mouse.move(px + 6, py + 6)
-            page.mouse.move(px, py)
-            try:  # the graph redraws once a pin is in the URL (pins are labelled): hover again
-                page.locator("#graph .hoverlayer .hovertext").first.wait_for(timeout=3000)
-            except PlaywrightTimeout:
-                page.wait_for_timeout(500)
-                continue
-            page.keyboard.down("Control")
-            page.mouse.click(px, py)
-            page.keyboard.up("Control")
-            try:
-                wait_until(lambda: query_of(page.url).get("pins") == want, 5,  # noqa: B023
-                           message=f"{head} pinned", page=page)
-                break
-            except AssertionError:
-                if query_of(page.url).get("pins", "").count(",") > i:
-                    raise
-        assert query_of(page.url).get("pins") == want, (head, page.url)
-    assert "head" not in query_of(page.url)
-    controls_settled(page)  # the tabs link to the current URL
-    page.locator("#tab-subgraph").click()
-    wait_until(lambda: len(json.loads(drawn_subgraph(page)[0] or "{}")) == 4, 60, message="4 pinned nodes drawn",
-               page=page)
-    for head in pins[:3]:
-        page.locator("#sub-select label", has_text=head).click()
-    page.locator("#sub-group-name").fill("previous-token heads")
-    page.locator("#sub-group-btn").click()
-    wait_until(lambda: "groups" in query_of(page.url), 15, message="group in URL", page=page)
-    page.locator("#sub-label-target label", has_text=pins[3]).click()
-    page.locator("#sub-label-text").fill("the reader")
-    page.locator("#sub-label-btn").click()
-    wait_until(lambda: "labels" in query_of(page.url), 15, message="label in URL", page=page)
-    wait_until(lambda: "the reader" in drawn_subgraph(page)[0], 60, message="label drawn", page=page)
-    drawn = drawn_subgraph(page)
-    labels = json.loads(drawn[0])
-    assert labels == {"group:previous-token heads": "previous-token heads", pins[3]: "the reader"}
-    answer = api(server, "/api/subgraph", model="demo", heads=",".join(pins), cap=500)
-    edges = json.loads(drawn[1])
-    assert sum(e[4] for e in edges) == answer["total"]  # every pair edge is in one drawn edge
-    for s, t, p, value, count in edges:  # group -> reader: the sum of its members' edges
-        members = [e["value"] for e in answer["edges"] if e["pairing"] == p and e["target"] == t]
-        assert (s, count) == ("group:previous-token heads", len(members)) and value == pytest.approx(sum(members))
-    # the copied link in a fresh browser context draws the same subgraph
-    link = page.locator("#share-url").input_value()
-    other = browser.new_context(viewport=page.viewport_size)
-    fresh = other.new_page()
-    fresh.goto(link)
-    wait_until(lambda: drawn_subgraph(fresh) == drawn, 60, message="same subgraph from the link", page=fresh)
-    # export JSON, import it into a fresh page (a bad file first: a message, no change)
-    with page.expect_download() as dl:
-        page.locator("#sub-export-json-btn").click()
-    path = tmp_path / "subgraph.json"
-    dl.value.save_as(path)
-    record = json.loads(path.read_text())
-    assert record["pins"] == pins and record["labels"] == {pins[3]: "the reader"}
-    assert [e["value"] for e in record["edges"]] == pytest.approx([e["value"] for e in answer["edges"]])
-    fresh.goto(server.url + "/?view=subgraph")
-    bad = tmp_path / "bad.json"
-    bad.write_text('{"format": "headgraph-subgraph", "pins": ["nope"]}')
-    fresh.locator("#sub-import input[type=file]").set_input_files(str(bad))
-    fresh.locator("#sub-msg", has_text="import rejected").wait_for(timeout=15_000)
-    assert "pins" not in query_of(fresh.url)
-    fresh.locator("#sub-import input[type=file]").set_input_files(str(path))
-    wait_until(lambda: drawn_subgraph(fresh) == drawn, 60, message="imported subgraph drawn", page=fresh)
-    other.close()
-    # the group saved as a label set: the overlay, listed in its dropdown
-    page.locator("#sub-save-btn").click()
-    wait_until(lambda: query_of(page.url).get("overlay") == "groups-demo", 30, message="saved overlay", page=page)
-    page.locator("#overlay-select", has_text="groups-demo").wait_for(timeout=15_000)
-    classes = api(server, "/api/labels/groups-demo")["classes"]
-    assert classes == {h: "previous-token heads" for h in pins[:3]}
+    subgraph_scenario.run(server, page, browser, tmp_path, model="demo",
+                          graph_url=GRAPH.format(model="demo") + "&overlay=", pins=pins)

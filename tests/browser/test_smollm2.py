@@ -28,6 +28,7 @@ import pytest
 from playwright.sync_api import Page
 
 from browser import Server, click_point, figure, query_of, show_point, wait_figure, wait_until
+import subgraph_scenario
 from session_support import copy_cache
 
 pytestmark = pytest.mark.timeout(480)  # a hang guard above JOB_WAIT_S, not a speed target
@@ -310,3 +311,23 @@ def test_the_default_graph_labels_the_endpoints_of_its_strongest_edges(server: S
     for e in graph["edges"]:
         if "KV" in e["target"]:
             assert ys[e["target"]] - ys[e["source"]] >= 1 - 1e-9
+
+
+@pytest.mark.slow  # ~40 s: four pins on the 60-node graph, a group, a label, a second context, export, imports, a save
+def test_the_induction_edge_pinned_grouped_labelled_shared_and_saved(server: Server, page: Page, browser: Any,
+                                                                     tmp_path: Any) -> None:
+    """The subgraph scenario (tests/subgraph_scenario.py) on SmolLM2: the reader is the KV group
+    at the end of the strongest OK edge (the induction edge of a previous-token head), the group
+    that edge's source and the next two query heads of earlier layers the default graph draws."""
+    graph = api(server, "/api/graph", pairings="OQ,OK,OV", k=20, threshold_on="pk")["graph"]
+    top = min((e for e in graph["edges"] if e["pairing"] == "OK"), key=lambda e: e["rank"])
+    reader, first = top["target"], top["source"]
+    layer = int(reader[1:].split("KV")[0])
+    others = sorted({n["id"] for n in graph["nodes"] if n["kind"] != "kv_group" and n["id"] != first
+                     and int(n["id"][1:].split("H")[0]) < layer},
+                    key=lambda h: (-int(h[1:].split("H")[0]), h))[:2]
+    pins = [first, *others, reader]
+    assert len(pins) == 4 and "KV" in reader, pins
+    subgraph_scenario.run(server, page, browser, tmp_path, model=MODEL,
+                          graph_url=f"/?model={MODEL}&view=graph&pairings=OQ,OK,OV&k=20&rule=topk&rank_on=pk&overlay=",
+                          pins=pins)
