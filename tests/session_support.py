@@ -1,7 +1,8 @@
 """Artifacts built once per test session and shared by every pytest-xdist worker, for what is
 costly and identical everywhere: the SmolLM2 GGUF dequantized by transformers (the independent
 reference of its weights), and caches holding SmolLM2's and the demo's whole jobs (so only the
-tests about a cold model compute them; a module warming the demo copies its cache).
+tests about a cold model compute them; a module warming the demo copies its cache); SmolLM2's
+also holds one small task circuit (SMOLLM2_CIRCUIT) for the Task view.
 
 An artifact is a folder in the session's common temporary folder, built under a file lock by
 whoever comes first and marked complete last (a folder without the mark is rebuilt). When the
@@ -25,12 +26,14 @@ DONE = ".built"  # written last: a folder without it is a half-built one, rebuil
 HERE = Path(__file__).resolve().parent
 
 
-def compute_with_cli(model: str, cache: Path, *, timeout: float = 1800) -> None:
-    """``headgraph compute MODEL`` into ``cache`` (offline): the job a server would run."""
+def compute_with_cli(model: str, cache: Path, *, command: tuple[str, ...] = ("compute",),
+                     timeout: float = 1800) -> None:
+    """``headgraph compute MODEL`` (or ``command``'s subcommand and options) into ``cache``
+    (offline): the job a server would run."""
     cli = Path(sys.executable).with_name("headgraph")
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HEADGRAPH_CACHE_DIR=str(cache),
                HEADGRAPH_DEVICE="cpu")
-    proc = subprocess.run([str(cli), "compute", model], capture_output=True, text=True, env=env,
+    proc = subprocess.run([str(cli), command[0], model, *command[1:]], capture_output=True, text=True, env=env,
                           timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
@@ -54,11 +57,24 @@ def dequantize_smollm2(folder: Path) -> None:
     model.config.to_json_file(str(folder / "config.json"))
 
 
-# artifact name -> (the fixture that reads it, its builder)
-ARTIFACTS: dict[str, tuple[str, Callable[[Path], None]]] = {
-    "smollm2-cache": ("smollm2_cache", lambda folder: compute_with_cli("smollm2", folder)),
-    "smollm2-hf": ("smollm2_hf_dir", dequantize_smollm2),
-    "demo-cache": ("demo_cache", lambda folder: compute_with_cli("demo", folder)),
+SMOLLM2_CIRCUIT = ("induction", 4)  # the task circuit the SmolLM2 cache holds: task, prompt pairs
+
+
+def smollm2_job_and_circuit(cache: Path) -> None:
+    """SmolLM2's whole job, then its induction circuit on SMOLLM2_CIRCUIT's prompt pairs (EAP;
+    the same cached computation as GET /api/circuit), both with the CLI."""
+    compute_with_cli("smollm2", cache)
+    task, pairs = SMOLLM2_CIRCUIT
+    compute_with_cli("smollm2", cache, command=("circuit", "--task", task, "--pairs", str(pairs), "--method", "eap",
+                                                "--json", "-q"))
+
+
+# artifact name -> (the fixtures whose use starts its build: the one reading it, or one that
+# asks for it when the module's tests need it; its builder)
+ARTIFACTS: dict[str, tuple[tuple[str, ...], Callable[[Path], None]]] = {
+    "smollm2-cache": (("smollm2_cache",), smollm2_job_and_circuit),
+    "smollm2-hf": (("smollm2_hf_dir",), dequantize_smollm2),
+    "demo-cache": (("demo_cache", "computed", "warm_models"), lambda folder: compute_with_cli("demo", folder)),
 }
 
 
@@ -88,8 +104,8 @@ def start_builds(root: Path, fixtures: set[str]) -> list[subprocess.Popen]:
     """Start, in background processes, the builds of the artifacts ``fixtures`` read that no
     other process of this session has started; the processes (for ``stop_builds``)."""
     procs = []
-    for name, (fixture, _) in ARTIFACTS.items():
-        if fixture not in fixtures:
+    for name, (triggers, _) in ARTIFACTS.items():
+        if not fixtures & set(triggers):
             continue
         try:
             os.close(os.open(root / f"{name}.started", os.O_CREAT | os.O_EXCL))

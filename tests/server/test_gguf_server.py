@@ -1,7 +1,8 @@
 """GGUF models in the server, on the real SmolLM2-135M-Instruct Q4_1 file (conftest's ``gguf_path``):
 a GGUF under a model root is confined to it (core's loader and the server's registry). A real
-server listing ``smollm2`` and answering its PK cold is tests/browser/test_smollm2.py's cold
-test; core's GGUF loading is tests/core/test_gguf.py.
+server listing ``smollm2`` and serving its PK, model info and every view is
+tests/browser/test_smollm2.py (from the session's SmolLM2 cache, which ``headgraph compute``
+fills through the server's own loading code); core's GGUF loading is tests/core/test_gguf.py.
 """
 
 from __future__ import annotations
