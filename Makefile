@@ -53,8 +53,9 @@ docs: install-test
 # The suite in two parts: every test not marked serial spread over TEST_WORKERS pytest-xdist
 # workers (a file's tests and module fixtures stay on one worker), then the serial ones (they
 # measure latency or progress against the wall clock) alone. Both parts always run; `make test`
-# fails if either failed. TEST_WORKERS=0 runs the first part in this process too.
-TEST_WORKERS ?= 2
+# fails if either failed. TEST_WORKERS=0 runs the first part in this process too. Default: one
+# worker per CPU, at least 2 and at most 4 (each runs its own servers and browser).
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -lt 2 ] && n=2; [ $$n -gt 4 ] && n=4; echo $$n)
 PYTEST := $(BIN)/python -m pytest -q --durations=15
 test: install-test browser check
 	@rc=0; \

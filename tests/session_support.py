@@ -2,7 +2,7 @@
 costly and identical everywhere: the SmolLM2 GGUF dequantized by transformers (the independent
 reference of its weights), and caches holding SmolLM2's and the demo's whole jobs (so only the
 tests about a cold model compute them; a module warming the demo copies its cache); SmolLM2's
-also holds one small task circuit (SMOLLM2_CIRCUIT) for the Task view.
+also holds two small task circuits (SMOLLM2_CIRCUITS) for the Task view.
 
 An artifact is a folder in the session's common temporary folder, built under a file lock by
 whoever comes first and marked complete last (a folder without the mark is rebuilt). When the
@@ -57,16 +57,17 @@ def dequantize_smollm2(folder: Path) -> None:
     model.config.to_json_file(str(folder / "config.json"))
 
 
-SMOLLM2_CIRCUIT = ("induction", 4)  # the task circuit the SmolLM2 cache holds: task, prompt pairs
+# The task circuits the SmolLM2 cache holds: (task, prompt pairs), by EAP.
+SMOLLM2_CIRCUITS = (("induction", 2), ("ioi", 2))
 
 
 def smollm2_job_and_circuit(cache: Path) -> None:
-    """SmolLM2's whole job, then its induction circuit on SMOLLM2_CIRCUIT's prompt pairs (EAP;
-    the same cached computation as GET /api/circuit), both with the CLI."""
+    """SmolLM2's whole job, then its SMOLLM2_CIRCUITS (EAP; the same cached computation as
+    GET /api/circuit), all with the CLI."""
     compute_with_cli("smollm2", cache)
-    task, pairs = SMOLLM2_CIRCUIT
-    compute_with_cli("smollm2", cache, command=("circuit", "--task", task, "--pairs", str(pairs), "--method", "eap",
-                                                "--json", "-q"))
+    for task, pairs in SMOLLM2_CIRCUITS:
+        compute_with_cli("smollm2", cache, command=("circuit", "--task", task, "--pairs", str(pairs),
+                                                    "--method", "eap", "--json", "-q"))
 
 
 # artifact name -> (the fixtures whose use starts its build: the one reading it, or one that

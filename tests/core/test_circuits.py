@@ -260,8 +260,8 @@ def test_post_norm_faithfulness_end_points(gemma3):
 @pytest.mark.timeout(3600)  # on two shared cores one SmolLM2 forward took 10-20 s
 def test_smollm2_ioi_faithfulness_end_points():
     """ioi on SmolLM2 (grouped-query): every edge kept is the clean run, none the corrupt run.
-    Its induction circuit (curve, EAP vs patching on 24 edges) is computed by ``headgraph
-    circuit`` into the session's SmolLM2 cache and checked in the Task view
+    Its induction and ioi circuits (curve, EAP vs patching on 24 edges) are computed by
+    ``headgraph circuit`` into the session's SmolLM2 cache and checked in the Task view
     (tests/browser/test_smollm2.py)."""
     from headgraph.core.models.loading import load_model
     from headgraph.server.models.offered import packaged_gguf
