@@ -97,7 +97,7 @@ def _bounded_size(payload: dict[str, Any]) -> int:
     return len(json.dumps(payload, separators=(",", ":")))
 
 
-def child(folder: str, stage: str, threads: int) -> dict[str, Any]:
+def child(folder: str, stage: str, threads: int, order: str = "forward") -> dict[str, Any]:
     """Run one stage in this (fresh) process; returns its time, peak RSS and notes."""
     import torch
 
@@ -118,7 +118,7 @@ def child(folder: str, stage: str, threads: int) -> dict[str, Any]:
             from headgraph.core.scores.pk import all_pairings
             from headgraph.core.stats.reference import zscores
 
-            res = all_pairings(heads, pairings=PAIRINGS, order="forward")
+            res = all_pairings(heads, pairings=PAIRINGS, order=order)
             for p in PAIRINGS:
                 zscores(res[p], heads.info.d_model)
             grid = res["OQ"].scores
@@ -127,7 +127,7 @@ def child(folder: str, stage: str, threads: int) -> dict[str, Any]:
         elif stage == "cs":
             from headgraph.core.scores.composition_score import composition_scores
 
-            composition_scores(heads, ["Q", "K", "V"])
+            composition_scores(heads, ["Q", "K", "V"], order=order)
         elif stage == "reference":
             from headgraph.core.stats.reference import kl_grid
 
@@ -141,9 +141,11 @@ def child(folder: str, stage: str, threads: int) -> dict[str, Any]:
                 haar_null(heads.info.d_model, a.source_rank, a.target_rank, samples=2000, seed=0)
         elif stage == "tokens":
             from headgraph.core.readout.tokens import top_tokens
+            from headgraph.core.scores.subspaces import release_bases
 
-            for role in ("O", "V", "Q", "K"):
+            for role in ("O", "V", "Q", "K"):  # as the server's tokens computation
                 top_tokens(heads, role, k=50)
+                release_bases(heads)
         elif stage != "load_bf16":
             raise SystemExit(f"unknown stage {stage}")
     out["seconds"] = time.perf_counter() - start
@@ -157,10 +159,13 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--keep", type=Path, help="build (or reuse) the checkpoint in this folder")
     parser.add_argument("--stages", default=",".join(STAGES))
+    parser.add_argument("--order", default="forward",
+                        help="head pairs PK and CS compute: forward (the job's) or same-layer, a "
+                             "memory probe: the same buffers and factors, 1/L of the pair products")
     parser.add_argument("--child", nargs=2, metavar=("FOLDER", "STAGE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(args.child[0], args.child[1], args.threads)))
+        print(json.dumps(child(args.child[0], args.child[1], args.threads, args.order)))
         return
     with tempfile.TemporaryDirectory() as tmp:
         folder = args.keep or Path(tmp) / args.shape
@@ -169,12 +174,14 @@ def main() -> None:
             build_checkpoint(folder, args.shape)
         L, H, Hkv, d, dh, _ = SHAPES[args.shape]
         print(f"{args.shape}: {L} layers, {H} q / {Hkv} kv heads, d_model {d}, d_head {dh}; "
-              f"checkpoint ready in {time.perf_counter() - start:.0f} s; {args.threads} threads")
+              f"checkpoint ready in {time.perf_counter() - start:.0f} s; {args.threads} threads; "
+              f"PK / CS order {args.order}")
         print("| stage | load (bf16) s | stage s | peak RSS | notes |")
         print("|---|---|---|---|---|")
         for stage in args.stages.split(","):
             run = subprocess.run([sys.executable, __file__, "--threads", str(args.threads),
-                                  "--child", str(folder), stage], capture_output=True, text=True)
+                                  "--order", args.order, "--child", str(folder), stage],
+                                 capture_output=True, text=True)
             if run.returncode:
                 tail = (run.stderr.strip().splitlines() or ["?"])[-1]
                 print(f"| {stage} | | | | failed (exit {run.returncode}): {tail} |", flush=True)

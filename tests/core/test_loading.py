@@ -187,6 +187,29 @@ def test_streaming_reader_matches_bridge_gpt2_and_sharded_qwen2(hgb_gpt2_dir, hg
         assert lm.heads.fingerprint == stream.fingerprint
 
 
+def test_streaming_keeps_the_stored_bf16_and_pk_reads_factored_bases(tmp_path):
+    """A bf16 checkpoint streamed by load_model stays bf16 (half the memory of float32): the
+    same values as the float32 read, and its PK (from factors of the bf16 weights, as a 7B
+    model is scored) equals PK of the float32 heads."""
+    from headgraph.core.scores.pk import all_pairings
+
+    folder = tmp_path / "qwen2-bf16"
+    cfg = Qwen2Config(num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+                      hidden_size=64, intermediate_size=64, vocab_size=300, torch_dtype="bfloat16")
+    _save_hf(folder, cfg, seed=4).to(torch.bfloat16).save_pretrained(folder)
+    lm = load_model(str(folder), processing="raw", streaming=True)
+    wide = load_heads_safetensors(folder)
+    assert lm.heads.W_Q.dtype == torch.bfloat16 and lm.info.dtype == "bfloat16"
+    assert wide.W_Q.dtype == torch.float32
+    for name in ATTN + ("W_U",):
+        assert torch.equal(getattr(lm.heads, name).float(), getattr(wide, name)), name
+    ours = all_pairings(lm.heads, pairings=["OQ", "OK"], bases="factored")
+    ref = all_pairings(wide, pairings=["OQ", "OK"], bases="dense")
+    for p in ours:
+        assert ours[p].scores.dtype == torch.float32
+        assert (ours[p].scores - ref[p].scores).abs().max() < 1e-5, p
+
+
 def test_streaming_reader_bloom_fused_per_head_layout(tmp_path):
     folder = tmp_path / "bloom"
     _save_hf(folder, BloomConfig(n_layer=2, n_head=4, hidden_size=32, vocab_size=300), seed=3)

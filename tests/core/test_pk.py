@@ -90,6 +90,38 @@ def test_both_formulas_and_streaming_agree_with_float64(make_heads):
             assert (got - ref)[mask].abs().max() < 2e-6, (order, method)
         streamed = pairwise_sq_overlap(u_s, u_t, order=order, method="gram", work_bytes=1)
         assert (streamed - ref)[mask].abs().max() < 2e-6
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_factored_bases_give_the_dense_pk_and_form_no_bases(make_heads, dtype):
+    """PK from factors U = W M of the stored weights (how a 7B-class model is scored) equals PK
+    from dense bases and the float64 definition, on grouped-query weights kept in ``dtype``;
+    no [L, H, d, r] bases are cached. A rank-deficient head makes the factored form fall back
+    to dense bases (exact under the rank rule)."""
+    W = _random_weights(4, 6, 2, 96, 8, seed=3, dtype=dtype)
+    pairings = ["OQ", "OK", "OV", "QK"]
+    fact_heads = make_heads(*W)
+    factored = all_pairings(fact_heads, pairings=pairings, order="all", bases="factored")
+    assert not [k for k in fact_heads._cache if k[0] == "bases"]
+    dense = all_pairings(make_heads(*W), pairings=pairings, order="all", bases="dense")
+    for p in pairings:
+        s_w = fact_heads.role(p[0]).double().flatten(0, 1)
+        t_w = fact_heads.role(p[1]).double().flatten(0, 1)
+        q_s, q_t = torch.linalg.qr(s_w).Q, torch.linalg.qr(t_w).Q
+        ref = torch.einsum("adr,bds->abrs", q_s, q_t).square().sum((-1, -2)).view(factored[p].scores.shape)
+        assert (factored[p].scores.double() - ref).abs().max() < 2e-5, p
+        assert (factored[p].scores - dense[p].scores).abs().max() < 2e-5, p
+        assert torch.equal(factored[p].valid, dense[p].valid)
+        assert torch.equal(factored[p].source_ranks, dense[p].source_ranks)
+    W_K = W[1].clone()
+    W_K[1, 0, :, 3] = W_K[1, 0, :, 0]  # rank 7: not certified, dense bases instead
+    deficient = make_heads(W[0], W_K, W[2], W[3])
+    res = all_pairings(deficient, pairings=["OK"], order="all", bases="factored")["OK"]
+    assert int(res.target_ranks[1, 0]) == 7
+    assert ("bases", "K", None, None) in deficient._cache
+    with pytest.raises(InvalidInput, match="bases must be one of"):
+        all_pairings(make_heads(*W), pairings=["OK"], bases="sparse")
+
+
 @pytest.fixture(scope="module")
 def gpt2_small_bridge(gpt2_small_random_dir):
     return boot_bridge(gpt2_small_random_dir)

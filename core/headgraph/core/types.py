@@ -103,6 +103,24 @@ class RoleBases:
 
 
 @dataclass(frozen=True)
+class RoleFactors:
+    """Orthonormal bases of one role as factors, U[l, h] = a[l, h] @ m[l, h], for models whose
+    dense bases do not fit in memory (core.scores.subspaces.role_factors).
+
+    a: [L, H, d_model, d_head] the role's weights as stored (any floating dtype, not copied);
+    m: [L, H, d_head, d_head] in the compute dtype; every head has full rank (ranks == rank ==
+    d_head), which is what makes the factored form exact.
+    """
+
+    role: str
+    a: torch.Tensor
+    m: torch.Tensor
+    ranks: torch.Tensor
+    rank: int
+    rtol: float
+
+
+@dataclass(frozen=True)
 class PairScores:
     """Scores for every (source head, target head) pair of one pairing.
 
@@ -139,4 +157,4 @@ class PatternSource(Protocol):
 
 
 __all__ = ["COMPUTE_VERSION", "PROCESSINGS", "HeadWeights", "ModelInfo", "PairScores", "PatternSource",
-           "Processing", "RoleBases"]
+           "Processing", "RoleBases", "RoleFactors"]

@@ -431,7 +431,8 @@ def _load_folder_in(folder: Path, *, name: str, source: str, device: str, proces
                                    "processing 'processed' needs the whole model in memory")
         if not safetensors_files(folder):
             raise UnsupportedModel(f"{name}: streaming needs *.safetensors files in the folder")
-        heads = load_heads_safetensors(folder, device=device, name=name)
+        # Stored precision: a 7B model's attention weights are 4.3 GB in bf16, 8.6 in float32.
+        heads = load_heads_safetensors(folder, device=device, name=name, dtype=None)
         return LoadedModel(heads=heads, patterns=None, tokenizer=None, info=heads.info)
     try:
         tokenizer = _own_tokenizer(folder) if has_tokenizer(folder) else byte_level_tokenizer()

@@ -121,10 +121,18 @@ def _cfg_int(cfg: dict[str, Any], *names: str) -> int | None:
     return None
 
 
+_STORED_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16,
+                  "BF16": torch.bfloat16}
+
+
 def load_heads_safetensors(folder: str | Path, *, device: str | torch.device | None = None,
-                           dtype: torch.dtype = torch.float32, name: str | None = None
+                           dtype: torch.dtype | None = torch.float32, name: str | None = None
                            ) -> HeadWeights:
     """Read only the attention weights (and unembedding) of a checkpoint, one tensor at a time.
+
+    dtype: the weights' dtype; None keeps the checkpoint's stored precision (that of its first
+    attention tensor: bf16 stays bf16, half the memory of float32; computations upcast a
+    chunk at a time), float32 for stored types that are not floating point.
 
     Handles GPT-2 (fused c_attn, Conv1D [in, out] layout), Llama / Qwen2 / Mistral style
     (q/k/v/o_proj, GQA), BERT (attention.self.query/key/value, attention.output.dense) and
@@ -171,6 +179,9 @@ def load_heads_safetensors(folder: str | Path, *, device: str | torch.device | N
     prefix = max(sorted(counts), key=lambda p: counts[p])
     layers = sorted({layer for table in found.values() for (p, layer) in table if p == prefix})
     L = len(layers)
+    if dtype is None:
+        first = next(loc for table in found.values() for key, loc in sorted(table.items()) if key[0] == prefix)
+        dtype = _STORED_DTYPES.get(str(_header(first[0])[first[1]].get("dtype")), torch.float32)
     W_Q = torch.empty(L, H, d_model, d_head, dtype=dtype)
     W_K = torch.empty(L, H_kv, d_model, d_head, dtype=dtype)
     W_V = torch.empty(L, H_kv, d_model, d_head, dtype=dtype)

@@ -19,9 +19,15 @@ import torch
 from headgraph.core.errors import InvalidInput
 from headgraph.core.names import PAIRINGS, check_pairing, head_label
 from headgraph.core.scores.layer_order import check_order, layer_mask
-from headgraph.core.scores.overlaps import sq_overlaps
-from headgraph.core.scores.subspaces import effective_ranks, head_basis, roles_bases
-from headgraph.core.types import HeadWeights, PairScores
+from headgraph.core.scores.overlaps import Factored, sq_overlaps
+from headgraph.core.scores.subspaces import (
+    compute_dtype,
+    effective_ranks,
+    head_basis,
+    role_factors,
+    roles_bases,
+)
+from headgraph.core.types import HeadWeights, PairScores, RoleBases, RoleFactors
 
 
 def parse_pairing(pairing: str) -> tuple[str, str]:
@@ -30,15 +36,38 @@ def parse_pairing(pairing: str) -> tuple[str, str]:
     return p[0], p[1]
 
 
-def _pk_results(heads: HeadWeights, pairings: list[str], order: str, rank: int | None,
-                rtol: float | None) -> dict[str, PairScores]:
-    """PairScores of several pairings from one shared pass (bases and projectors built once)."""
-    roles = list(dict.fromkeys(r for p in pairings for r in parse_pairing(p)))
+# Above this many bytes of dense bases (all roles of one pass, compute dtype), PK reads the
+# bases as factors of the stored weights (core.scores.subspaces.role_factors): 8.6 GB at 7B.
+DENSE_BASES_BYTES = 1 << 30
+BASES_FORMS = ("auto", "dense", "factored")
+
+
+def _operands(heads: HeadWeights, roles: list[str], rank: int | None, rtol: float | None,
+              form: str) -> tuple[dict[str, RoleBases | RoleFactors], dict[str, torch.Tensor | Factored]]:
+    """Each role's bases (for ranks) and its operand for the overlap pass: dense U, or factors
+    U = W M when ``form`` asks for them (or "auto" finds the dense ones over
+    DENSE_BASES_BYTES) and every head is certified full rank; dense otherwise."""
+    width = torch.finfo(compute_dtype(heads.W_Q.dtype)).bits // 8
+    dense_bytes = sum(w[..., 0].numel() * min(w.shape[-2:]) for w in map(heads.role, roles)) * width
+    cached = all(("bases", r, rank, rtol) in heads._cache for r in roles)
+    if rank is None and not cached and (form == "factored" or (form == "auto" and dense_bytes > DENSE_BASES_BYTES)):
+        factors = {r: role_factors(heads, r, rtol=rtol) for r in roles}
+        kept = {r: f for r, f in factors.items() if f is not None}
+        if len(kept) == len(roles):
+            return dict(kept), {r: Factored(f.a, f.m.transpose(-2, -1)) for r, f in kept.items()}
     bases = roles_bases(heads, roles, rank=rank, rtol=rtol)
+    return dict(bases), {r: b.U for r, b in bases.items()}
+
+
+def _pk_results(heads: HeadWeights, pairings: list[str], order: str, rank: int | None,
+                rtol: float | None, form: str = "auto") -> dict[str, PairScores]:
+    """PairScores of several pairings from one shared pass (bases and projector pieces built once)."""
+    roles = list(dict.fromkeys(r for p in pairings for r in parse_pairing(p)))
+    bases, operands = _operands(heads, roles, rank, rtol, form)
     idx = heads.info.layer_indices
     # Blocks follow positions; should positions not follow the layer order, compute all pairs.
     monotone = all(a < b for a, b in zip(idx, idx[1:]))
-    sq = sq_overlaps({r: b.U for r, b in bases.items()}, [parse_pairing(p) for p in pairings],
+    sq = sq_overlaps(operands, [parse_pairing(p) for p in pairings],
                      order=order if monotone else "all")
     lmask = layer_mask(heads.info.layer_indices, order, next(iter(sq.values())).device)
     results = {}
@@ -52,7 +81,7 @@ def _pk_results(heads: HeadWeights, pairings: list[str], order: str, rank: int |
         scores = torch.minimum(raw.clamp(min=0.0), bound)
         valid = lmask[:, None, :, None] & (rs > 0)[:, :, None, None] & (rt > 0)[None, None]
         denom = torch.sqrt(rs[:, :, None, None] * rt[None, None]).clamp(min=1.0)
-        out_dtype = sb.U.dtype
+        out_dtype = compute_dtype(heads.W_Q.dtype)
         results[p] = PairScores(
             kind="pk", pairing=p, source_role=s_role, target_role=t_role,
             scores=torch.where(valid, scores, 0.0).to(out_dtype),
@@ -97,17 +126,25 @@ def all_pairings(
     pairings: list[str] | None = None,
     rank: int | None = None,
     rtol: float | None = None,
+    bases: str = "auto",
 ) -> dict[str, PairScores]:
     """PK for several pairings (default: all 16 of QKVO x QKVO), computed together in one pass
-    (each role's bases and projector pieces built once); results are cached per pairing."""
+    (each role's bases and projector pieces built once); results are cached per pairing.
+
+    bases: "dense" (orthonormal bases [L, H, d_model, r] per role, cached in ``heads._cache``),
+    "factored" (U = W M from the stored weights, nothing [L, H, d_model, r] formed: every head
+    must be proven full rank, else dense) or "auto" (factored once the dense bases would pass
+    DENSE_BASES_BYTES, e.g. a 7B-class model). Both give the same PK to float rounding."""
     if pairings is None:
         pairings = list(PAIRINGS)
     for p in pairings:
         parse_pairing(p)
     check_order(order)
+    if bases not in BASES_FORMS:
+        raise InvalidInput(f"bases must be one of {list(BASES_FORMS)}, got {bases!r}")
     missing = [p for p in dict.fromkeys(pairings) if ("pk", p, order, rank, rtol) not in heads._cache]
     if missing:
-        for p, res in _pk_results(heads, missing, order, rank, rtol).items():
+        for p, res in _pk_results(heads, missing, order, rank, rtol, bases).items():
             heads._cache[("pk", p, order, rank, rtol)] = res
     return {p: heads._cache[("pk", p, order, rank, rtol)] for p in pairings}
 
@@ -191,4 +228,4 @@ def pair_detail(
     )
 
 
-__all__ = ["PairDetail", "all_pairings", "pair_detail", "parse_pairing", "projection_kernel"]
+__all__ = ["BASES_FORMS", "DENSE_BASES_BYTES", "PairDetail", "all_pairings", "pair_detail", "parse_pairing", "projection_kernel"]

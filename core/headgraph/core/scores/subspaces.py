@@ -33,7 +33,7 @@ import torch
 from headgraph.core.errors import InvalidInput, UnsupportedModel
 from headgraph.core.names import ROLES, check_role
 from headgraph.core.scores.gemm import bmm_nt
-from headgraph.core.types import HeadWeights, RoleBases
+from headgraph.core.types import HeadWeights, RoleBases, RoleFactors
 
 # Bytes of input matrix per factorization call; larger roles are split into chunks of heads.
 _FACTOR_CHUNK_BYTES = 512 * 1024 * 1024
@@ -166,6 +166,25 @@ def _shifted_cholesky_ok(gram: torch.Tensor, shift: torch.Tensor,
     return info == 0
 
 
+def _certify(gram: torch.Tensor, d: int, rtol: float,
+             work: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """For the Gram matrices G = W^T W [n, w, w] of [d, w] heads: (single, certified), bool [n].
+    certified: full rank proven (lambda_min > (rtol^2 + 2 d w eps) lambda_max: no singular
+    value lies below the rank threshold, so Cholesky QR is exact under the rank rule); single:
+    also lambda_min > lambda_max / 8 proven, so one pass leaves an orthogonality error of ~eps
+    (certified heads without it need a second pass, CholeskyQR2)."""
+    w = gram.shape[-1]
+    eps = torch.finfo(gram.dtype).eps
+    top = _lambda_max_bound(gram, work)
+    theta = rtol * rtol + 2.0 * d * w * eps  # full rank: lambda_min > theta * lambda_max
+    single = _shifted_cholesky_ok(gram, max(theta, 0.125) * top, work)
+    certified = single.clone()
+    if theta < 0.125 and not bool(single.all()):
+        idx = torch.nonzero(~single).flatten()
+        certified[idx] = _shifted_cholesky_ok(gram[idx], theta * top[idx])
+    return single & (top > 0), certified & (top > 0)
+
+
 def _orthonormalize(mats: torch.Tensor, rtol: float, want: int | None,
                     scratch: _Scratch | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Bases of [n, d, w] (compute dtype): (U [n, d, min(d, w)], ranks [n]).
@@ -176,24 +195,15 @@ def _orthonormalize(mats: torch.Tensor, rtol: float, want: int | None,
     n, d, w = mats.shape
     if want is not None or w > d or n == 0:
         return _householder(mats, rtol, want)[:2]
-    eps = torch.finfo(mats.dtype).eps
     bufs = (scratch or _Scratch()).get(n, w, mats.dtype, mats.device)
     gram = bmm_nt(mats.transpose(-2, -1), mats.transpose(-2, -1), out=bufs[0])
     # A non-finite weight makes its column's squared norm (a diagonal entry) non-finite.
     if not bool(torch.isfinite(gram.diagonal(dim1=-2, dim2=-1)).all()):
         raise UnsupportedModel("weights contain non-finite values")
     work = bufs[1:]
-    top = _lambda_max_bound(gram, work)
-    theta = rtol * rtol + 2.0 * d * w * eps  # full rank: lambda_min > theta * lambda_max
-    # One pass is enough where lambda_min > lambda_max / 8 is proven; otherwise, if full rank
-    # is still proven, a second pass (CholeskyQR2).
-    single = _shifted_cholesky_ok(gram, max(theta, 0.125) * top, work)
-    certified = single.clone()
-    if theta < 0.125 and not bool(single.all()):
-        idx = torch.nonzero(~single).flatten()
-        certified[idx] = _shifted_cholesky_ok(gram[idx], theta * top[idx])
+    single, certified = _certify(gram, d, rtol, work)
     inv, ok = _cholesky_inverse(gram, work)
-    certified &= ok & (top > 0)
+    certified &= ok
     if bool(certified.all()):
         u = bmm_nt(mats, inv)  # W L^-T
     else:
@@ -241,6 +251,63 @@ def _factorize(mats: torch.Tensor, dtype: torch.dtype, rtol: float, want: int | 
         u[start:stop], ranks[start:stop] = _orthonormalize(mats[start:stop].to(dtype), rtol, want,
                                                            scratch)
     return u, ranks
+
+
+def _transforms(mats: torch.Tensor, rtol: float, scratch: _Scratch) -> torch.Tensor | None:
+    """M [n, w, w] with U = mats M orthonormal for [n, d, w] heads (compute dtype): Cholesky
+    QR's L^-T, times a second pass's L2^-T where one pass is not enough (as _orthonormalize
+    computes U). None when a head is not certified full rank (the exact path needs U itself)."""
+    n, d, w = mats.shape
+    bufs = scratch.get(n, w, mats.dtype, mats.device)
+    gram = bmm_nt(mats.transpose(-2, -1), mats.transpose(-2, -1), out=bufs[0])
+    if not bool(torch.isfinite(gram.diagonal(dim1=-2, dim2=-1)).all()):
+        raise UnsupportedModel("weights contain non-finite values")
+    single, certified = _certify(gram, d, rtol, bufs[1:])
+    inv, ok = _cholesky_inverse(gram, bufs[1:])
+    if not bool((certified & ok).all()):
+        return None
+    m = inv.transpose(-2, -1).clone()  # U = W L^-T
+    idx = torch.nonzero(~single).flatten()
+    if idx.numel():  # CholeskyQR2: Z = W L^-T, Z^T Z = L2 L2^T, U = Z L2^-T
+        z = bmm_nt(mats[idx], inv[idx])
+        inv2, ok2 = _cholesky_inverse(bmm_nt(z.transpose(-2, -1), z.transpose(-2, -1)))
+        if not bool(ok2.all()):
+            return None
+        m[idx] = m[idx] @ inv2.transpose(-2, -1)
+    return m
+
+
+def role_factors(heads: HeadWeights, role: str, *, rtol: float | None = None) -> RoleFactors | None:
+    """The role's orthonormal bases as factors U = W M, never formed: ``a`` = the role's
+    weights [L, H_role, d_model, d_head] as stored (e.g. bf16, not copied), ``m`` [L, H_role,
+    d_head, d_head] in the compute dtype. For models whose dense bases would not fit in memory
+    (2 GiB per role at 7B). Exists only when every head is proven full rank under the rank rule
+    (Cholesky QR certifies it); None otherwise (or when d_head > d_model), and callers then
+    use :func:`role_bases`. Not cached: m is cheap next to the products that read it."""
+    check_role(role)
+    w = heads.role(role)
+    if not torch.is_floating_point(w):
+        raise UnsupportedModel(f"role {role} weights must be floating point, got {w.dtype}")
+    L, H, d_model, d_head = w.shape
+    if d_head > d_model or L * H == 0:
+        return None
+    dtype = compute_dtype(w.dtype)
+    eff_rtol = _check_rtol(rtol, d_model, d_head, w.dtype)
+    flat = w.detach().reshape(L * H, d_model, d_head)
+    chunk = max(1, _FACTOR_CHUNK_BYTES // (d_model * d_head * torch.finfo(dtype).bits // 8 * 3))
+    scratch = _Scratch()
+    parts = []
+    for start in range(0, L * H, chunk):
+        try:
+            m = _transforms(flat[start:start + chunk].to(dtype), eff_rtol, scratch)
+        except UnsupportedModel as err:
+            raise UnsupportedModel(f"role {role}: {err}") from err
+        if m is None:
+            return None
+        parts.append(m)
+    ranks = torch.full((L, H), d_head, dtype=torch.long, device=w.device)
+    return RoleFactors(role=role, a=w.detach(), m=torch.cat(parts).reshape(L, H, d_head, d_head),
+                       ranks=ranks, rank=d_head, rtol=eff_rtol)
 
 
 def role_bases(
@@ -364,7 +431,7 @@ def singular_values(heads: HeadWeights, role: str) -> torch.Tensor:
         raise UnsupportedModel(f"role {role}: weights cannot be factorized: {err}") from err
 
 
-def effective_ranks(bases: RoleBases) -> torch.Tensor:
+def effective_ranks(bases: RoleBases | RoleFactors) -> torch.Tensor:
     """Dimension of each head's subspace as used by PK: min(measured rank, basis width) [L, H]."""
     return bases.ranks.clamp(max=bases.rank)
 
