@@ -184,7 +184,8 @@ def test_streaming_reader_matches_bridge_gpt2_and_sharded_qwen2(hgb_gpt2_dir, hg
         # forced streaming through load_model gives the same heads, without a runnable model
         lm = load_model(str(folder), processing="raw", streaming=True)
         assert lm.patterns is None and lm.info.source == "safetensors"
-        assert lm.heads.fingerprint == stream.fingerprint
+        assert lm.tokenizer is not None  # the folder's: token tables name tokens, and key on it
+        assert lm.heads.fingerprint == with_tokenizer(stream.fingerprint, lm.tokenizer)
 
 
 def test_streaming_keeps_the_stored_bf16_and_pk_reads_factored_bases(tmp_path):
@@ -200,6 +201,8 @@ def test_streaming_keeps_the_stored_bf16_and_pk_reads_factored_bases(tmp_path):
     lm = load_model(str(folder), processing="raw", streaming=True)
     wide = load_heads_safetensors(folder)
     assert lm.heads.W_Q.dtype == torch.bfloat16 and lm.info.dtype == "bfloat16"
+    assert lm.tokenizer is lm.heads.tokenizer  # the folder's own (saved by _save_hf)
+    assert lm.tokenizer.get_vocab() == byte_level_tokenizer().get_vocab()
     assert wide.W_Q.dtype == torch.float32
     for name in ATTN + ("W_U",):
         assert torch.equal(getattr(lm.heads, name).float(), getattr(wide, name)), name

@@ -433,7 +433,9 @@ def _load_folder_in(folder: Path, *, name: str, source: str, device: str, proces
             raise UnsupportedModel(f"{name}: streaming needs *.safetensors files in the folder")
         # Stored precision: a 7B model's attention weights are 4.3 GB in bf16, 8.6 in float32.
         heads = load_heads_safetensors(folder, device=device, name=name, dtype=None)
-        return LoadedModel(heads=heads, patterns=None, tokenizer=None, info=heads.info)
+        # Token tables name tokens with the folder's own tokenizer (ids without one).
+        heads.tokenizer = _own_tokenizer(folder) if has_tokenizer(folder) else None
+        return LoadedModel(heads=heads, patterns=None, tokenizer=heads.tokenizer, info=heads.info)
     try:
         tokenizer = _own_tokenizer(folder) if has_tokenizer(folder) else byte_level_tokenizer()
         bridge = _boot(str(folder), device=device, dtype=dtype, tokenizer=tokenizer)
