@@ -78,6 +78,22 @@ def test_top_tokens_match_float64_reference(bpe, role):
     assert np.array_equal(table.token_ids.numpy(), ids)
     np.testing.assert_allclose(table.scores.double().numpy(), scores, atol=1e-5)
     assert bool(((table.scores > 0) & (table.scores <= 1)).all())
+    assert not [key for key in heads._cache if key[0] == "bases"]  # a layer at a time, none kept
+
+
+def test_layer_bases_are_the_role_bases_rows(bpe):
+    """What the token tables read a layer at a time equals the whole role's bases, a
+    rank-deficient head (columns past its rank zero) included."""
+    from headgraph.core.scores.subspaces import layer_bases, role_bases
+
+    heads = make_heads(bpe, L=3, seed=4)
+    heads.W_V[1, 2, :, 3] = heads.W_V[1, 2, :, 0]
+    alone = [layer_bases(heads, "V", layer) for layer in range(3)]
+    whole = role_bases(heads, "V")
+    for layer, (u, ranks) in enumerate(alone):
+        assert torch.equal(ranks, whole.ranks[layer])
+        assert (u - whole.U[layer]).abs().max() < 1e-6
+    assert int(alone[1][1][2]) == whole.rank - 1 and bool((alone[1][0][2, :, -1] == 0).all())
 
 
 def test_scores_ignore_a_shift_shared_by_all_tokens(bpe):

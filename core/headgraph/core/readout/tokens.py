@@ -45,7 +45,7 @@ import torch
 
 from headgraph.core.errors import InvalidInput, UnsupportedModel
 from headgraph.core.names import check_role, head_label
-from headgraph.core.scores.subspaces import role_bases
+from headgraph.core.scores.subspaces import layer_bases
 from headgraph.core.stats.reference import haar_basis
 from headgraph.core.types import HeadWeights
 
@@ -418,24 +418,28 @@ def top_tokens(heads: HeadWeights, role: str, *, k: int = 10, layer: int | None 
             or baseline_samples < 2:
         raise InvalidInput(f"baseline_samples must be an integer >= 2, got {baseline_samples!r}")
     info = heads.info
-    bases = role_bases(heads, role)
-    U = bases.U  # [L, H, d_model, r]
-    rows = list(range(U.shape[0]))
-    cols = list(range(U.shape[1]))
+    n_layers, n_heads = heads.role(role).shape[:2]
+    rows = list(range(n_layers))
+    cols = list(range(n_heads))
     if layer is not None:
         if layer not in info.layer_indices:
             raise InvalidInput(f"layer {layer} is not an attention layer of {info.name} "
                              f"({list(info.layer_indices)})")
         rows = [info.layer_indices.index(layer)]
     if head is not None:
-        if not 0 <= head < U.shape[1]:
-            raise InvalidInput(f"head {head} out of range for role {role} (0..{U.shape[1] - 1})")
+        if not 0 <= head < n_heads:
+            raise InvalidInput(f"head {head} out of range for role {role} (0..{n_heads - 1})")
         cols = [head]
-    sub = U[rows][:, cols]  # [nL, nH, d, r]
-    nL, nH, d, r = sub.shape
-    s, ids = subspace_token_scores(sub.reshape(nL * nH, d, r), heads.W_U, k)
-    kk = s.shape[1]
-    s, ids = s.reshape(nL, nH, kk).cpu(), ids.reshape(nL, nH, kk).cpu()
+    # A layer at a time: the role's bases of a 7B model (2 GiB) are never held together.
+    parts, rank_rows = [], []
+    for row in rows:
+        u, layer_ranks = layer_bases(heads, role, row)
+        parts.append(subspace_token_scores(u[cols], heads.W_U, k))
+        rank_rows.append(layer_ranks[cols])
+    nL, nH = len(rows), len(cols)
+    kk = parts[0][0].shape[1]
+    s = torch.stack([p[0] for p in parts]).reshape(nL, nH, kk).cpu()
+    ids = torch.stack([p[1] for p in parts]).reshape(nL, nH, kk).cpu()
     flat = ids.flatten().tolist()
     uniq = sorted(set(flat))
     names = dict(zip(uniq, decode_tokens(heads.tokenizer, uniq)))
@@ -444,7 +448,7 @@ def top_tokens(heads: HeadWeights, role: str, *, k: int = 10, layer: int | None 
     display = tuple(tuple(tuple(visible(x) for x in cell) for cell in row) for row in text)
     grouped = role in ("K", "V") and info.n_kv_heads < info.n_heads
     layers = tuple(info.layer_indices[i] for i in rows)
-    ranks = bases.ranks[rows][:, cols].to("cpu", torch.long)
+    ranks = torch.stack(rank_rows).to("cpu", torch.long)
     baselines = []
     mean = torch.zeros(nL, nH, dtype=torch.float64)
     above = torch.zeros(nL, nH, dtype=torch.bool)

@@ -409,6 +409,29 @@ def head_basis(heads: HeadWeights, role: str, layer: int, head: int, *, rank: in
     return u[0], measured
 
 
+def layer_bases(heads: HeadWeights, role: str, layer: int, *,
+                rtol: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """One layer's bases of ``role`` (layer = position 0..L-1): (U [H_role, d_model, r],
+    measured ranks [H_role]) exactly as :func:`role_bases` holds them (columns past a head's
+    rank zero), read from the role's cached bases when present, else factorized for this layer
+    alone, so a caller walking the layers never holds a 7B model's 2 GiB of bases."""
+    check_role(role)
+    cached = heads._cache.get(("bases", role, None, rtol))
+    if cached is not None:
+        return cached.U[layer], cached.ranks[layer]
+    w = heads.role(role)
+    _, _, d_model, d_head = w.shape
+    eff_rtol = _check_rtol(rtol, d_model, d_head, w.dtype)
+    try:
+        u, ranks = _factorize(w[layer].detach(), compute_dtype(w.dtype), eff_rtol, None)
+    except UnsupportedModel as err:
+        raise UnsupportedModel(f"role {role}: {err}") from err
+    width = min(d_model, d_head)
+    if bool((ranks < width).any()):
+        u.mul_((torch.arange(width, device=u.device) < ranks[:, None])[:, None, :].to(u.dtype))
+    return u, ranks
+
+
 def release_bases(heads: HeadWeights) -> int:
     """Drop every role's cached bases from ``heads._cache`` (results computed from them stay);
     returns the bytes released. A server calls it once a stage's results are stored: bases of
