@@ -69,24 +69,26 @@ def build_checkpoint(folder: Path, shape: str) -> Path:
         return (torch.randn(*s, generator=g) * 0.02).to(torch.bfloat16)
 
     index: dict[str, str] = {}
-    files = [("embed", {"model.embed_tokens.weight": rnd(vocab, d), "model.norm.weight":
-                        torch.ones(d, dtype=torch.bfloat16), "lm_head.weight": rnd(vocab, d)})]
-    for i in range(L):
+    total = 0
+
+    def write(name: str, tensors: dict[str, torch.Tensor]) -> None:
+        nonlocal total
+        fname = f"model-{name}.safetensors"
+        save_file(tensors, str(folder / fname), metadata={"format": "pt"})
+        total += sum(t.numel() * t.element_size() for t in tensors.values())
+        index.update({k: fname for k in tensors})
+
+    write("embed", {"model.embed_tokens.weight": rnd(vocab, d), "model.norm.weight":
+                    torch.ones(d, dtype=torch.bfloat16), "lm_head.weight": rnd(vocab, d)})
+    for i in range(L):  # one layer in memory at a time
         p = f"model.layers.{i}."
-        files.append((f"layer{i:03d}", {
+        write(f"layer{i:03d}", {
             p + "self_attn.q_proj.weight": rnd(H * dh, d), p + "self_attn.k_proj.weight": rnd(Hkv * dh, d),
             p + "self_attn.v_proj.weight": rnd(Hkv * dh, d), p + "self_attn.o_proj.weight": rnd(d, H * dh),
             p + "mlp.gate_proj.weight": rnd(mlp, d), p + "mlp.up_proj.weight": rnd(mlp, d),
             p + "mlp.down_proj.weight": rnd(d, mlp),
             p + "input_layernorm.weight": torch.ones(d, dtype=torch.bfloat16),
-            p + "post_attention_layernorm.weight": torch.ones(d, dtype=torch.bfloat16)}))
-    total = 0
-    for name, tensors in files:  # one file in memory at a time
-        fname = f"model-{name}.safetensors"
-        save_file(tensors, str(folder / fname), metadata={"format": "pt"})
-        total += sum(t.numel() * t.element_size() for t in tensors.values())
-        index.update({k: fname for k in tensors})
-        del tensors
+            p + "post_attention_layernorm.weight": torch.ones(d, dtype=torch.bfloat16)})
     (folder / "model.safetensors.index.json").write_text(
         json.dumps({"metadata": {"total_size": total}, "weight_map": index}))
     cfg.to_json_file(str(folder / "config.json"))  # last: a folder with it is complete
