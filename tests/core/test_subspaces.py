@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from headgraph.core.scores.subspaces import _lambda_max_bound, _shifted_cholesky_ok
+from headgraph.core.scores.orthonormal import _lambda_max_bound, _shifted_cholesky_ok
 
 
 def _grams(seed: int) -> torch.Tensor:
