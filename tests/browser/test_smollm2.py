@@ -7,7 +7,8 @@ progressive drawing of a cold model is tests/browser/test_progressive.py's). The
 the OK heatmap (KV-level, the API's grid; the listing and model info), the graph ranked top-k on raw PK without an overlay and click a KV edge and a KV diamond (the
 finished titles, ``#pair-panel-title`` data-pair / data-pairing / data-pk and
 ``#head-panel-title`` data-head / data-kind / data-members, against /api/pair and /api/head),
-the scatter, reference and tokens views, the default graph's labels, the validation view
+the scatter, reference and tokens views, the default graph's labels, one colour per class (graph, heatmap strip, report), the
+node and edge hovers, the validation view
 (cached read only: "not computed" and its run button; SmolLM2's validation takes minutes), the
 subgraph scenario on the induction edge and the Task view of the cached circuits.
 Every number is compared with the API's answers, none hard-coded.
@@ -23,6 +24,7 @@ import pytest
 from playwright.sync_api import Page
 
 from browser import Server, click_point, query_of, show_point, wait_figure, wait_until
+import exploration_scenario
 import subgraph_scenario
 from session_support import SMOLLM2_CIRCUITS, copy_cache
 
@@ -277,6 +279,18 @@ def test_the_default_graph_labels_the_endpoints_of_its_strongest_edges(server: S
     for e in graph["edges"]:
         if "KV" in e["target"]:
             assert ys[e["target"]] - ys[e["source"]] >= 1 - 1e-9
+
+
+def test_a_class_has_one_colour_in_graph_heatmap_strip_and_report(server: Server, page: Page) -> None:
+    """The pattern classes of SmolLM2's heads (its job's patterns label set) have one colour in
+    the graph's legend, the KV-level heatmap's class strip and legend, and the findings report."""
+    exploration_scenario.class_colours_agree(server, page, MODEL, timeout=JOB_WAIT_S)
+
+
+def test_hovering_a_node_lists_its_strongest_edges(server: Server, page: Page) -> None:
+    """Among SmolLM2's 270 query heads and 90 KV groups: the busiest node's hover lists its
+    strongest edges per pairing (KV-group targets for OK / OV), an edge's hover both heads."""
+    exploration_scenario.node_hover_lists_edges(server, page, MODEL, timeout=JOB_WAIT_S)
 
 
 @pytest.mark.slow  # ~40 s: four pins on the 60-node graph, a group, a label, a second context, export, imports, a save
