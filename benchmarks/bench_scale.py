@@ -1,7 +1,7 @@
 """Time and peak memory of every compute-job stage on 1B- and 7B-class attention shapes.
 
     .venv/bin/python benchmarks/bench_scale.py [--shape llama1b|llama7b] [--threads 2]
-        [--keep DIR] [--stages load,pk,cs,...]
+        [--keep DIR] [--stages load,pk,cs,...] [--order forward|same-layer] [--null-samples N]
 
 Builds a random-weight local checkpoint of the shape in a temporary folder (bf16 safetensors,
 one file per layer, written tensor by tensor with safetensors directly so the 7B shape never
@@ -12,7 +12,10 @@ stored precision (core.models.streamed.load_heads_safetensors, dtype bf16), runs
 core computation (the same calls the server's computations make) and reports the stage's wall
 time and the process's peak resident size (VmHWM, load included: what the job's budget must
 hold). "load" is the server's default load of the folder (core.models.loading.load_model:
-TransformerBridge, float32) for comparison. API sizes: the JSON length of the PK / CS grids
+TransformerBridge in float32 when the model fits in memory, else the attention weights streamed
+in their stored precision) for comparison. ``--order same-layer`` and ``--null-samples`` make a
+memory probe: the PK / CS buffers and factors and the null's batches are those of the full
+job, with a fraction of its products (the times are then not the job's). API sizes: the JSON length of the PK / CS grids
 of one pairing as the API's full (download) answer, and of the bounded default answer.
 """
 
@@ -99,7 +102,8 @@ def _bounded_size(payload: dict[str, Any]) -> int:
     return len(json.dumps(payload, separators=(",", ":")))
 
 
-def child(folder: str, stage: str, threads: int, order: str = "forward") -> dict[str, Any]:
+def child(folder: str, stage: str, threads: int, order: str = "forward",
+          null_samples: int = 2000) -> dict[str, Any]:
     """Run one stage in this (fresh) process; returns its time, peak RSS and notes."""
     import torch
 
@@ -139,8 +143,8 @@ def child(folder: str, stage: str, threads: int, order: str = "forward") -> dict
             from headgraph.core.stats.nulls import anisotropic_null, haar_null
 
             for p in PAIRINGS:
-                a = anisotropic_null(heads, p, samples=2000, seed=0)
-                haar_null(heads.info.d_model, a.source_rank, a.target_rank, samples=2000, seed=0)
+                a = anisotropic_null(heads, p, samples=null_samples, seed=0)
+                haar_null(heads.info.d_model, a.source_rank, a.target_rank, samples=null_samples, seed=0)
         elif stage == "tokens":
             from headgraph.core.readout.tokens import top_tokens
             from headgraph.core.scores.subspaces import release_bases
@@ -164,10 +168,14 @@ def main() -> None:
     parser.add_argument("--order", default="forward",
                         help="head pairs PK and CS compute: forward (the job's) or same-layer, a "
                              "memory probe: the same buffers and factors, 1/L of the pair products")
+    parser.add_argument("--null-samples", type=int, default=2000,
+                        help="null samples per pairing (the job's 2000; fewer probe its memory: "
+                             "samples are drawn in batches of bounded size)")
     parser.add_argument("--child", nargs=2, metavar=("FOLDER", "STAGE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(args.child[0], args.child[1], args.threads, args.order)))
+        print(json.dumps(child(args.child[0], args.child[1], args.threads, args.order,
+                               args.null_samples)))
         return
     with tempfile.TemporaryDirectory() as tmp:
         folder = args.keep or Path(tmp) / args.shape
@@ -177,12 +185,13 @@ def main() -> None:
         L, H, Hkv, d, dh, _ = SHAPES[args.shape]
         print(f"{args.shape}: {L} layers, {H} q / {Hkv} kv heads, d_model {d}, d_head {dh}; "
               f"checkpoint ready in {time.perf_counter() - start:.0f} s; {args.threads} threads; "
-              f"PK / CS order {args.order}")
+              f"PK / CS order {args.order}; {args.null_samples} null samples per pairing")
         print("| stage | load (bf16) s | stage s | peak RSS | notes |")
         print("|---|---|---|---|---|")
         for stage in args.stages.split(","):
             run = subprocess.run([sys.executable, __file__, "--threads", str(args.threads),
-                                  "--order", args.order, "--child", str(folder), stage],
+                                  "--order", args.order, "--null-samples", str(args.null_samples),
+                                  "--child", str(folder), stage],
                                  capture_output=True, text=True)
             if run.returncode:
                 tail = (run.stderr.strip().splitlines() or ["?"])[-1]
