@@ -28,7 +28,9 @@ import exploration_scenario
 import subgraph_scenario
 from session_support import SMOLLM2_CIRCUITS, copy_cache
 
-pytestmark = pytest.mark.timeout(480)  # a hang guard above JOB_WAIT_S, not a speed target
+# A hang guard, not a speed target: the module's first test also waits for the session's
+# SmolLM2 cache (built in the background; 18 min on a loaded machine), above JOB_WAIT_S.
+pytestmark = pytest.mark.timeout(1200)
 MODEL = "smollm2"
 # Top-k on raw PK with no class overlay: the graph needs only the PK and CS stages.
 GRAPH_QUERY = "view=graph&k=3&rule=topk&rank_on=pk&threshold_on=normalized&overlay="
