@@ -97,6 +97,18 @@ def demo_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build(shared_root(tmp_path_factory), "demo-cache")
 
 
+# Session artifacts that take minutes to build: modules reading them run last (on each worker's
+# queue, xdist keeping collection order), so the background build overlaps the other modules
+# instead of a worker idling at the first of them.
+LATE_FIXTURES = ("smollm2_cache",)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    late = {item.path for item in items
+            if any(name in getattr(item, "fixturenames", ()) for name in LATE_FIXTURES)}
+    items.sort(key=lambda item: item.path in late)  # stable: each module keeps its order
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Start building, in the background, the session artifacts the selected tests read."""
     fixtures = {name for item in session.items for name in getattr(item, "fixturenames", ())}

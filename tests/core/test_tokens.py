@@ -79,6 +79,9 @@ def test_top_tokens_match_float64_reference(bpe, role):
     np.testing.assert_allclose(table.scores.double().numpy(), scores, atol=1e-5)
     assert bool(((table.scores > 0) & (table.scores <= 1)).all())
     assert not [key for key in heads._cache if key[0] == "bases"]  # a layer at a time, none kept
+    one_by_one = top_tokens(heads, role, k=8, bases_bytes=1)  # every layer scored alone
+    assert torch.equal(one_by_one.token_ids, table.token_ids)
+    assert torch.allclose(one_by_one.scores, table.scores, atol=1e-6)
 
 
 def test_layer_bases_are_the_role_bases_rows(bpe):

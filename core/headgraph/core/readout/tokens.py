@@ -53,6 +53,8 @@ FORMULA = ("score(t) = ||U^T (u_t - mean_t u_t)|| / ||u_t - mean_t u_t||, "
            "U orthonormal basis of the head-role subspace")
 # Elements of one [heads*r, vocab-tile] product; bounds memory for 50k-token vocabularies.
 TILE_ELEMENTS = 1 << 24
+# Bases scored together by top_tokens (layers are grouped up to this size).
+BASES_BYTES = 256 * 1024 * 1024
 _VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"}
 BASELINE_SAMPLES = 40  # Haar-random subspaces per rank (seeded; a few dozen, as the 95% point needs)
 BASELINE_SEED = 0
@@ -398,7 +400,7 @@ def decode_tokens(tokenizer: Any, ids: list[int]) -> list[str]:
 
 def top_tokens(heads: HeadWeights, role: str, *, k: int = 10, layer: int | None = None,
                head: int | None = None, baseline_samples: int = BASELINE_SAMPLES,
-               baseline_seed: int = BASELINE_SEED) -> TokenTable:
+               baseline_seed: int = BASELINE_SEED, bases_bytes: int = BASES_BYTES) -> TokenTable:
     """Top-k tokens of every head's ``role`` subspace (optionally one layer and/or head), each
     list flagged against the random-subspace baseline of its head's rank (module docstring).
 
@@ -406,7 +408,8 @@ def top_tokens(heads: HeadWeights, role: str, *, k: int = 10, layer: int | None 
     heads (KV heads for K/V). Score: see the module docstring / ``FORMULA``. Baselines
     (``token_baseline``, ``baseline_samples`` subspaces, seed ``baseline_seed``) depend only on
     W_U, the rank and k, so they are cached in ``heads._cache`` and shared by all roles.
-    Raises UnsupportedModel when the model has no unembedding W_U.
+    Layers' bases are factorized one layer at a time and scored in groups of up to
+    ``bases_bytes``. Raises UnsupportedModel when the model has no unembedding W_U.
     """
     check_role(role)
     if heads.W_U is None:
@@ -430,16 +433,29 @@ def top_tokens(heads: HeadWeights, role: str, *, k: int = 10, layer: int | None 
         if not 0 <= head < n_heads:
             raise InvalidInput(f"head {head} out of range for role {role} (0..{n_heads - 1})")
         cols = [head]
-    # A layer at a time: the role's bases of a 7B model (2 GiB) are never held together.
-    parts, rank_rows = [], []
+    # Layers' bases a group at a time (up to BASES_BYTES): a 7B model's role (2 GiB) is never
+    # held whole, a small model's is scored in one batch.
+    scores, found, rank_rows, batch = [], [], [], []
+    unembed = heads.W_U
+
+    def score_batch() -> None:
+        if batch:
+            s_b, i_b = subspace_token_scores(torch.cat(batch), unembed, k)
+            scores.append(s_b)
+            found.append(i_b)
+            batch.clear()
+
     for row in rows:
         u, layer_ranks = layer_bases(heads, role, row)
-        parts.append(subspace_token_scores(u[cols], heads.W_U, k))
+        if batch and (len(batch) + 1) * u[cols].nbytes > bases_bytes:
+            score_batch()
+        batch.append(u[cols])
         rank_rows.append(layer_ranks[cols])
+    score_batch()
     nL, nH = len(rows), len(cols)
-    kk = parts[0][0].shape[1]
-    s = torch.stack([p[0] for p in parts]).reshape(nL, nH, kk).cpu()
-    ids = torch.stack([p[1] for p in parts]).reshape(nL, nH, kk).cpu()
+    kk = scores[0].shape[1]
+    s = torch.cat(scores).reshape(nL, nH, kk).cpu()
+    ids = torch.cat(found).reshape(nL, nH, kk).cpu()
     flat = ids.flatten().tolist()
     uniq = sorted(set(flat))
     names = dict(zip(uniq, decode_tokens(heads.tokenizer, uniq)))
