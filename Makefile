@@ -59,7 +59,7 @@ TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -lt 2 ] && n=2;
 PYTEST := $(BIN)/python -m pytest -q --durations=15
 test: install-test browser check
 	@rc=0; \
-	$(PYTEST) -m "not serial" -n $(TEST_WORKERS) --dist loadfile || rc=$$?; \
+	$(PYTEST) -m "not serial" -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder || rc=$$?; \
 	$(PYTEST) -m serial || rc=$$?; \
 	exit $$rc
 

@@ -97,16 +97,22 @@ def demo_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build(shared_root(tmp_path_factory), "demo-cache")
 
 
-# Session artifacts that take minutes to build: modules reading them run last (on each worker's
-# queue, xdist keeping collection order), so the background build overlaps the other modules
-# instead of a worker idling at the first of them.
+# Session artifacts that take minutes to build: modules reading them run last, so the
+# background build overlaps the other modules instead of a worker idling at the first of them.
 LATE_FIXTURES = ("smollm2_cache",)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    late = {item.path for item in items
-            if any(name in getattr(item, "fixturenames", ()) for name in LATE_FIXTURES)}
-    items.sort(key=lambda item: item.path in late)  # stable: each module keeps its order
+    """Modules in the order xdist's loadfile scheduling hands them out (``make test`` passes
+    --no-loadscope-reorder so this order stands): largest first, as xdist's own reordering
+    would, except that modules reading a LATE_FIXTURES artifact come last."""
+    modules: dict[Any, list[pytest.Item]] = {}
+    for item in items:
+        modules.setdefault(item.path, []).append(item)
+    late = {path for path, group in modules.items()
+            if any(name in getattr(it, "fixturenames", ()) for it in group for name in LATE_FIXTURES)}
+    order = sorted(modules, key=lambda path: (path in late, -len(modules[path])))
+    items[:] = [item for path in order for item in modules[path]]
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
