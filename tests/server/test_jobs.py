@@ -176,6 +176,16 @@ def test_compute_job_progress_idempotency_and_cached_listing(server):
     assert len(stages) >= 2
     assert {"pk QK", "pk OO", "cs Q", "cs K", "cs V", "reference", "patterns"} <= set(state["computed"])
     assert_answered_during(probe, started, finished)
+    # every stage's wall time, summing to at most the job's; nothing left at the end
+    assert set(state["seconds"]) == set(state["plan"]) and min(state["seconds"].values()) >= 0
+    assert sum(state["seconds"].values()) <= finished - started and state["remaining_s"] == 0
+    # the access log says how many bytes each answer sent
+    body = httpx.get(server.url + f"/api/jobs/{job['id']}", timeout=30).content
+    deadline = time.monotonic() + 10
+    while not (logged := [r for r in server.records() if r.get("logger") == "headgraph.access"
+                          and r.get("path") == f"/api/jobs/{job['id']}"]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert logged and logged[-1]["bytes"] == len(body)
 
     models = {m["id"]: m for m in httpx.get(server.url + "/api/models", timeout=30).json()["models"]}
     cached = models["demo"]["cached"]

@@ -58,11 +58,14 @@ class AccessLogMiddleware:
             return
         started = time.perf_counter()
         status = 500
+        sent = 0
 
         async def send_wrapper(message: Message) -> None:
-            nonlocal status
+            nonlocal status, sent
             if message["type"] == "http.response.start":
                 status = int(message["status"])
+            elif message["type"] == "http.response.body":
+                sent += len(message.get("body", b""))
             await send(message)
 
         try:
@@ -70,6 +73,6 @@ class AccessLogMiddleware:
         finally:
             ms = (time.perf_counter() - started) * 1000
             fields = {"method": scope.get("method"), "path": scope.get("path"),
-                      "status": status, "ms": round(ms, 2)}
+                      "status": status, "ms": round(ms, 2), "bytes": sent}
             level = logging.WARNING if status >= 500 else logging.INFO
             self.log.log(level, "request", extra={"fields": fields})

@@ -34,6 +34,7 @@ from headgraph.core.errors import HeadgraphError
 from headgraph.core.names import DEFAULT_K
 from headgraph.server.cache.store import DiskLock, Store
 from headgraph.server.computations.data_pk import DATA_PK_PROMPTS
+from headgraph.server.compute.estimate import JobEstimate, format_eta
 from headgraph.server.compute.pool import process_alive, process_started
 from headgraph.server.errors import ApiError, one_line
 from headgraph.server.models.catalog import ModelCatalog
@@ -46,6 +47,16 @@ from headgraph.server.services.views import ViewService
 log = logging.getLogger("headgraph.jobs")
 
 Progress = Callable[[str, float, str], None]
+
+
+@dataclass(frozen=True)
+class Timing:
+    """A job's finished stages' seconds and its estimated seconds left (None: not yet known)."""
+
+    seconds: dict[str, float]
+    remaining_s: float | None
+
+
 ACTIVE = ("queued", "running")
 HEARTBEAT_S = 5.0
 STALE_S = 30.0
@@ -99,6 +110,8 @@ class JobState:
     computed: list[str] = field(default_factory=list)
     plan: list[str] = field(default_factory=list)
     unavailable: dict[str, str] = field(default_factory=dict)  # stage -> why it cannot run
+    seconds: dict[str, float] = field(default_factory=dict)  # finished stage -> seconds it took
+    remaining_s: float | None = None  # estimated seconds left (server.compute.estimate)
     owner: dict[str, Any] | None = None  # this_process() of the process running it (not in the API)
 
     def to_dict(self) -> dict[str, Any]:
@@ -175,7 +188,7 @@ def compute_plan(scores: ScoresService, catalog: ModelCatalog, ref: ModelRef, pa
     # overlay), so those views fill while the slow reference, nulls and tokens still compute.
     for mode in scores.cs_modes_for(pairings):
         plan.append((f"cs {mode}", lambda m=mode: scores.cs(ref, m, "forward")))
-    plan.append(("patterns", lambda: scores.patterns_or_none(ref)))
+    plan.append(("patterns", lambda: scores.patterns_or_none(ref) is not None))
     for p in pairings:
         plan.append((f"z {p}", lambda p=p: scores.zscores(ref, p, "forward")))
     if shown is not None:
@@ -197,37 +210,44 @@ def compute_plan(scores: ScoresService, catalog: ModelCatalog, ref: ModelRef, pa
 
 def run_compute(scores: ScoresService, catalog: ModelCatalog, ref: ModelRef, pairings: list[str],
                 progress: Progress,
-                finished: Callable[[list[str], list[str], dict[str, str]], None] | None = None,
+                finished: Callable[[list[str], list[str], dict[str, str], Timing], None] | None = None,
                 shown: Shown | None = None) -> tuple[list[str], dict[str, str]]:
-    """Load the model and compute the plan, reporting (stage, fraction, message) after each step
-    and ``finished(done stages, planned stages, unavailable stages)`` after each stage, so
-    clients can show each result as soon as it exists. A stage the model cannot give (a
-    HeadgraphError or API error: a GGUF that cannot run has no attention patterns) is recorded
-    as unavailable with the reason and the rest still run, so it never blanks the others. A
-    model that cannot be loaded, or a failure of this server's (a compute process that died, a
-    bug), fails the whole job, which a new job retries. Returns (done, unavailable)."""
+    """Load the model and compute the plan, reporting (stage, fraction, message) before each
+    stage and ``finished(done stages, planned stages, unavailable stages, timing)`` after each,
+    so clients can show each result as soon as it exists. The fraction is the finished share of
+    the plan's estimated cost and the message says the time left once the job's own speed
+    gives one (server.compute.estimate); ``timing`` holds each finished stage's seconds and
+    that estimate. A stage the model cannot give (a HeadgraphError or API error: a GGUF that
+    cannot run has no attention patterns) is recorded as unavailable with the reason and the
+    rest still run, so it never blanks the others. A model that cannot be loaded, or a failure
+    of this server's (a compute process that died, a bug), fails the whole job, which a new
+    job retries. Returns (done, unavailable)."""
     progress("load", 0.0, f"loading {ref.id}")
     catalog.identity(ref)  # loads the model (in a compute process for the API) when unknown
     scores.cache.forget_failures(ref)  # asked again: what failed before is tried again
     plan = compute_plan(scores, catalog, ref, pairings, shown)
-    total = len(plan) + 1
-    progress("load", 1 / total, f"loaded {ref.id}")
+    planned = [stage for stage, _ in plan]
+    estimate = JobEstimate(planned, catalog.info(ref))
     done: list[str] = []
     unavailable: dict[str, str] = {}
-    planned = [stage for stage, _ in plan]
     if finished is not None:
-        finished([], planned, {})
-    for i, (stage, thunk) in enumerate(plan, start=1):
-        progress(stage, i / total, f"computing {stage}")
+        finished([], planned, {}, Timing({}, None))
+    for stage, thunk in plan:
+        left = format_eta(estimate.remaining_s())
+        progress(stage, estimate.fraction(), f"computing {stage}" + (f"; {left}" if left else ""))
+        started = time.perf_counter()
         try:
-            thunk()
+            worked = thunk() is not False
         except (HeadgraphError, ApiError) as err:
             log.warning("%s: stage %s unavailable: %s: %s", ref.id, stage, type(err).__name__, one_line(err))
             unavailable[stage] = one_line(err, 300) or type(err).__name__
+            estimate.finished(stage, time.perf_counter() - started, worked=False)
         else:
             done.append(stage)
+            estimate.finished(stage, time.perf_counter() - started, worked=worked)
         if finished is not None:
-            finished(list(done), planned, dict(unavailable))
+            finished(list(done), planned, dict(unavailable),
+                     Timing(dict(estimate.seconds), estimate.remaining_s()))
     progress("done", 1.0, done_message(done, unavailable))
     return done, unavailable
 
@@ -373,8 +393,11 @@ class JobManager:
             self._update(job_id, state="running", stage=stage,
                          fraction=round(min(max(fraction, 0.0), 1.0), 4), message=message)
 
-        def finished(done: list[str], planned: list[str], unavailable: dict[str, str]) -> None:
-            self._update(job_id, computed=done, plan=planned, unavailable=unavailable)
+        def finished(done: list[str], planned: list[str], unavailable: dict[str, str],
+                     timing: Timing) -> None:
+            self._update(job_id, computed=done, plan=planned, unavailable=unavailable,
+                         seconds={k: round(v, 3) for k, v in timing.seconds.items()},
+                         remaining_s=None if timing.remaining_s is None else round(timing.remaining_s, 1))
 
         try:
             done, unavailable = run_compute(self.scores, self.catalog, ref, pairings, progress, finished,
@@ -388,7 +411,7 @@ class JobManager:
         else:
             log.info("job %s (%s) done in %.1f s", job_id, ref.id, time.perf_counter() - started)
             self._update(job_id, state="done", stage="done", fraction=1.0, computed=done,
-                         unavailable=unavailable, message=done_message(done, unavailable))
+                         unavailable=unavailable, remaining_s=0.0, message=done_message(done, unavailable))
         finally:
             with self._guard:
                 self._active.discard(job_id)

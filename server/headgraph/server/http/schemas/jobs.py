@@ -27,6 +27,12 @@ class Job(BaseModel):
     unavailable: dict[str, str] = Field(
         default_factory=dict, description="stages this model cannot give -> why (the job still "
                                           "computes the others and ends done)")
+    seconds: dict[str, float] = Field(default_factory=dict,
+                                      description="each finished stage's wall time, in seconds")
+    remaining_s: float | None = Field(
+        default=None, description="estimated seconds left: the unfinished stages' cost (from the "
+                                  "model's shapes) at the speed this job has shown; null until "
+                                  "enough of it has run to tell")
 
 
 class JobSubmitted(BaseModel):

@@ -1,0 +1,75 @@
+"""The compute job's progress and time-left estimate (server.compute.estimate)."""
+
+from __future__ import annotations
+
+import doctest
+
+import pytest
+
+from headgraph.server.compute import estimate
+from headgraph.server.compute.estimate import JobEstimate, Shape, format_eta, pk_cost, stage_cost
+from headgraph.server.services.jobs import compute_plan  # noqa: F401 - the plan's stage names
+
+LLAMA7B = {"n_layers": 32, "n_heads": 32, "n_kv_heads": 32, "d_model": 4096, "d_head": 128,
+           "d_vocab": 32000}
+LLAMA1B = {"n_layers": 16, "n_heads": 32, "n_kv_heads": 8, "d_model": 2048, "d_head": 64,
+           "d_vocab": 128256}
+PLAN = (["pk", "pk OQ", "pk OK", "pk OV", "cs Q", "cs K", "cs V", "patterns", "z OQ", "z OK",
+         "z OV", "graph", "scatter OQ", "scatter OK", "scatter OV", "reference", "null OQ",
+         "null OK", "null OV", "tokens O", "tokens V", "tokens Q", "tokens K", "datapk text",
+         "datapk random", "pairs"])
+
+
+def test_module_examples():
+    assert doctest.testmod(estimate).failed == 0
+
+
+def test_at_a_steady_speed_the_estimate_is_the_time_left():
+    """A job whose every stage runs at the same seconds per unit of cost: once enough has run,
+    the estimate equals the true time left, and the fraction rises to 1."""
+    est = JobEstimate(PLAN, LLAMA7B)
+    speed = 3.7e-11  # seconds per unit
+    truth = [est.costs[s] * speed for s in PLAN]
+    fractions = []
+    for i, stage in enumerate(PLAN):
+        left = est.remaining_s()
+        if est.fraction() >= estimate.MIN_BASIS:
+            assert left == pytest.approx(sum(truth[i:]), rel=1e-9)
+        else:
+            assert left is None
+        est.finished(stage, truth[i])
+        fractions.append(est.fraction())
+    assert fractions == sorted(fractions) and fractions[-1] == pytest.approx(1.0)
+    assert est.remaining_s() == pytest.approx(0.0, abs=1e-9)
+
+
+def test_a_stage_that_did_no_work_leaves_the_total():
+    """A model that cannot run: its patterns and data-weighted PK take no time; counting their
+    cost as done would make the job look faster than it is."""
+    est = JobEstimate(["pk", "patterns", "null OK"], LLAMA7B)
+    est.finished("pk", 100.0)
+    est.finished("patterns", 0.01, worked=False)
+    rate = 100.0 / est.costs["pk"]
+    assert est.remaining_s() == pytest.approx(rate * est.costs["null OK"], rel=1e-3)
+    assert est.fraction() == pytest.approx(est.costs["pk"] / (est.costs["pk"] + est.costs["null OK"]))
+
+
+def test_costs_grow_with_the_shapes_as_the_products_do():
+    """PK's pair products grow with pairs x d^2 and its pieces with heads x d^2 r: the 7B shape
+    (4x the query heads at 2x d_model, 4x the KV heads) costs the two formulas' sum; CS per pair
+    r^2 d; the costs of the 7B shape exceed the 1B's for every stage."""
+    big, small = Shape.of(LLAMA7B), Shape.of(LLAMA1B)
+    n, d, r = 1024, 4096, 128
+    share = 31 / 64
+    pairs = 3 * n * n * share
+    assert pk_cost(big, ["OQ", "OK", "OV"]) == pytest.approx(4 * n * d * d * r / 2 + pairs * d * d / 2)
+    for stage in PLAN:
+        assert stage_cost(stage, big)[1] >= stage_cost(stage, small)[1], stage
+    assert stage_cost("cs K", big)[1] > stage_cost("cs K", small)[1] * 8
+
+
+def test_eta_text():
+    assert format_eta(None) == ""
+    assert format_eta(42) == "about 40 s left"
+    assert format_eta(12.4 * 60) == "about 12 min left"
+    assert format_eta(3 * 3600) == "about 3.0 h left"
