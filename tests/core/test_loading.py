@@ -19,6 +19,7 @@ from headgraph.core.models.tokenizer import byte_level_tokenizer
 from headgraph.core.models.loading import LoadedModel, load_heads, load_model
 from headgraph.core.scores.pk import projection_kernel
 from headgraph.core.models.streamed import checkpoint_bytes, load_heads_safetensors
+from headgraph.core.models.streamed_runnable import StreamedPatternSource
 
 torch.set_num_threads(1)
 ATTN = ("W_Q", "W_K", "W_V", "W_O")
@@ -181,9 +182,9 @@ def test_streaming_reader_matches_bridge_gpt2_and_sharded_qwen2(hgb_gpt2_dir, hg
             a, b = getattr(bridge, name), getattr(stream, name)
             assert a.shape == b.shape, name
             torch.testing.assert_close(b, a, rtol=0, atol=1e-6)
-        # forced streaming through load_model gives the same heads, without a runnable model
+        # forced streaming through load_model gives the same heads
         lm = load_model(str(folder), processing="raw", streaming=True)
-        assert lm.patterns is None and lm.info.source == "safetensors"
+        assert lm.info.source == "safetensors"
         assert lm.tokenizer is not None  # the folder's: token tables name tokens, and key on it
         assert lm.heads.fingerprint == with_tokenizer(stream.fingerprint, lm.tokenizer)
 
@@ -213,6 +214,34 @@ def test_streaming_keeps_the_stored_bf16_and_pk_reads_factored_bases(tmp_path):
         assert (ours[p].scores - ref[p].scores).abs().max() < 1e-5, p
 
 
+def test_streamed_model_runs_a_block_at_a_time_with_the_bridges_patterns(hgb_gpt2_dir, hgb_qwen2_dir):
+    """A streamed checkpoint runs from its safetensors one block at a time: its attention
+    patterns (GPT-2; a sharded grouped-query Qwen2) equal those of the same folder booted whole
+    in a TransformerBridge, on padded prompts and on the induction sequences, and after a run
+    no parameter holds storage (every block went back to the meta device)."""
+    from headgraph.core.activations.patterns import PATTERN_KINDS, pattern_scores
+
+    prompts = ["When Mary and John went to the store, John gave a drink to", "short"]
+    for folder in (hgb_gpt2_dir, hgb_qwen2_dir):
+        whole = load_model(str(folder), processing="raw")
+        lm = load_model(str(folder), processing="raw", streaming=True)
+        assert isinstance(lm.patterns, StreamedPatternSource)
+        assert lm.patterns.bos_token_id == whole.patterns.bos_token_id
+        ids, mask = lm.patterns.tokenize(prompts)
+        ref_ids, ref_mask = whole.patterns.tokenize(prompts)
+        assert torch.equal(ids, ref_ids) and torch.equal(mask, ref_mask) and not mask.all()
+        ours = lm.patterns.attention_patterns(ids, attention_mask=mask)
+        ref = whole.patterns.attention_patterns(ids, attention_mask=mask)
+        assert ours.shape == ref.shape == (len(lm.info.layer_indices), 2, lm.info.n_heads,
+                                           ids.shape[1], ids.shape[1])
+        torch.testing.assert_close(ours, ref.float(), rtol=0, atol=1e-5)
+        assert all(p.is_meta for p in lm.patterns._model().parameters())
+        a, b = pattern_scores(lm.patterns), pattern_scores(whole.patterns)
+        for kind in PATTERN_KINDS:
+            torch.testing.assert_close(a.grid(kind), b.grid(kind).float(), rtol=0, atol=1e-5)
+        assert float(a.grid("induction").sum()) > 0
+
+
 def test_streaming_reader_bloom_fused_per_head_layout(tmp_path):
     folder = tmp_path / "bloom"
     _save_hf(folder, BloomConfig(n_layer=2, n_head=4, hidden_size=32, vocab_size=300), seed=3)
@@ -235,7 +264,7 @@ def test_too_big_for_memory_switches_to_streaming(hgb_gpt2_dir, monkeypatch):
 
     monkeypatch.setattr(psutil, "virtual_memory", lambda: Tiny)
     lm = load_model(str(hgb_gpt2_dir))
-    assert lm.info.source == "safetensors" and lm.patterns is None
+    assert lm.info.source == "safetensors" and isinstance(lm.patterns, StreamedPatternSource)
     with pytest.raises(UnsupportedModel, match="raw weights only"):
         load_model(str(hgb_gpt2_dir), processing="processed")
 

@@ -77,6 +77,7 @@ from headgraph.core.models.random_weights import (
 from headgraph.core.models.shapes import check_config_shapes
 from headgraph.core.models.series import demo_checkpoint, is_demo_checkpoint_spec
 from headgraph.core.models.fingerprint import with_tokenizer
+from headgraph.core.models.streamed_runnable import streamed_source
 from headgraph.core.models.streamed import (
     load_heads_safetensors,
     safetensors_files,
@@ -90,7 +91,7 @@ __all__ = ["LoadedModel", "load_heads", "load_model", "norm_aware"]
 
 @dataclass
 class LoadedModel:
-    """Head weights plus what runs the model: pattern source (None when streamed), tokenizer."""
+    """Head weights plus what runs the model: pattern source (streamed: a block at a time), tokenizer."""
 
     heads: HeadWeights
     patterns: PatternSource | None
@@ -435,7 +436,9 @@ def _load_folder_in(folder: Path, *, name: str, source: str, device: str, proces
         heads = load_heads_safetensors(folder, device=device, name=name, dtype=None)
         # Token tables name tokens with the folder's own tokenizer (ids without one).
         heads.tokenizer = _own_tokenizer(folder) if has_tokenizer(folder) else None
-        return LoadedModel(heads=heads, patterns=None, tokenizer=heads.tokenizer, info=heads.info)
+        # Patterns run the model a block at a time from the same files (none without a tokenizer).
+        patterns = streamed_source(folder, heads.tokenizer, heads.info.layer_indices, device=device)
+        return LoadedModel(heads=heads, patterns=patterns, tokenizer=heads.tokenizer, info=heads.info)
     try:
         tokenizer = _own_tokenizer(folder) if has_tokenizer(folder) else byte_level_tokenizer()
         bridge = _boot(str(folder), device=device, dtype=dtype, tokenizer=tokenizer)

@@ -11,38 +11,33 @@ import torch
 from headgraph.core.errors import UnsupportedModel
 from headgraph.core.types import PatternSource
 
-# -- a PatternSource for TransformerLens bridges ------------------------------------------
+# -- tokenization every runnable source shares ---------------------------------------------
 
-class BridgePatternSource:
-    """PatternSource over a TransformerBridge and the model's own tokenizer.
+class TokenizedSource:
+    """Prompt tokenization of a runnable source from the model's own tokenizer: ids as it
+    makes them (its special tokens, nothing added), right-padded, with their mask; a BOS only
+    where the tokenizer itself adds one (``bos_token_id`` says which). Subclasses run the model
+    (``attention_patterns``)."""
 
-    ``tokenizer``: the tokenizer as the checkpoint ships it (default: the bridge's). The
-    bridge rebuilds its tokenizer with ``add_bos_token=True``, so prompts encoded by it would
-    start with a BOS the model's own tokenizer never adds (SmolLM2: ``<|im_start|>``)."""
-
-    def __init__(self, bridge: Any, tokenizer: Any | None = None) -> None:
-        self.bridge = bridge
-        self.tokenizer: Any | None = tokenizer if tokenizer is not None else bridge.tokenizer
-        self.layer_indices: tuple[int, ...] = tuple(int(i) for i, _ in bridge.blocks_with("attn"))
-        cfg = bridge.cfg
-        self.d_vocab: int = int(cfg.d_vocab)
-        self.n_ctx: int | None = int(cfg.n_ctx) if getattr(cfg, "n_ctx", None) else None
+    def __init__(self, tokenizer: Any | None, *, d_vocab: int, n_ctx: int | None,
+                 device: str | torch.device) -> None:
+        self.tokenizer: Any | None = tokenizer
+        self.d_vocab: int = int(d_vocab)
+        self.n_ctx: int | None = n_ctx
+        self._device = device
         prefix = self._encode("")
         self.bos_token_id: int | None = int(prefix[0]) if len(prefix) else None
 
     def _encode(self, text: str) -> list[int]:
-        """Ids as the model's own tokenizer makes them (its special tokens, nothing added)."""
+        """Ids as the model's own tokenizer makes them, at most the model's context."""
         tok = self.tokenizer
         if tok is None:
-            return self.bridge.to_tokens(text, padding_side="right",
-                                         move_to_device=False)[0].tolist()
+            raise UnsupportedModel("this model has no tokenizer to encode prompts with")
         ids = [int(i) for i in tok(text, add_special_tokens=True)["input_ids"]]
-        # at most the model's context, as the bridge's to_tokens truncates
         return ids[: self.n_ctx] if self.n_ctx else ids
 
     def tokenize(self, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Right-padded ids [batch, pos] and mask [batch, pos]; a BOS only where the
-        tokenizer itself adds one (``bos_token_id`` says which)."""
+        """Right-padded ids [batch, pos] and mask [batch, pos]."""
         rows = [self._encode(t) for t in texts]
         pad = getattr(self.tokenizer, "pad_token_id", None) or 0
         width = max(len(r) for r in rows)
@@ -51,8 +46,7 @@ class BridgePatternSource:
         for i, r in enumerate(rows):
             ids[i, : len(r)] = torch.tensor(r, dtype=torch.long)
             mask[i, : len(r)] = True
-        device = self.bridge.cfg.device
-        return ids.to(device), mask.to(device)
+        return ids.to(self._device), mask.to(self._device)
 
     def to_tokens(self, texts: list[str]) -> torch.Tensor:
         return self.tokenize(texts)[0]
@@ -65,6 +59,31 @@ class BridgePatternSource:
         special = [i for i in (getattr(tok, "all_special_ids", None) or []) if 0 <= i < n]
         keep[special] = False
         return torch.nonzero(keep).flatten()
+
+
+# -- a PatternSource for TransformerLens bridges ------------------------------------------
+
+class BridgePatternSource(TokenizedSource):
+    """PatternSource over a TransformerBridge and the model's own tokenizer.
+
+    ``tokenizer``: the tokenizer as the checkpoint ships it (default: the bridge's). The
+    bridge rebuilds its tokenizer with ``add_bos_token=True``, so prompts encoded by it would
+    start with a BOS the model's own tokenizer never adds (SmolLM2: ``<|im_start|>``)."""
+
+    def __init__(self, bridge: Any, tokenizer: Any | None = None) -> None:
+        self.bridge = bridge
+        self.layer_indices: tuple[int, ...] = tuple(int(i) for i, _ in bridge.blocks_with("attn"))
+        cfg = bridge.cfg
+        super().__init__(tokenizer if tokenizer is not None else bridge.tokenizer,
+                         d_vocab=int(cfg.d_vocab),
+                         n_ctx=int(cfg.n_ctx) if getattr(cfg, "n_ctx", None) else None,
+                         device=cfg.device)
+
+    def _encode(self, text: str) -> list[int]:
+        if self.tokenizer is None:  # the bridge's own (it truncates to the context)
+            return self.bridge.to_tokens(text, padding_side="right",
+                                         move_to_device=False)[0].tolist()
+        return super()._encode(text)
 
     @torch.no_grad()
     def attention_patterns(self, tokens: torch.Tensor,

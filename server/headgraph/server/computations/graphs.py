@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from headgraph.core.activations.flags import head_flags, pattern_scores_from_dict, with_null_flags
+from headgraph.core.errors import UnsupportedModel
 from headgraph.core.graphs.build import build_graph
 from headgraph.core.names import CS_MODES, MAX_EDGES, check_pairing, cs_mode_of, quantize_threshold
 from headgraph.server.computations.convert import jsonable
@@ -63,8 +64,9 @@ def head_graph(src: Inputs, *, pairings: tuple[str, ...], granularity: str, k: i
 def head_flags_of(src: Inputs) -> Any:
     """core.activations.flags.HeadFlags from the model's cached pattern scores; None when the model has no
     pattern source (flags then read null, "not measured")."""
-    patterns = src.result("patterns")
-    if not patterns.get("available"):
+    try:
+        patterns = src.result("patterns")
+    except UnsupportedModel:
         return None
     return head_flags(pattern_scores_from_dict(patterns))
 

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from headgraph.core.activations.patterns import pattern_scores
+from headgraph.core.errors import UnsupportedModel
 from headgraph.core.names import (
     check_mode,
     check_order,
@@ -132,7 +133,6 @@ def tokens(src: Inputs, *, role: str, k: int) -> dict[str, Any]:
 def token_null(src: Inputs, *, rank: int, k: int) -> dict[str, Any]:
     """The unembedding-shaped random-subspace baseline of token lists of one rank and depth
     (core.readout.tokens.token_baseline, method "unembedding", UNEMBEDDING_SAMPLES planes)."""
-    from headgraph.core.errors import UnsupportedModel
     from headgraph.core.readout.tokens import BASELINE_QUANTILE, UNEMBEDDING_SAMPLES, token_baseline
 
     W_U = src.heads.W_U
@@ -144,11 +144,15 @@ def token_null(src: Inputs, *, rank: int, k: int) -> dict[str, Any]:
 
 
 def patterns(src: Inputs) -> dict[str, Any]:
-    """Attention-pattern scores per head (core.activations.patterns.pattern_scores); ``available`` is
-    False when the model cannot be run here (weights read without a runnable model)."""
+    """Attention-pattern scores per head (core.activations.patterns.pattern_scores).
+
+    UnsupportedModel when the model cannot be run here (weights read without a runnable model):
+    a failure the cache remembers until a job asks again, not a stored answer, since whether a
+    model runs is this server's ability (a newer one may run it), not a fact of its weights."""
     source = src.patterns
     if source is None:
-        return {"available": False}
+        raise UnsupportedModel(f"{src.info.name} cannot be run here (weights read without a "
+                               "runnable model), so it has no attention-pattern scores")
     return {"available": True, **jsonable(pattern_scores(source).to_dict())}
 
 

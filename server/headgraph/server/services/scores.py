@@ -149,10 +149,11 @@ class ScoresService:
 
     def patterns(self, ref: ModelRef) -> dict[str, Any]:
         """Attention-pattern scores per head (core.activations.patterns.pattern_scores), JSON data."""
-        out = self.cache.get(ref, "patterns")
-        if not out.get("available"):
+        try:
+            out = self.cache.get(ref, "patterns")
+        except UnsupportedModel as err:
             raise NotFound(f"{ref.id} cannot be run here (weights read without a runnable "
-                           "model), so it has no attention-pattern scores")
+                           "model), so it has no attention-pattern scores") from err
         return {k: v for k, v in out.items() if k != "available"}
 
     def patterns_or_none(self, ref: ModelRef) -> dict[str, Any] | None:
