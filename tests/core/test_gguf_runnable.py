@@ -36,6 +36,27 @@ def test_loading_is_lazy(smollm2):
     assert transformers_supports("llama") and not transformers_supports("no-such-arch")
 
 
+def test_a_gguf_too_big_for_memory_says_so_before_dequantizing(smollm2, monkeypatch):
+    """With less memory than the float32 model needs, running it is a clear UnsupportedModel
+    (sized from the file's header: 135 M elements, 0.5 GB), never a process killed mid-way."""
+    import psutil
+
+    from headgraph.core.errors import UnsupportedModel
+    from headgraph.core.models.gguf_file import gguf_parameters
+
+    path = packaged_gguf("smollm2")
+    assert 130e6 < gguf_parameters(path, shown="smollm2") < 140e6
+
+    class Small:
+        available = 400 * 2**20  # under 0.5 GB / 0.8
+
+    fresh = LazyGGUFSource(path, layer_indices=smollm2.patterns.layer_indices, shown="smollm2")
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: Small)
+    with pytest.raises(UnsupportedModel, match="too big to run here"):
+        fresh.bridge
+    assert not fresh.loaded
+
+
 @pytest.fixture(scope="module")
 def booted(smollm2):
     source = smollm2.patterns

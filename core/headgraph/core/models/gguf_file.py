@@ -89,6 +89,11 @@ def _reader(path: Path, shown: str) -> Any:
             from None
 
 
+def gguf_parameters(path: str | os.PathLike[str], *, shown: str) -> int:
+    """Elements of every tensor in a GGUF file (its header only: the data stays mapped, unread)."""
+    return sum(int(t.n_elements) for t in _reader(Path(path), shown).tensors)
+
+
 def _field(reader: Any, key: str) -> Any:
     """The value of a metadata key (None when absent)."""
     field = reader.fields.get(key)

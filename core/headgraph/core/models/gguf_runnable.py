@@ -73,6 +73,23 @@ def boot_gguf_bridge(file: str | os.PathLike[str], *, device: str | torch.device
     return bridge
 
 
+def check_fits_in_memory(file: Path, shown: str) -> None:
+    """UnsupportedModel, before anything is dequantized, when the whole model in float32 would
+    need over ~80% of the available memory (a 7B GGUF: ~27 GB): the process would be killed
+    mid-way instead of saying why."""
+    from headgraph.core.models.gguf_file import gguf_parameters
+    from headgraph.core.models.streamed import available_memory
+
+    need = 4 * gguf_parameters(file, shown=shown)
+    free = available_memory()
+    if need > 0.8 * free:
+        raise UnsupportedModel(
+            f"{shown}: this GGUF is too big to run here ({need / 2**30:.1f} GiB in float32, "
+            f"{free / 2**30:.1f} GiB available); PK, CS and tokens come from its weights, while "
+            "attention patterns, path ablation and data-weighted PK need it run (its Hugging "
+            "Face safetensors folder runs a layer at a time)")
+
+
 class LazyGGUFSource:
     """PatternSource of a GGUF model that boots its TransformerBridge on first use.
 
@@ -103,6 +120,7 @@ class LazyGGUFSource:
                 if self._inner is None:
                     from headgraph.core.models.runnable import BridgePatternSource
 
+                    check_fits_in_memory(self.file, self.shown)
                     bridge = boot_gguf_bridge(self.file, device=self.device,
                                               tokenizer=self._tokenizer, shown=self.shown)
                     inner = BridgePatternSource(bridge, tokenizer=self._tokenizer)

@@ -75,7 +75,8 @@ def checkpoint_bytes(folder: str | Path, dtype: torch.dtype = torch.float32) -> 
     return total
 
 
-def _available_memory() -> int:
+def available_memory() -> int:
+    """Bytes of memory available to this process now (psutil's ``available``)."""
     try:
         import psutil
 
@@ -88,7 +89,7 @@ def too_big_for_memory(folder: Path, dtype: torch.dtype) -> bool:
     """True when booting would need more than ~80% of available RAM (safetensors only)."""
     if not safetensors_files(folder):
         return False
-    return checkpoint_bytes(folder, dtype) > 0.8 * _available_memory()
+    return checkpoint_bytes(folder, dtype) > 0.8 * available_memory()
 
 
 # Attention tensor names: (regex over the key, kind). Group 1 = prefix, group 2 = layer.
