@@ -159,6 +159,161 @@ def child(folder: str, stage: str, threads: int, order: str = "forward",
     return out
 
 
+class TreeMemory:
+    """Samples the resident size of a process and its children every ``every_s`` seconds; the
+    peak since the last ``mark`` (a stage's peak: the job runs its stages in one process)."""
+
+    def __init__(self, pid: int, every_s: float = 0.2) -> None:
+        import threading
+
+        import psutil
+
+        self.proc = psutil.Process(pid)
+        self.every_s = every_s
+        self.peak = 0
+        self.overall = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _rss(self) -> int:
+        import psutil
+
+        total = 0
+        try:
+            for p in [self.proc, *self.proc.children(recursive=True)]:
+                try:
+                    total += p.memory_info().rss
+                except psutil.Error:
+                    pass
+        except psutil.Error:
+            pass
+        return total
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            rss = self._rss()
+            self.peak = max(self.peak, rss)
+            self.overall = max(self.overall, rss)
+
+    def mark(self) -> int:
+        """The peak since the last mark, and start a new one."""
+        peak, self.peak = max(self.peak, self._rss()), 0
+        return peak
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def run_job(root: Path, name: str, cache: Path, threads: int) -> list[dict[str, Any]]:
+    """``headgraph compute local:NAME`` (the dashboard's job, every stage in one process) with
+    per-stage wall time, peak RSS and the job's own estimate of the time left at each stage's
+    start; prints a row per stage as it ends. Returns the rows."""
+    import os
+
+    env = {**os.environ, "HEADGRAPH_MODEL_ROOT": str(root), "HF_HUB_OFFLINE": "1",
+           "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": str(threads),
+           "HEADGRAPH_TORCH_THREADS": str(threads)}
+    exe = Path(sys.executable).with_name("headgraph")
+    start = time.time()
+    proc = subprocess.Popen([str(exe), "compute", f"local:{name}", "--cache-dir", str(cache),
+                             "--progress", "json"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    mem = TreeMemory(proc.pid)
+    rows: list[dict[str, Any]] = []
+    current: dict[str, Any] | None = None
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if not line.startswith("{"):
+            continue
+        ev = json.loads(line)
+        now = float(ev["time"])
+        if current is not None:
+            current.update(seconds=now - current["start"], peak_rss=mem.mark())
+            rows.append(current)
+            print(f"  {current['stage']}: {current['seconds']:.1f} s, "
+                  f"{current['peak_rss'] / MiB:.0f} MiB", file=sys.stderr, flush=True)
+        else:
+            mem.mark()
+        current = {"stage": ev["stage"], "start": now, "estimate_left": ev["remaining_s"]}
+    proc.wait()
+    mem.stop()
+    end = time.time()
+    out = proc.stdout.read() if proc.stdout else ""
+    for r in rows:
+        r["left_in_fact"] = end - r["start"]
+    print("| stage | s | peak RSS | estimated s left at its start | s left in fact |")
+    print("|---|---|---|---|---|")
+    for r in rows:
+        est = "" if r["estimate_left"] is None else f"{r['estimate_left']:.0f}"
+        print(f"| {r['stage']} | {r['seconds']:.1f} | {r['peak_rss'] / MiB:.0f} MiB | {est} | "
+              f"{r['left_in_fact']:.0f} |")
+    status = "done" if proc.returncode == 0 else f"FAILED (exit {proc.returncode})"
+    print(f"\njob {status}: {end - start:.0f} s in all, peak RSS {mem.overall / MiB:.0f} MiB "
+          f"(sampled every {mem.every_s} s)", flush=True)
+    if proc.returncode:
+        print(out[-2000:])
+    return rows
+
+
+API_LIMIT = 5 * 1000 * 1000  # no answer above this without the client asking for a download
+
+
+def time_views(root: Path, name: str, cache: Path, repeats: int) -> None:
+    """Serve the job's cache (``headgraph serve``, the model root ``root``) and open every view
+    of ``local:NAME`` that reads the job's results in headless chromium, as bench_browser.py
+    does: the warm time from navigation to the figure drawn (median and max of ``repeats``), and
+    the largest API answer each view's load asked for (the server's access log)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import statistics
+
+    from bench_browser import (CHROMIUM, CHROMIUM_ARGS, DRAWN, Traffic, links, measure,
+                               pick_head_and_pair, wait_job)
+    from playwright.sync_api import sync_playwright
+
+    from headgraph.server.http.launch import ServerProcess
+
+    model = f"local:{name}"
+    DRAWN.setdefault("subgraph", "g('subgraph-fig', d => d.some(t => (t.customdata||[]).length))")
+    server = ServerProcess(cache, env={"HEADGRAPH_MODEL_ROOT": str(root), "HF_HUB_OFFLINE": "1",
+                                       "TRANSFORMERS_OFFLINE": "1", "BROWSER_PATH": CHROMIUM}).start()
+    rows = []
+    try:
+        waited = wait_job(server.url, model, 3600)  # all cached: the job only reads
+        head, pair = pick_head_and_pair(server.url, model)
+        views = links(model, head, pair)
+        views["subgraph"] = f"/?model={model}&view=subgraph&pins={pair[0]},{pair[1]}"
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            page = browser.new_context(viewport={"width": 1500, "height": 1000}).new_page()
+            traffic = Traffic(page)
+            measure(page, server.url, views["graph"], "graph", 1, traffic)  # warm the LRU
+            for view, link in views.items():
+                seen = len(server.records())
+                times, moved = measure(page, server.url, link, view, repeats, traffic)
+                answers = [r for r in server.records()[seen:] if r.get("logger") == "headgraph.access"
+                           and str(r.get("path", "")).startswith("/api/")]
+                big = max(answers, key=lambda r: int(r.get("bytes", 0)), default={})
+                rows.append((view, statistics.median(times), max(times), moved,
+                             big.get("path", ""), int(big.get("bytes", 0))))
+            browser.close()
+        every = [r for r in server.records() if r.get("logger") == "headgraph.access"
+                 and str(r.get("path", "")).startswith("/api/")]
+    finally:
+        server.stop()
+    print(f"\nwarm views of {model} (the job's cache; the job re-read in {waited:.0f} s), "
+          f"median / max of {repeats} loads in headless chromium:\n")
+    print("| view | median ms | max ms | callback KiB | largest API answer |")
+    print("|---|---|---|---|---|")
+    for view, med, mx, moved, path, size in rows:
+        print(f"| {view} | {med:.0f} | {mx:.0f} | {moved / 1024:.0f} | {path} {size / 1e6:.2f} MB |")
+    biggest = max(every, key=lambda r: int(r.get("bytes", 0)), default={})
+    over = [r for r in every if int(r.get("bytes", 0)) > API_LIMIT]
+    print(f"\n{len(every)} API answers; the largest {biggest.get('path')} "
+          f"{int(biggest.get('bytes', 0)) / 1e6:.2f} MB; over 5 MB: {len(over)}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shape", choices=sorted(SHAPES), default="llama1b")
@@ -171,6 +326,13 @@ def main() -> None:
     parser.add_argument("--null-samples", type=int, default=2000,
                         help="null samples per pairing (the job's 2000; fewer probe its memory: "
                              "samples are drawn in batches of bounded size)")
+    parser.add_argument("--job", action="store_true",
+                        help="run the dashboard's compute job (headgraph compute, one process, "
+                             "every stage) instead of the stages apart, then time the warm views")
+    parser.add_argument("--cache", type=Path, help="the job's cache folder (default: a temporary one)")
+    parser.add_argument("--views-only", action="store_true",
+                        help="with --job: only time the views of an already computed --cache")
+    parser.add_argument("--repeats", type=int, default=3, help="loads of each warm view")
     parser.add_argument("--child", nargs=2, metavar=("FOLDER", "STAGE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -186,6 +348,12 @@ def main() -> None:
         print(f"{args.shape}: {L} layers, {H} q / {Hkv} kv heads, d_model {d}, d_head {dh}; "
               f"checkpoint ready in {time.perf_counter() - start:.0f} s; {args.threads} threads; "
               f"PK / CS order {args.order}; {args.null_samples} null samples per pairing")
+        if args.job:
+            cache = args.cache or Path(tmp) / "cache"
+            if not args.views_only:
+                run_job(folder.parent, folder.name, cache, args.threads)
+            time_views(folder.parent, folder.name, cache, args.repeats)
+            return
         print("| stage | load (bf16) s | stage s | peak RSS | notes |")
         print("|---|---|---|---|---|")
         for stage in args.stages.split(","):
