@@ -188,7 +188,7 @@ def compute_plan(scores: ScoresService, catalog: ModelCatalog, ref: ModelRef, pa
     # overlay), so those views fill while the slow reference, nulls and tokens still compute.
     for mode in scores.cs_modes_for(pairings):
         plan.append((f"cs {mode}", lambda m=mode: scores.cs(ref, m, "forward")))
-    plan.append(("patterns", lambda: scores.patterns_or_none(ref) is not None))
+    plan.append(("patterns", lambda: scores.patterns(ref)))  # unavailable, with why, if it cannot run
     for p in pairings:
         plan.append((f"z {p}", lambda p=p: scores.zscores(ref, p, "forward")))
     if shown is not None:

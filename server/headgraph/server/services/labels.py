@@ -92,7 +92,7 @@ class LabelService:
         """core.graphs.labels.LabelSet of ``ref``'s heads classed by attention-pattern scores.
 
         Built from the cached (single-flight) pattern scores with PATTERN_LABEL_THRESHOLDS;
-        heads named L{layer}H{head} (original block numbers). NotFound when the model cannot
+        heads named L{layer}H{head} (original block numbers). UnsupportedModel when the model cannot
         be run here (no attention patterns).
         """
         patterns = self.scores.patterns(ref)

@@ -148,18 +148,16 @@ class ScoresService:
                          "level with a one-sided binomial test")}
 
     def patterns(self, ref: ModelRef) -> dict[str, Any]:
-        """Attention-pattern scores per head (core.activations.patterns.pattern_scores), JSON data."""
-        try:
-            out = self.cache.get(ref, "patterns")
-        except UnsupportedModel as err:
-            raise NotFound(f"{ref.id} cannot be run here (weights read without a runnable "
-                           "model), so it has no attention-pattern scores") from err
+        """Attention-pattern scores per head (core.activations.patterns.pattern_scores), JSON
+        data; UnsupportedModel (a 422 saying why) when the model cannot be run here."""
+        out = self.cache.get(ref, "patterns")
         return {k: v for k, v in out.items() if k != "available"}
 
     def patterns_or_none(self, ref: ModelRef) -> dict[str, Any] | None:
+        """The pattern scores, or None for a model that cannot be run here."""
         try:
             return self.patterns(ref)
-        except NotFound:
+        except UnsupportedModel:
             return None
 
     def data_pk_all(self, ref: ModelRef, prompts: str) -> bool:
