@@ -98,6 +98,49 @@ def build_checkpoint(folder: Path, shape: str) -> Path:
     return folder
 
 
+def build_gguf(file: Path, shape: str) -> Path:
+    """The same shape as a llama.cpp GGUF (float16 tensors, random), written a tensor at a time
+    (header and tensor infos first, then each tensor's data), so it never exists in memory."""
+    import gguf
+    import numpy as np
+
+    L, H, Hkv, d, dh, mlp = SHAPES[shape]
+    vocab = 300
+    file.parent.mkdir(parents=True, exist_ok=True)
+    shapes: dict[str, tuple[int, ...]] = {"token_embd.weight": (vocab, d), "output_norm.weight": (d,),
+                                          "output.weight": (vocab, d)}
+    for i in range(L):
+        shapes.update({f"blk.{i}.attn_q.weight": (H * dh, d), f"blk.{i}.attn_k.weight": (Hkv * dh, d),
+                       f"blk.{i}.attn_v.weight": (Hkv * dh, d), f"blk.{i}.attn_output.weight": (d, H * dh),
+                       f"blk.{i}.ffn_gate.weight": (mlp, d), f"blk.{i}.ffn_up.weight": (mlp, d),
+                       f"blk.{i}.ffn_down.weight": (d, mlp), f"blk.{i}.attn_norm.weight": (d,),
+                       f"blk.{i}.ffn_norm.weight": (d,)})
+    w = gguf.GGUFWriter(str(file), "llama")
+    w.add_block_count(L)
+    w.add_head_count(H)
+    w.add_head_count_kv(Hkv)
+    w.add_embedding_length(d)
+    w.add_feed_forward_length(mlp)
+    w.add_key_length(dh)
+    w.add_value_length(dh)
+    w.add_context_length(2048)
+    w.add_layer_norm_rms_eps(1e-6)
+    for name, shp in shapes.items():
+        dtype = np.float32 if len(shp) == 1 else np.float16
+        w.add_tensor_info(name, shp, np.dtype(dtype), int(np.prod(shp)) * np.dtype(dtype).itemsize)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    rng = np.random.default_rng(0)
+    for name, shp in shapes.items():
+        if len(shp) == 1:
+            w.write_tensor_data(np.ones(shp, dtype=np.float32))
+        else:
+            w.write_tensor_data((rng.standard_normal(shp, dtype=np.float32) * 0.02).astype(np.float16))
+    w.close()
+    return file
+
+
 def _bounded_size(payload: dict[str, Any]) -> int:
     return len(json.dumps(payload, separators=(",", ":")))
 
@@ -227,7 +270,14 @@ def run_job(root: Path, name: str, cache: Path, threads: int) -> list[dict[str, 
     for line in proc.stderr:
         if not line.startswith("{"):
             continue
-        ev = json.loads(line)
+        try:
+            ev = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(ev, dict) or "stage" not in ev or "time" not in ev:
+            if isinstance(ev, dict) and ev.get("message"):  # the job's own log lines
+                print(f"  log: {str(ev.get('message'))[:300]}", file=sys.stderr, flush=True)
+            continue
         now = float(ev["time"])
         if current is not None:
             current.update(seconds=now - current["start"], peak_rss=mem.mark())
@@ -330,6 +380,8 @@ def main() -> None:
                         help="run the dashboard's compute job (headgraph compute, one process, "
                              "every stage) instead of the stages apart, then time the warm views")
     parser.add_argument("--cache", type=Path, help="the job's cache folder (default: a temporary one)")
+    parser.add_argument("--gguf", action="store_true",
+                        help="the shape as one llama.cpp GGUF file (float16) instead of safetensors")
     parser.add_argument("--views-only", action="store_true",
                         help="with --job: only time the views of an already computed --cache")
     parser.add_argument("--repeats", type=int, default=3, help="loads of each warm view")
@@ -342,7 +394,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = args.keep or Path(tmp) / args.shape
         start = time.perf_counter()
-        if not (folder / "config.json").exists():
+        if args.gguf:
+            if not (folder / "model.gguf").exists():
+                build_gguf(folder / "model.gguf", args.shape)
+        elif not (folder / "config.json").exists():
             build_checkpoint(folder, args.shape)
         L, H, Hkv, d, dh, _ = SHAPES[args.shape]
         print(f"{args.shape}: {L} layers, {H} q / {Hkv} kv heads, d_model {d}, d_head {dh}; "

@@ -152,3 +152,10 @@ def test_a_model_that_cannot_give_every_result_is_not_recomputed_on_the_next_loa
     wait_figure(page, "graph", lambda f: f and any(tr.get("mode") == "lines" for tr in f["data"]))
     again = httpx.get(server.url + "/api/jobs", params={"model": TINY}, timeout=30).json()
     assert again["id"] == first["id"] and again["attempt"] == first["attempt"]
+    # the default link (the per-model "patterns" class overlay) still draws the graph, without
+    # classes, and says why: the model cannot be run
+    page.goto(server.url + f"/?model={TINY}&view=graph")
+    wait_figure(page, "graph", lambda f: f and any(tr.get("mode") == "lines" for tr in f["data"]))
+    note = page.locator("#graph-overlay-note")
+    note.wait_for(timeout=60_000)
+    assert "no class overlay" in note.inner_text() and "cannot be run here" in note.inner_text()

@@ -153,13 +153,21 @@ def load_gguf_tokenizer(path: Path) -> Any | None:
         return None
 
 
+# Attention weights over this size in float32 are kept in float16 (a 7B model's: 8.6 GB in
+# float32, 4.3 in float16). Decided by the model's shapes, not the machine, so a file has one
+# fingerprint everywhere; a dequantized GGUF value (a small integer times a float16 scale, or a
+# float16/bfloat16 weight) keeps ~11 significant bits, as float16 does.
+LARGE_ATTENTION_BYTES = 2 << 30
+
+
 def load_heads_gguf(path: str | os.PathLike[str], *, device: str | torch.device | None = None,
-                    dtype: torch.dtype = torch.float32, name: str | None = None,
+                    dtype: torch.dtype | None = None, name: str | None = None,
                     tokenizer: bool = True) -> HeadWeights:
     """Per-head attention weights (and unembedding) of a GGUF file, dequantized tensor by tensor.
 
     ``path``: the ``.gguf`` file (or a folder holding exactly one); ``name``: what ModelInfo
-    and messages call it (default: the path). Returns HeadWeights in TL layout (W_Q
+    and messages call it (default: the path); ``dtype``: of the weights (default float32, or
+    float16 above LARGE_ATTENTION_BYTES of float32 attention weights). Returns HeadWeights in TL layout (W_Q
     [L, H, d_model, d_head], W_K/W_V [L, H_kv, ...], W_O [L, H, d_head, d_model], W_U
     [d_model, d_vocab]), processing "raw", source "gguf", with the file's tokenizer when
     ``tokenizer`` and it can be built.
@@ -194,6 +202,9 @@ def load_heads_gguf(path: str | os.PathLike[str], *, device: str | torch.device 
             check_tensor_size(key, int(tensors[key].n_elements), heads * d_head * d_model,
                               shown=shown, declared=declared)
     L = len(layers)
+    if dtype is None:
+        elements = L * (2 * H + 2 * H_kv) * d_model * d_head
+        dtype = torch.float16 if 4 * elements > LARGE_ATTENTION_BYTES else torch.float32
     W_Q = torch.empty(L, H, d_model, d_head, dtype=dtype)
     W_K = torch.empty(L, H_kv, d_model, d_head, dtype=dtype)
     W_V = torch.empty(L, H_kv, d_model, d_head, dtype=dtype)

@@ -56,11 +56,12 @@ def class_order(client: Any, overlay: str | None, label_sets: list[dict[str, Any
 
 def with_overlay(call: Callable[[str | None], T], overlay: str | None) -> tuple[T, str | None]:
     """(``call(overlay)``, None); for the per-model ``patterns`` overlay on a model the API
-    cannot run (404: no attention patterns), (``call(None)``, a note saying why no classes)."""
+    cannot run (422: no attention patterns; a 404 from older servers), (``call(None)``, a note
+    saying why no classes). Any other failure of the call itself is raised by ``call(None)``."""
     try:
         return call(overlay or None), None
     except ApiError as err:
-        if overlay != PATTERN_OVERLAY or err.status != 404:
+        if overlay != PATTERN_OVERLAY or err.status not in (404, 422):
             raise
         result = call(None)  # the model itself is fine: only its pattern classes are missing
         return result, f"no class overlay: {err.message}"
