@@ -67,3 +67,22 @@ def test_gguf_model_info_and_tokenizer(gguf_path):
     assert load_model(str(gguf_path), device="cpu").heads.fingerprint == lm.heads.fingerprint
 
 
+
+
+def test_large_gguf_attention_is_kept_in_float16(gguf_path, heads, monkeypatch):
+    """Above LARGE_ATTENTION_BYTES (here lowered to 1 MiB; a 7B model's 8.6 GB is above the
+    real one) the weights are float16: the float32 read rounded, and PK from them equal to the
+    float32 heads' to float16 rounding."""
+    from headgraph.core.models import gguf_file
+    from headgraph.core.scores.pk import all_pairings
+
+    assert heads.W_Q.dtype == torch.float32  # SmolLM2's 106 MB of float32 attention: kept
+    monkeypatch.setattr(gguf_file, "LARGE_ATTENTION_BYTES", 1 << 20)
+    half = load_heads_gguf(gguf_path, device="cpu", name="smollm2", tokenizer=False)
+    assert half.W_Q.dtype == torch.float16 and half.info.dtype == "float16"
+    for role in ("W_Q", "W_K", "W_V", "W_O"):
+        assert torch.equal(getattr(half, role), getattr(heads, role).half()), role
+    ours = all_pairings(half, pairings=["OK"], bases="factored")["OK"]
+    ref = all_pairings(heads, pairings=["OK"], bases="dense")["OK"]
+    assert ours.scores.dtype == torch.float32
+    assert float((ours.normalized - ref.normalized).abs().max()) < 2e-3
