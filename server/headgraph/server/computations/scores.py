@@ -219,7 +219,9 @@ def score_computations() -> list[Computation]:
                     key=lambda p: {**p, "baseline": "haar-40-q95"}),
         Computation("token_null", token_null, {"rank": positive_int, "k": positive_int},
                     key=lambda p: {**p, "baseline": "unembedding-200-q95"}),
-        Computation("patterns", patterns, {}),
+        # Key {"format": 2}: a model that cannot run is a remembered failure, no longer a stored
+        # {"available": false}; an older cache's negative answers are then never read back.
+        Computation("patterns", patterns, {}, key=lambda _: {"format": 2}),
         # "kv": points are on the PK grid, KV scores once (keys of the older per-query-head
         # scatter are not read back).
         Computation("scatter", scatter, {"pairing": check_pairing,
