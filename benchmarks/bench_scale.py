@@ -132,7 +132,7 @@ def build_gguf(file: Path, shape: str) -> Path:
     w.write_kv_data_to_file()
     w.write_ti_data_to_file()
     rng = np.random.default_rng(0)
-    for name, shp in shapes.items():
+    for shp in shapes.values():
         if len(shp) == 1:
             w.write_tensor_data(np.ones(shp, dtype=np.float32))
         else:

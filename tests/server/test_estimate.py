@@ -8,14 +8,13 @@ import pytest
 
 from headgraph.server.compute import estimate
 from headgraph.server.compute.estimate import JobEstimate, Shape, format_eta, pk_cost, stage_cost
-from headgraph.server.services.jobs import compute_plan  # noqa: F401 - the plan's stage names
 
 LLAMA7B = {"n_layers": 32, "n_heads": 32, "n_kv_heads": 32, "d_model": 4096, "d_head": 128,
            "d_vocab": 32000}
 LLAMA1B = {"n_layers": 16, "n_heads": 32, "n_kv_heads": 8, "d_model": 2048, "d_head": 64,
            "d_vocab": 128256}
 PLAN = (["pk", "pk OQ", "pk OK", "pk OV", "cs Q", "cs K", "cs V", "patterns", "z OQ", "z OK",
-         "z OV", "graph", "scatter OQ", "scatter OK", "scatter OV", "reference", "null OQ",
+         "z OV", "graph", "scatter OQ", "scatter OK", "scatter OV", "reference", "null", "null OQ",
          "null OK", "null OV", "tokens O", "tokens V", "tokens Q", "tokens K", "datapk text",
          "datapk random", "pairs"])
 
@@ -46,12 +45,12 @@ def test_at_a_steady_speed_the_estimate_is_the_time_left():
 def test_a_stage_that_did_no_work_leaves_the_total():
     """A model that cannot run: its patterns and data-weighted PK take no time; counting their
     cost as done would make the job look faster than it is."""
-    est = JobEstimate(["pk", "patterns", "null OK"], LLAMA7B)
+    est = JobEstimate(["pk", "patterns", "null"], LLAMA7B)
     est.finished("pk", 100.0)
     est.finished("patterns", 0.01, worked=False)
     rate = 100.0 / est.costs["pk"]
-    assert est.remaining_s() == pytest.approx(rate * est.costs["null OK"], rel=1e-3)
-    assert est.fraction() == pytest.approx(est.costs["pk"] / (est.costs["pk"] + est.costs["null OK"]))
+    assert est.remaining_s() == pytest.approx(rate * est.costs["null"], rel=1e-3)
+    assert est.fraction() == pytest.approx(est.costs["pk"] / (est.costs["pk"] + est.costs["null"]))
 
 
 def test_costs_grow_with_the_shapes_as_the_products_do():

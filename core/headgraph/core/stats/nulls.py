@@ -93,13 +93,9 @@ def role_covariance(heads: HeadWeights, role: str) -> torch.Tensor:
     """Sigma_role = mean over the role's heads of W W^T / d_head: [d_model, d_model] float64.
 
     Accumulated one layer at a time (a layer's product in the compute dtype, summed in
-    float64), so no upcast copy of the whole role exists; cached per role in ``heads._cache``
-    (every pairing reading the role shares it).
+    float64), so no upcast copy of the whole role exists. Not cached: the nulls keep only its
+    eigen-factors (a 7B model's covariance is 128 MiB per role).
     """
-    key = ("role_covariance", role)
-    hit = heads._cache.get(key)
-    if hit is not None:
-        return hit
     w = heads.role(role).detach()
     L, H, d, dh = w.shape
     sigma = torch.zeros(d, d, dtype=torch.float64, device=w.device)
@@ -107,9 +103,7 @@ def role_covariance(heads: HeadWeights, role: str) -> torch.Tensor:
         m = layer.to(compute_dtype(w.dtype)).permute(1, 0, 2).reshape(d, H * dh)
         sigma += (m @ m.transpose(0, 1)).to(torch.float64)
     sigma /= L * H * dh
-    sigma = 0.5 * (sigma + sigma.transpose(0, 1))
-    heads._cache[key] = sigma
-    return sigma
+    return 0.5 * (sigma + sigma.transpose(0, 1))
 
 
 def _eig_factor(sigma: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -121,8 +115,9 @@ def _eig_factor(sigma: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _role_eig(heads: HeadWeights, role: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`_eig_factor` of a role's covariance, cached per role (the eigensolver of a
-    d x d matrix is the null's largest fixed cost)."""
+    """:func:`_eig_factor` of a role's covariance, cached per role until
+    :func:`release_null_factors` (the eigensolver of a d x d matrix is the null's largest fixed
+    cost, shared by every pairing reading the role)."""
     key = ("role_eig", role)
     hit = heads._cache.get(key)
     if hit is None:
@@ -271,6 +266,9 @@ def random_init_null(
     given = None if isinstance(heads, HeadWeights) else list(heads)
     if given is not None and not given:
         raise InvalidInput("random_init_null needs at least one model")
+    result_key = ("null", "random_init", pairing, order, target, max_models)
+    if given is None and (hit := heads._cache.get(result_key)) is not None:  # type: ignore[union-attr]
+        return hit
     first = heads if isinstance(heads, HeadWeights) else given[0]  # type: ignore[index]
     info = first.info
     parts: list[torch.Tensor] = []
@@ -302,8 +300,23 @@ def random_init_null(
                            "no random-init null")
     r_s = role_bases(models[0], s_role).rank
     r_t = role_bases(models[0], t_role).rank
-    return _summary("random_init", pairing, torch.cat(parts), r_s, r_t, info.d_model,
-                    len(models), order)
+    result = _summary("random_init", pairing, torch.cat(parts), r_s, r_t, info.d_model,
+                      len(models), order)
+    if given is None:
+        first._cache[result_key] = result
+    return result
+
+
+def release_null_factors(heads: HeadWeights) -> int:
+    """Drop what the nulls keep to share between pairings (each role's covariance eigen-factors,
+    the random-init models and their bases; the null results stay); returns how many entries.
+    A server calls it once its nulls are stored: 0.5 GiB of factors and 1.6 GiB of random-init
+    weights and bases at 7B."""
+    keys = [k for k in heads._cache
+            if isinstance(k, tuple) and k and k[0] in ("role_eig", "random_init_heads")]
+    for key in keys:
+        del heads._cache[key]
+    return len(keys)
 
 
 def pair_pvalues(pk: PairScores, null: NullResult) -> torch.Tensor:

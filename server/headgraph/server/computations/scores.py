@@ -32,6 +32,7 @@ from headgraph.core.stats.nulls import (
     haar_null,
     pair_pvalues,
     random_init_null,
+    release_null_factors,
 )
 from headgraph.core.stats.reference import haar_moments, kl_grid, zscores
 from headgraph.server.computations.convert import (
@@ -107,7 +108,19 @@ def null(src: Inputs, *, pairing: str, samples: int) -> dict[str, Any]:
     out["summary_random_init"] = jsonable(init.to_dict())
     out["above_random_init_q95"] = int((ps.scores.to(torch.float64)[ps.valid] > q95).sum())
     out["valid_pairs"] = int(ps.valid.sum())
+    release_null_factors(heads)
     return out
+
+
+def null_batch(src: Inputs, params: list[dict[str, Any]]) -> None:
+    """The anisotropic and random-initialization nulls of several pairings in one go, so the
+    pairings share each role's covariance factors and the random-init models; then those are
+    released (the null results stay in the heads' cache for ``null`` to read)."""
+    heads = src.heads
+    for p in params:
+        anisotropic_null(heads, p["pairing"], samples=p["samples"], seed=0)
+        random_init_null(heads, p["pairing"], order="forward")
+    release_null_factors(heads)
 
 
 def reference(src: Inputs, *, samples: int) -> dict[str, Any]:
@@ -211,7 +224,7 @@ def score_computations() -> list[Computation]:
         # "init": the payload holds the random-initialization null too (older ones do not),
         # from as few random-init layers as give 2000 pairs (core.stats.nulls.random_init_layers).
         Computation("null", null, {"pairing": check_pairing, "samples": positive_int},
-                    key=lambda p: {**p, "init": "random-init-2000-layers"}),
+                    key=lambda p: {**p, "init": "random-init-2000-layers"}, batch=null_batch),
         Computation("reference", reference, {"samples": positive_int}),
         # "baseline": lists carry the random-subspace baseline and flags (older payloads lack
         # them; their keys are not read back).

@@ -38,9 +38,9 @@ MIN_BASIS = 0.05
 # Null samples per pairing and reference samples (core.stats: the job's defaults).
 NULL_SAMPLES = 2000
 REFERENCE_MAX_PAIRS = 40000
-# Tokens the patterns stage runs (the bundled prompts and 8 repeated random sequences of 41)
+# Tokens the patterns stage runs (20 bundled prompts padded, 8 repeated random sequences of 41)
 # and each data-weighted PK prompt set; a forward pass costs about 2 * 12 d^2 per layer-token.
-PATTERN_TOKENS = 2000
+PATTERN_TOKENS = 800
 DATA_PK_TOKENS = 4000
 
 
@@ -90,17 +90,18 @@ def stage_cost(stage: str, shape: Shape) -> tuple[str, float]:
     queries = shape.role_heads("Q")
     if word == "pk":  # the shared pass; "pk OQ" reads it back
         return ("pk", pk_cost(shape, ["OQ", "OK", "OV"]) if not arg else 0.0)
-    if word == "cs":  # O against the mode's role, per pair [r, r] products of the stored factors
-        target = shape.role_heads(arg) if arg in ROLES else queries
-        return ("cs", queries * target * shape.forward_share * d * r * r + (queries + target) * d * r * r)
+    if word == "cs":  # every mode's right factor is per query head: one PK-like pass O x Q
+        return ("cs", pk_cost(shape, ["OQ"]))
     if word == "reference":  # 16 pairings among sampled heads
         per_layer = max(1, int((REFERENCE_MAX_PAIRS / max(shape.forward_share, 1e-9)) ** 0.5 / shape.layers))
         pairings = [a + b for a in ROLES for b in ROLES]
         return ("reference", pk_cost(shape, pairings, per_layer))
-    if word == "null":  # role covariances and their eigensolvers (shared), samples per pairing
-        covariance = sum(shape.role_heads(c) for c in "OQKV") * r * d * d / 3
-        eig = 2 * d ** 3 * 3
-        return ("null", covariance + eig + NULL_SAMPLES * (d * d * r + 4 * d * r * r))
+    if word == "null":  # one pass: each role's covariance and eigensolver, samples per pairing
+        if arg:  # "null OK" reads the pass back
+            return ("null", 0.0)
+        covariance = sum(shape.role_heads(c) for c in "OQKV") * r * d * d
+        eig = 4 * 9 * d ** 3
+        return ("null", covariance + eig + 3 * NULL_SAMPLES * (d * d * r + 4 * d * r * r))
     if word == "tokens":  # every head's role basis against the vocabulary's embeddings
         return ("tokens", shape.vocab * d * shape.role_heads(arg or "O") * r + shape.role_heads(arg or "O") * d * r * r)
     if word == "patterns":

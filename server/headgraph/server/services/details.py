@@ -61,12 +61,15 @@ class DetailService:
         sl, sh = parse_node(source, s_role, info)
         tl, th = parse_node(target, t_role, info)
         label_set = self.labels.label_set(labels, ref)
-        ps = self.scores.pk(ref, pairing, "all")
-        detail = dict(self.pair_detail(ref, pairing, sl, sh, tl, th))
         forward = bool(info.layer_indices[sl] < info.layer_indices[tl])
+        # A forward pair reads the job's forward grids (its cell is the same in every order);
+        # only a pair against the layer order needs the all-pairs grids (2x a 7B's PK stage).
+        order = "forward" if forward else "all"
+        ps = self.scores.pk(ref, pairing, order)
+        detail = dict(self.pair_detail(ref, pairing, sl, sh, tl, th))
         detail.update(model=ref.id, forward=forward,
                       valid=forward and bool(ps.valid[sl, sh, tl, th]))
-        cs = self.scores.cs_for(ref, pairing, "all")
+        cs = self.scores.cs_for(ref, pairing, order)
         detail["cs"] = None
         if cs is not None:
             # CS grids index query heads; a KV-group target (however the target was named)
@@ -82,8 +85,8 @@ class DetailService:
                 if cs_of is not None:
                     detail["cs_of"] = cs_of
         detail.update(self._similarities(ref, pairing, (sl, sh, tl, th), forward, similarity_kinds))
-        z_all = self.scores.zscores(ref, pairing, "all")
-        detail["z"] = jsonable(float(z_all[sl, sh, tl, th]))
+        z_grid = self.scores.zscores(ref, pairing, order)
+        detail["z"] = jsonable(float(z_grid[sl, sh, tl, th]))
         detail["p_haar"] = None
         detail["p_anisotropic"] = None
         if forward and detail["valid"]:

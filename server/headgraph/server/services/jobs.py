@@ -194,6 +194,7 @@ def compute_plan(scores: ScoresService, catalog: ModelCatalog, ref: ModelRef, pa
     if shown is not None:
         plan.extend(_graph_stages(scores, shown, ref, pairings))
     plan.append(("reference", lambda: scores.reference(ref)))
+    plan.append(("null", lambda: scores.null_together(ref, pairings)))
     for p in pairings:
         plan.append((f"null {p}", lambda p=p: scores.null(ref, p)))
     if info.get("d_vocab"):

@@ -77,6 +77,10 @@ class ScoresService:
         """p-values and BH-significant masks of forward PKs against both nulls."""
         return self.cache.get(ref, "null", pairing=pairing, samples=NULL_SAMPLES)
 
+    def null_together(self, ref: ModelRef, pairings: list[str]) -> None:
+        """Cache the nulls of several pairings, the cold ones in one pass (shared factors)."""
+        self.cache.warm(ref, "null", [{"pairing": p, "samples": NULL_SAMPLES} for p in pairings])
+
     def reference(self, ref: ModelRef) -> dict[str, Any]:
         """KL grid between role-pairing PK distributions and Haar moments (JSON data)."""
         return self.cache.get(ref, "reference", samples=KL_SAMPLES)
