@@ -72,3 +72,4 @@ def test_eta_text():
     assert format_eta(42) == "about 40 s left"
     assert format_eta(12.4 * 60) == "about 12 min left"
     assert format_eta(3 * 3600) == "about 3.0 h left"
+

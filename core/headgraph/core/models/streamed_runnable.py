@@ -127,8 +127,7 @@ class StreamedPatternSource(TokenizedSource):
 
         with init_empty_weights(include_buffers=False):  # parameters only on meta
             model = AutoModelForCausalLM.from_config(
-                self._config, attn_implementation="eager", trust_remote_code=False,
-                torch_dtype=self.dtype)
+                self._config, attn_implementation="eager", trust_remote_code=False)
         base = model.base_model
         files = _tensor_files(self.folder)
         # checkpoint names relative to the CausalLM, or to its base model

@@ -18,6 +18,7 @@ from headgraph.core.errors import InvalidInput, UnsupportedModel
 from headgraph.core.types import HeadWeights, ModelInfo
 from headgraph.server.cache.cold_miss import CACHE_ONLY, ColdMiss
 from headgraph.server.cache.store import KeyedLocks, Store, make_key
+from headgraph.server.compute.memory import trim
 from headgraph.server.compute.pool import Compute, ComputeFailed, ComputeMany, ComputePool, rebuild_error
 from headgraph.server.compute.progress import progress_key, read_progress, recording
 from headgraph.server.compute.registry import Computation, Computations
@@ -108,8 +109,11 @@ class ResultCache:
 
     def _run(self, ref: ModelRef, comp: Computation, inputs: ModelInputs, checked: dict[str, Any]) -> Any:
         """Run ``comp`` inline, its progress reports recorded (compute.progress)."""
-        with recording(self.store.meta, progress_key(ref.id, comp.name, comp.key_params(checked))):
-            return comp.run(inputs, checked)
+        try:
+            with recording(self.store.meta, progress_key(ref.id, comp.name, comp.key_params(checked))):
+                return comp.run(inputs, checked)
+        finally:
+            trim()  # what the computation freed leaves the resident size before the next one
 
     def progress(self, ref: ModelRef, name: str, **params: Any) -> dict[str, Any]:
         """Where computation ``name`` of ``ref`` is, never loading the model: {"state":
@@ -165,7 +169,10 @@ class ResultCache:
             self.pool.run(ComputeMany(name, ref, tuple(cold)))
             return
         if comp.batch is not None:
-            comp.batch(ModelInputs(ref, self.catalog, self), cold)
+            try:
+                comp.batch(ModelInputs(ref, self.catalog, self), cold)
+            finally:
+                trim()
         for p in cold:
             self.get(ref, name, **p)
 
