@@ -261,7 +261,7 @@ def random_init_null(
     sequence of random-init models given by the caller (e.g. ``load_heads("random:...@s")``),
     all pooled. ``seed`` of the result = number of models pooled (seeds 0..n-1 when built).
     """
-    s_role, t_role = parse_pairing(pairing)
+    parse_pairing(pairing)
     check_order(order)
     for name, value in (("target", target), ("max_models", max_models)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
