@@ -73,3 +73,12 @@ def test_eta_text():
     assert format_eta(12.4 * 60) == "about 12 min left"
     assert format_eta(3 * 3600) == "about 3.0 h left"
 
+
+
+def test_a_streamed_model_plans_no_data_weighted_pk():
+    """Data-weighted PK needs the whole model in memory: for a streamed checkpoint it will be
+    refused, so its forward passes are not counted in the time left."""
+    streamed = {**LLAMA7B, "source": "safetensors"}
+    assert stage_cost("datapk text", Shape.of(streamed))[1] == 0
+    assert stage_cost("datapk text", Shape.of(LLAMA7B))[1] > 0
+    assert stage_cost("patterns", Shape.of(streamed))[1] > 0  # it runs a block at a time

@@ -53,13 +53,15 @@ class Shape:
     d: int
     r: int  # head width (d_head)
     vocab: int
+    streamed: bool = False  # weights read from safetensors without a whole model in memory
 
     @classmethod
     def of(cls, info: Mapping[str, Any]) -> Shape:
         heads = int(info.get("n_heads") or 1)
         return cls(layers=int(info.get("n_layers") or 1), heads=heads,
                    kv_heads=int(info.get("n_kv_heads") or heads), d=int(info.get("d_model") or 1),
-                   r=int(info.get("d_head") or 1), vocab=int(info.get("d_vocab") or 0))
+                   r=int(info.get("d_head") or 1), vocab=int(info.get("d_vocab") or 0),
+                   streamed=info.get("source") == "safetensors")
 
     def role_heads(self, role: str, per_layer: int | None = None) -> int:
         """Heads of a role over all layers (K/V: the KV heads), or ``per_layer`` sampled."""
@@ -107,7 +109,9 @@ def stage_cost(stage: str, shape: Shape) -> tuple[str, float]:
         return ("tokens", shape.vocab * d * shape.role_heads(arg or "O") * r + shape.role_heads(arg or "O") * d * r * r)
     if word == "patterns":
         return ("forward", PATTERN_TOKENS * 24 * d * d * shape.layers)
-    if word == "datapk":
+    if word == "datapk":  # patches activations through a whole model: a streamed one refuses
+        if shape.streamed:
+            return ("forward", 0.0)
         return ("forward", DATA_PK_TOKENS * 24 * d * d * shape.layers + queries * d * d * r)
     pairs = queries * queries * shape.forward_share  # z, graph, scatter, pairs: passes over grids
     return ("light", pairs * 2000)
