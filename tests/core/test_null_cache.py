@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import torch
 
-from headgraph.core.stats.nulls import anisotropic_null, anisotropic_pk_samples, role_covariance
+from headgraph.core.stats.nulls import (
+    anisotropic_null,
+    anisotropic_pk_samples,
+    release_null_factors,
+    role_covariance,
+)
 
 
 def test_role_covariance_and_cached_null(make_heads):
@@ -17,7 +22,7 @@ def test_role_covariance_and_cached_null(make_heads):
     want = torch.einsum("lhdr,lher->de", w, w) / (3 * 2 * 4)
     sigma = role_covariance(heads, "K")
     assert (sigma - want).abs().max() < 1e-5 * want.abs().max()
-    assert role_covariance(heads, "K") is sigma  # cached
+    assert not any(k[0] == "role_covariance" for k in heads._cache)  # not kept: 128 MiB at 7B
     for pairing in ("OK", "QK", "OV"):
         got = anisotropic_null(heads, pairing, samples=64, seed=2)
         ref = anisotropic_pk_samples(role_covariance(heads, pairing[0]),
@@ -25,3 +30,8 @@ def test_role_covariance_and_cached_null(make_heads):
         assert torch.equal(got.samples, torch.sort(ref).values)
         assert (got.source_rank, got.target_rank) == (4, 4)
     assert not any(k[0] == "bases" for k in heads._cache)  # no bases factorized for the null
+    # the eigen-factors are shared by the pairings until released; the null results stay
+    assert {k[1] for k in heads._cache if k[0] == "role_eig"} == {"O", "Q", "K", "V"}
+    assert release_null_factors(heads) == 4
+    assert not any(k[0] == "role_eig" for k in heads._cache)
+    assert anisotropic_null(heads, "OV", samples=64, seed=2) is got  # the result is kept
