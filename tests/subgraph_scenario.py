@@ -51,6 +51,8 @@ def pin_by_ctrl_click(page: Any, nodes: dict[str, tuple[float, float]], pins: li
             except PlaywrightTimeout:
                 page.wait_for_timeout(500)
                 continue
+            if query_of(page.url).get("pins") == want:  # the page's pins decide what a click
+                break  # means (pin or unpin): a click after the late one landed would unpin
             page.keyboard.down("Control")
             page.mouse.click(px, py)
             page.keyboard.up("Control")

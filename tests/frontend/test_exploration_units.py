@@ -382,6 +382,13 @@ def test_subgraph_pins_groups_and_labels_live_in_the_link(in_app: None, api: Api
     for head in ("L0H1", "L0H4", "L0H6", "L1H3", "L1H0", "L1H0"):  # the second L1H0 click unpins it
         state = next_state(state, "sub-action", {"op": "pin", "head": head}, VOCAB)
     assert state.pins == ("L0H1", "L0H4", "L0H6", "L1H3")
+    # A click carries what it meant (the page's pins when it happened): a second pin of a head
+    # sent before the first one's URL came back repeats the pin, it does not undo it.
+    with_l1h1 = next_state(state, "sub-action", {"op": "pin", "head": "L1H1", "on": True}, VOCAB)
+    assert with_l1h1.pins == ("L0H1", "L0H4", "L0H6", "L1H3", "L1H1")
+    assert next_state(with_l1h1, "sub-action", {"op": "pin", "head": "L1H1", "on": True}, VOCAB) == with_l1h1
+    assert next_state(with_l1h1, "sub-action", {"op": "pin", "head": "L1H1", "on": False}, VOCAB).pins == state.pins
+    assert next_state(state, "sub-action", {"op": "pin", "head": "L1H1", "on": False}, VOCAB) == state
     state = next_state(state, "sub-action", {"op": "group", "name": "prev: tok;", "heads": ["L0H1", "L0H4", "L0H6"]},
                        VOCAB)
     state = next_state(state, "sub-action", {"op": "label", "key": "L1H3", "text": "induction head"}, VOCAB)

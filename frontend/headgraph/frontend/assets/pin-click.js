@@ -5,7 +5,10 @@
  * so the modified mousedown is caught here, before Plotly sees it (capture phase): the node under
  * the pointer is the one Plotly hovers (gd._hoverdata, whose customdata is ["node", name]). The
  * pin becomes one record of the "sub-action" store, which the URL writer applies (pins live in
- * the URL). A modified click elsewhere (an edge, the background) is left to Plotly.
+ * the URL). The record says what the click means from the pins the page shows when it happens
+ * (on: pin, or off: unpin), so a second click sent before a slow server has written the first
+ * one's URL repeats it rather than undoing it. A modified click elsewhere (an edge, the
+ * background) is left to Plotly.
  */
 (function () {
   "use strict";
@@ -21,6 +24,11 @@
     return null;
   }
 
+  function pinnedNow(head) {
+    const pins = new URLSearchParams(window.location.search).get("pins") || "";
+    return pins.split(",").indexOf(head) >= 0;
+  }
+
   function onMouseDown(e) {
     if (e.button !== 0 || !(e.ctrlKey || e.metaKey || e.shiftKey)) return;
     const gd = e.target && e.target.closest ? e.target.closest(".js-plotly-plot") : null;
@@ -30,7 +38,9 @@
     if (!head || !window.dash_clientside || !window.dash_clientside.set_props) return;
     e.stopPropagation();
     e.preventDefault();
-    window.dash_clientside.set_props("sub-action", {data: {op: "pin", head: head, t: Date.now()}});
+    window.dash_clientside.set_props("sub-action", {
+      data: {op: "pin", head: head, on: !pinnedNow(head), t: Date.now()},
+    });
   }
 
   document.addEventListener("mousedown", onMouseDown, true);

@@ -246,7 +246,8 @@ def unpin(state: ViewState, heads: list[str]) -> ViewState:
 def apply_subgraph_action(state: ViewState, action: Any, vocab: Vocabulary) -> ViewState:
     """The state after one subgraph edit ``action`` (a dict with ``op``):
 
-    * ``pin`` {head}: toggle a pin; ``unpin`` {heads}: remove pins (a group name removes its members);
+    * ``pin`` {head, on}: pin (on true) or unpin (on false) a head, a toggle without ``on``;
+      ``unpin`` {heads}: remove pins (a group name removes its members);
     * ``pin-many`` {heads}: add heads to the pins (a server query's heads; at most PINS_MAX in all);
     * ``group`` {name, heads}: the pinned ``heads`` become group ``name`` (leaving other groups;
       an existing name is replaced); ``ungroup`` {names}: the groups go, their heads stay pinned;
@@ -259,7 +260,10 @@ def apply_subgraph_action(state: ViewState, action: Any, vocab: Vocabulary) -> V
         return state
     op = action.get("op")
     if op == "pin" and vocab.is_head(str(action.get("head"))):
-        return toggle_pin(state, str(action["head"]))
+        head, on = str(action["head"]), action.get("on")
+        if isinstance(on, bool) and on == (head in state.pins):  # what the click meant is done
+            return state
+        return toggle_pin(state, head)
     if op == "pin-many":  # heads a server query found, added to the pins (up to PINS_MAX)
         heads = [*state.pins, *(str(h) for h in action.get("heads") or [])]
         pins, groups, labels = clean_subgraph(heads, state.groups, state.labels, vocab)
