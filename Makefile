@@ -54,18 +54,23 @@ docs: install-test
 # workers (a file's tests and module fixtures stay on one worker), then the serial ones (they
 # measure latency or progress against the wall clock) alone. Both parts always run; `make test`
 # fails if either failed. TEST_WORKERS=0 runs the first part in this process too. Default: one
-# worker per CPU, at least 2 and at most 4 (each runs its own servers and browser).
+# worker per CPU, at least 2 and at most 4 (each runs its own servers and browser). In the
+# parallel part each worker's processes (the tests, their servers and compute processes) get
+# TEST_THREADS torch/OpenMP threads, the CPUs shared out: more threads than cores only contend
+# (the parallel part ran ~25% longer with each process taking every core).
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -lt 2 ] && n=2; [ $$n -gt 4 ] && n=4; echo $$n)
+TEST_THREADS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); w=$(TEST_WORKERS); [ $$w -lt 1 ] && w=1; t=$$((n / w)); [ $$t -lt 1 ] && t=1; echo $$t)
+SHARED_CPUS := OMP_NUM_THREADS=$(TEST_THREADS) MKL_NUM_THREADS=$(TEST_THREADS) HEADGRAPH_TORCH_THREADS=$(TEST_THREADS)
 PYTEST := $(BIN)/python -m pytest -q --durations=15
 test: install-test browser check
 	@rc=0; \
-	$(PYTEST) -m "not serial" -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder || rc=$$?; \
+	$(SHARED_CPUS) $(PYTEST) -m "not serial" -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder || rc=$$?; \
 	$(PYTEST) -m serial || rc=$$?; \
 	exit $$rc
 
 # Everything except the browser tier and the tests marked slow (no chromium needed): under 3 min.
 test-fast: install-test
-	$(BIN)/python -m pytest -q -m "not browser and not slow" -n $(TEST_WORKERS) --dist loadfile
+	$(SHARED_CPUS) $(BIN)/python -m pytest -q -m "not browser and not slow" -n $(TEST_WORKERS) --dist loadfile
 
 bench: install-test
 	$(BIN)/python benchmarks/bench_core.py

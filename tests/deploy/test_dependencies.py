@@ -12,6 +12,7 @@ Two checks per distribution (core, server, frontend), without installing anythin
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import subprocess
 import sys
@@ -79,8 +80,14 @@ def imported_tops(part: str) -> dict[str, set[str]]:
     return tops
 
 
+@functools.cache
+def installed_tops() -> dict[str, list[str]]:
+    """Top-level module -> the installed distributions providing it (one scan of site-packages)."""
+    return packages_distributions()
+
+
 def distribution_of(top: str) -> set[str]:
-    return {canonical(d) for d in packages_distributions().get(top, [])}
+    return {canonical(d) for d in installed_tops().get(top, [])}
 
 
 @pytest.mark.parametrize("part", PARTS)
