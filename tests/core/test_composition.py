@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from model_support import boot_bridge
-from headgraph.core.scores.composition_score import composition_score, expand_kv
+from headgraph.core.scores.composition_score import composition_score, expand_kv, target_layer_cs
 from headgraph.core.errors import InvalidInput
 from headgraph.core.models.bridge_weights import heads_from_bridge
 
@@ -73,6 +73,14 @@ def test_matches_dense_float64_definition_all_orders(make_heads, mode):
     assert (fwd.scores.double() - ref)[mask].abs().max() < 1e-5
     same = composition_score(heads, mode, order="same-layer")
     assert torch.allclose(same.scores[same.valid].double(), ref[same.valid], atol=1e-5)
+    # One source head against one target layer, any order (a pair panel against the layer
+    # order): the definition's cells, without a grid.
+    for sl, sh, tl in ((2, 3, 0), (1, 2, 1), (0, 1, 2)):
+        row = target_layer_cs(heads, mode, sl, sh, tl)
+        assert row.scores.shape == (1, 1, 1, 4) and bool(row.valid.all()) and row.layer_indices == (tl,)
+        assert (row.scores[0, 0, 0].double() - ref[sl, sh, tl]).abs().max() < 1e-9
+    with pytest.raises(InvalidInput, match="target_layer"):
+        target_layer_cs(heads, mode, 0, 0, 3)
 
 
 def test_scale_invariance_and_validation(make_heads):

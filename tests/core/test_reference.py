@@ -11,12 +11,13 @@ import scipy.stats
 import torch
 
 from headgraph.core.errors import InvalidInput
-from headgraph.core.scores.pk import projection_kernel
+from headgraph.core.scores.pk import pair_detail, projection_kernel
 from headgraph.core.stats.reference import (
     haar_moments,
     haar_pk_samples,
     kl_divergence,
     kl_grid,
+    pair_zscore,
     zscores,
 )
 
@@ -72,7 +73,15 @@ def test_zscores(make_heads):
         mom = haar_moments(24, 4, rank_t)
         expected = (float(pk.scores[sl, sh, tl, th]) - mom.mean) / mom.std
         assert float(z[sl, sh, tl, th]) == pytest.approx(expected, rel=1e-10)
+        detail = pair_detail(heads, "OK", sl, sh, tl, th)  # one pair alone, no grid
+        assert detail.ranks == (4, rank_t)
+        assert pair_zscore(detail.pk, *detail.ranks, 24) == pytest.approx(expected, rel=1e-9)
     assert torch.all(z[~pk.valid] == 0)
+    # Against the layer order (no forward grid holds it): the all-pairs grid's cell.
+    z_all = zscores(projection_kernel(heads, "OK", order="all"), 24)
+    back = pair_detail(heads, "OK", 2, 1, 0, 1)
+    assert pair_zscore(back.pk, *back.ranks, 24) == pytest.approx(float(z_all[2, 1, 0, 1]), rel=1e-9)
+    assert pair_zscore(0.5, 0, 4, 24) == 0.0 and pair_zscore(4.0, 24, 4, 24) == 0.0  # no variance
 
 
 def test_kl_divergence_matches_gaussian_closed_form():

@@ -125,8 +125,20 @@ def test_pair_detail(api, ref):
     assert min(d["p_haar"], d["p_anisotropic"]) >= d["p_floor"] * (1 - 1e-9)  # (k + 1) / (n + 1)
     assert len(d["source_tokens"]) == 5 and len(d["target_tokens"]) == 5
     assert d["source"] == "L0H3" and d["target"] == "L1H5" and d["forward"] is True
+    # Against the layer order (and in one layer): the pair's own CS and z, equal to the
+    # float64 definition's cells; no all-pairs grid is computed for them.
+    before = ok(api.get("/api/cache/stats"))["counts"]
     back = ok(api.get("/api/pair", params={"pairing": "OK", "source": "L1H5", "target": "L0H3"}))
     assert back["forward"] is False and back["valid"] is False and back["p_anisotropic"] is None
+    for (sl, sh, tl, th), pair in ((((1, 5, 0, 3)), back), ((1, 2, 1, 6), None)):
+        d = pair or ok(api.get("/api/pair", params={"pairing": "OK", "source": f"L{sl}H{sh}",
+                                                    "target": f"L{tl}H{th}"}))
+        pk = float(ref["pk"]["OK"][sl, sh, tl, th])
+        assert d["pk"] == pytest.approx(pk, abs=1e-4)
+        assert d["cs"] == pytest.approx(float(ref["cs_K"][sl, sh, tl, th]), rel=1e-6)
+        assert d["z"] == pytest.approx((pk - mean) / std, abs=1e-3)
+    new = set(ok(api.get("/api/cache/stats"))["counts"]) - set(before)
+    assert any("/pair?" in k for k in new) and not any("order=all" in k for k in new), new
 
 
 def test_head_panel(api, ref):

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from headgraph.core.errors import UnsupportedModel
+from headgraph.core.errors import InvalidInput, UnsupportedModel
 from headgraph.core.names import CS_MODES, check_mode
 from headgraph.core.scores.layer_order import check_order, layer_mask
 from headgraph.core.scores.overlaps import Factored, sq_overlaps
@@ -111,6 +111,61 @@ def composition_scores(heads: HeadWeights, modes: list[str] | None = None, *,
         for m, res in _cs_results(heads, missing, order).items():
             heads._cache[("cs", m, order)] = res
     return {m: heads._cache[("cs", m, order)] for m in modes}
+
+
+def target_layer_cs(heads: HeadWeights, mode: str, source_layer: int, source_head: int,
+                    target_layer: int) -> PairScores:
+    """Composition Scores [1, 1, 1, H] of one source head to every query head of one target
+    layer, in any layer order (a pair against the layer order, or in one layer, included):
+    the cells :func:`composition_score` with ``order="all"`` gives, without its grids.
+
+    float64 Gram form, nothing d_model x d_model: with left = A B and right = C D (module
+    docstring), ||A B C D||_F^2 = tr(M^T G_A M G_D) for M = B C, G_A = A^T A, G_D = D D^T,
+    and ||A B||_F^2 = tr(G_A B B^T), ||C D||_F^2 = tr(C^T C G_D). Positions are 0..L-1;
+    ``layer_indices`` names the target layer only (core.scores.ranking.kv_level_cs of the
+    row gives a KV group's mean, as the grids' views do).
+    """
+    check_mode(mode)
+    L, n = heads.W_Q.shape[:2]
+    for name, value, size in (("source_layer", source_layer, L), ("source_head", source_head, n),
+                              ("target_layer", target_layer, L)):
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < size:
+            raise InvalidInput(f"{name} must be an integer position in [0, {size}), got {value!r}")
+    n_kv = heads.W_K.shape[1]
+    if n % n_kv:
+        raise UnsupportedModel(f"cannot share {n_kv} key-value heads among {n} query heads")
+    group = n // n_kv
+    f64 = torch.float64
+    a = heads.W_V[source_layer, source_head // group].to(f64)  # [d, dh]
+    b = heads.W_O[source_layer, source_head].to(f64)  # [dh, d]
+    g_a = a.T @ a
+    left_sq = torch.trace(g_a @ (b @ b.T))
+    kv = [h // group for h in range(n)]
+    if mode == "Q":  # W_Q W_K^T
+        c = heads.W_Q[target_layer].to(f64)
+        d = heads.W_K[target_layer, kv].to(f64).transpose(-2, -1)
+    elif mode == "K":  # W_K W_Q^T
+        c = heads.W_K[target_layer, kv].to(f64)
+        d = heads.W_Q[target_layer].to(f64).transpose(-2, -1)
+    else:  # W_V W_O
+        c = heads.W_V[target_layer, kv].to(f64)
+        d = heads.W_O[target_layer].to(f64)
+    g_d = d @ d.transpose(-2, -1)  # [H, dh, dh]
+    m = b @ c  # [H, dh, dh]
+    num = torch.einsum("hij,ik,hkl,hjl->h", m, g_a, m, g_d)  # tr(M^T G_A M G_D)
+    right_sq = torch.einsum("hij,hji->h", c.transpose(-2, -1) @ c, g_d).clamp(min=0.0)  # tr(G_C G_D)
+    valid = (left_sq > 0) & (right_sq > 0)
+    cs = torch.where(valid, (num.clamp(min=0.0) / (left_sq * right_sq).clamp(min=1e-300)).sqrt().clamp(max=1.0),
+                     0.0)
+    dh = heads.W_Q.shape[-1]
+    one = torch.full((1, 1), dh, dtype=torch.long)
+    return PairScores(
+        kind="cs", pairing=mode, source_role="O", target_role=mode,
+        scores=cs[None, None, None], normalized=cs[None, None, None], valid=valid[None, None, None],
+        layer_indices=(heads.info.layer_indices[target_layer],), order="all",
+        source_ranks=one, target_ranks=torch.full((1, n), dh, dtype=torch.long), source_rank=dh,
+        target_rank=dh,
+    )
 
 
 def _cs_results(heads: HeadWeights, modes: list[str], order: str) -> dict[str, PairScores]:

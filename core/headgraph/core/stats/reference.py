@@ -148,12 +148,26 @@ def zscores(pk: PairScores, d_model: int) -> torch.Tensor:
         raise InvalidInput(f"zscores needs Projection Kernel scores, got kind {pk.kind!r}")
     m = pk.source_ranks.clamp(max=pk.source_rank).to(torch.float64)[:, :, None, None]
     n = pk.target_ranks.clamp(max=pk.target_rank).to(torch.float64)[None, None]
-    d = float(d_model)
-    mean = m * n / d
-    var = 2.0 * m * n * (d - m) * (d - n) / (d * d * (d - 1) * (d + 2))
+    mean, var = _haar_pk_moments(m, n, float(d_model))
     ok = pk.valid & (var > 0)
     z = (pk.scores.to(torch.float64) - mean) / var.clamp(min=1e-300).sqrt()
     return torch.where(ok, z, 0.0).to(pk.scores.dtype)
+
+
+def _haar_pk_moments(m: Any, n: Any, d: float) -> tuple[Any, Any]:
+    """Mean and variance of PK between Haar-random planes of ranks m and n in R^d (tensors
+    or floats alike)."""
+    return m * n / d, 2.0 * m * n * (d - m) * (d - n) / (d * d * (d - 1) * (d + 2))
+
+
+def pair_zscore(pk: float, source_rank: int, target_rank: int, d_model: int) -> float:
+    """One pair's :func:`zscores` cell from its PK and its two heads' effective ranks (a pair
+    against the layer order, whose grid is never computed); 0, as in the grid, where a rank
+    is 0 or the Haar variance is (a plane fills R^d)."""
+    mean, var = _haar_pk_moments(float(source_rank), float(target_rank), float(d_model))
+    if source_rank <= 0 or target_rank <= 0 or var <= 0:
+        return 0.0
+    return (pk - mean) / math.sqrt(var)
 
 
 @dataclass(frozen=True)
@@ -332,5 +346,5 @@ def kl_grid(heads: HeadWeights, *, samples: int = 20000, seed: int = 0, order: s
 
 __all__ = [
     "HaarMoments", "KLGrid", "PairingHistogram", "haar_basis", "haar_moments",
-    "haar_pk_samples", "kl_divergence", "kl_grid", "sampled_heads", "zscores",
+    "haar_pk_samples", "kl_divergence", "kl_grid", "pair_zscore", "sampled_heads", "zscores",
 ]

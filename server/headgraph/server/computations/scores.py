@@ -22,9 +22,9 @@ from headgraph.core.names import (
     quantize_percent,
 )
 from headgraph.core.readout.tokens import top_tokens
-from headgraph.core.scores.composition_score import composition_score
+from headgraph.core.scores.composition_score import composition_score, target_layer_cs
 from headgraph.core.scores.pk import all_pairings, pair_detail, projection_kernel
-from headgraph.core.scores.ranking import compare_metrics
+from headgraph.core.scores.ranking import compare_metrics, kv_level_cs
 from headgraph.core.scores.subspaces import release_bases
 from headgraph.core.stats.nulls import (
     anisotropic_null,
@@ -34,7 +34,7 @@ from headgraph.core.stats.nulls import (
     random_init_null,
     release_null_factors,
 )
-from headgraph.core.stats.reference import haar_moments, kl_grid, zscores
+from headgraph.core.stats.reference import haar_moments, kl_grid, pair_zscore, zscores
 from headgraph.server.computations.convert import (
     axis_labels,
     jsonable,
@@ -203,8 +203,23 @@ def scatter(src: Inputs, *, pairing: str, top_percent: float) -> dict[str, Any]:
 
 
 def pair(src: Inputs, *, pairing: str, sl: int, sh: int, tl: int, th: int) -> dict[str, Any]:
-    """PK, normalized PK and principal angles of one pair (core.scores.pk.pair_detail)."""
-    return jsonable(pair_detail(src.heads, pairing, sl, sh, tl, th).to_dict())
+    """PK, normalized PK and principal angles of one pair (core.scores.pk.pair_detail), with
+    its z-score against the Haar moments and its Composition Score ("cs", a KV group's mean
+    named in "cs_of"; None where the pairing has no CS or the cell is not valid) computed for
+    this pair alone: what a pair against the layer order shows, whose all-pairs grids would
+    cost twice the forward ones."""
+    heads = src.heads
+    detail = pair_detail(heads, pairing, sl, sh, tl, th)
+    out = detail.to_dict()
+    out["pair_z"] = pair_zscore(detail.pk, *detail.ranks, heads.info.d_model)
+    out["pair_cs"], out["pair_cs_of"] = None, None
+    mode = cs_mode_of(pairing)
+    if mode is not None:
+        kv = kv_level_cs(target_layer_cs(heads, mode, sl, sh, tl), heads.role(pairing[1]).shape[1])
+        if bool(kv.valid[0, 0, 0, th]):
+            out["pair_cs"] = float(kv.scores[0, 0, 0, th])
+            out["pair_cs_of"] = kv.cs_of(0, 0, 0, th)
+    return jsonable(out)
 
 
 def _index(value: Any) -> int:
@@ -240,8 +255,9 @@ def score_computations() -> list[Computation]:
         Computation("scatter", scatter, {"pairing": check_pairing,
                                           "top_percent": quantize_percent},
                     key=lambda p: {**p, "kv": "once"}),
+        # "alone": the payload holds the pair's own z and CS too (older ones do not).
         Computation("pair", pair, {"pairing": check_pairing, "sl": _index, "sh": _index,
                                    "tl": _index, "th": _index},
                     key=lambda p: {"pairing": p["pairing"], "s": f"{p['sl']}.{p['sh']}",
-                                   "t": f"{p['tl']}.{p['th']}"}),
+                                   "t": f"{p['tl']}.{p['th']}", "scores": "alone"}),
     ]

@@ -62,16 +62,22 @@ class DetailService:
         tl, th = parse_node(target, t_role, info)
         label_set = self.labels.label_set(labels, ref)
         forward = bool(info.layer_indices[sl] < info.layer_indices[tl])
-        # A forward pair reads the job's forward grids (its cell is the same in every order);
-        # only a pair against the layer order needs the all-pairs grids (2x a 7B's PK stage).
-        order = "forward" if forward else "all"
-        ps = self.scores.pk(ref, pairing, order)
+        # A forward pair reads the job's forward grids; a pair against the layer order (or in
+        # one layer) has its z and CS computed for it alone ("pair"), never all-pairs grids
+        # (twice a 7B's PK stage).
         detail = dict(self.pair_detail(ref, pairing, sl, sh, tl, th))
-        detail.update(model=ref.id, forward=forward,
-                      valid=forward and bool(ps.valid[sl, sh, tl, th]))
-        cs = self.scores.cs_for(ref, pairing, order)
-        detail["cs"] = None
-        if cs is not None:
+        alone = {k: detail.pop(k, None) for k in ("pair_z", "pair_cs", "pair_cs_of")}
+        detail.update(model=ref.id, forward=forward, cs=None)
+        if not forward:
+            detail.update(valid=False, cs=alone["pair_cs"], z=jsonable(alone["pair_z"]))
+            if alone["pair_cs_of"] is not None:
+                detail["cs_of"] = alone["pair_cs_of"]
+        ps = self.scores.pk(ref, pairing) if forward else None
+        cs = self.scores.cs_for(ref, pairing) if forward else None
+        if ps is not None:
+            detail["valid"] = bool(ps.valid[sl, sh, tl, th])
+            detail["z"] = jsonable(float(self.scores.zscores(ref, pairing)[sl, sh, tl, th]))
+        if cs is not None and ps is not None:
             # CS grids index query heads; a KV-group target (however the target was named)
             # gets the mean over its valid query heads, named in "cs_of" (core.scores.ranking.
             # kv_level_cs, as the scatter, top tables and graph edges show it); only the
@@ -85,8 +91,6 @@ class DetailService:
                 if cs_of is not None:
                     detail["cs_of"] = cs_of
         detail.update(self._similarities(ref, pairing, (sl, sh, tl, th), forward, similarity_kinds))
-        z_grid = self.scores.zscores(ref, pairing, order)
-        detail["z"] = jsonable(float(z_grid[sl, sh, tl, th]))
         detail["p_haar"] = None
         detail["p_anisotropic"] = None
         if forward and detail["valid"]:
