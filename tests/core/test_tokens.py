@@ -12,7 +12,8 @@ from transformers import PreTrainedTokenizerFast
 
 from headgraph.core.models.demo import DemoConfig, DemoModel
 from headgraph.core.errors import InvalidInput, UnsupportedModel
-from headgraph.core.readout.tokens import decode_tokens, subspace_token_scores, top_tokens, visible
+from headgraph.core.readout.token_text import decode_tokens, visible
+from headgraph.core.readout.tokens import subspace_token_scores, top_tokens
 from headgraph.core.types import HeadWeights, ModelInfo
 
 torch.set_num_threads(1)

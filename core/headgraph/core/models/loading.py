@@ -23,7 +23,8 @@ Checkpoints too big for memory are read tensor by tensor from their safetensors 
 (``load_heads_safetensors``; attention weights only, processing "raw", no pattern source).
 
 This module resolves specs and boots bridges; the pieces live next to it: ``core.models.hub``
-(offline switches, HF cache lookup, ModelUnavailable messages), ``core.models.streamed`` (the
+(offline switches, HF cache lookup, ModelUnavailable messages), ``core.models.model_root``
+(specs confined to the model root, messages without server paths), ``core.models.streamed`` (the
 safetensors reader), ``core.models.random_weights`` (presets, seeded random models) and
 ``core.models.tokenizer`` (the offline byte-level tokenizer).
 """
@@ -39,7 +40,7 @@ from typing import Any
 
 import torch
 
-from headgraph.core.errors import HeadgraphError, InvalidInput, PathNotAllowed, UnsupportedModel
+from headgraph.core.errors import HeadgraphError, InvalidInput, UnsupportedModel
 from headgraph.core.models.gguf_file import (
     GGUF_SUFFIX,
     find_gguf,
@@ -52,7 +53,6 @@ from headgraph.core.models.hub import (
     cached_snapshot,
     check_hub_name,
     fetch_failed,
-    hub_cache_dir,
     hub_unavailable,
     is_network_error,
 )
@@ -62,7 +62,7 @@ from headgraph.core.models.norm_fold import (
     demo_norm_gains,
     fold_norm_gains,
 )
-from headgraph.core.models.model_root import check_model_folder, is_within, real
+from headgraph.core.models.model_root import check_model_folder, check_root, quoted, scrubbed
 from headgraph.core.models.random_weights import (
     RANDOM_PREFIX,
     RANDOM_PRESETS,
@@ -133,7 +133,7 @@ def load_model(
     except HeadgraphError:
         raise
     except _FILE_ERRORS as err:  # a damaged weights or JSON file: the model's fault, not ours
-        raise UnsupportedModel(f"{name or _shown(spec)}: a model file cannot be read "
+        raise UnsupportedModel(f"{name or quoted(spec)}: a model file cannot be read "
                                f"({type(err).__name__}: {_one_line(err)})") from err
     if subspaces == "norm":
         lm = norm_aware(lm)
@@ -179,16 +179,16 @@ def _load_model(spec: str, *, device: str | None, processing: str,
         return _load_random(spec, device=device, processing=processing, dtype=torch_dtype,
                             model_root=model_root)
     if _looks_like_path(spec, expand=model_root is None) or _names_gguf(spec, model_root):
-        folder = _check_root(spec, model_root, shown=name)
+        folder = check_root(spec, model_root, shown=name)
         if is_gguf_spec(folder):
             return _load_gguf(folder, name=name or str(folder), device=device,
                               processing=processing, model_root=model_root,
-                              shown=name or _shown(spec))
+                              shown=name or quoted(spec))
         if not folder.is_dir() or not (folder / "config.json").is_file():
-            raise HeadgraphError(f"{name or _shown(spec)} is not a model folder "
+            raise HeadgraphError(f"{name or quoted(spec)} is not a model folder "
                                  "(no config.json in it)")
         if model_root is not None:
-            check_model_folder(folder, model_root, shown=name or _shown(spec))
+            check_model_folder(folder, model_root, shown=name or quoted(spec))
         return _load_folder(folder, name=name or str(folder), source="local", device=device,
                             processing=processing, dtype=torch_dtype, streaming=streaming,
                             hide=model_root)
@@ -257,65 +257,6 @@ def _looks_like_path(spec: str, *, expand: bool = True) -> bool:
     return os.path.isdir(os.path.expanduser(spec) if expand else spec)
 
 
-def _shown(text: object, limit: int = 120) -> str:
-    """``repr`` of a caller's value, bounded (it goes into messages)."""
-    s = repr(str(text))
-    return s if len(s) <= limit else s[: limit - 4] + "...'"
-
-
-def _check_root(path: str | Path, model_root: str | None, *, shown: str | None = None) -> Path:
-    """Real path of ``path``; PathNotAllowed unless inside ``model_root`` (when one is given;
-    ``~`` is then taken literally). The message names only ``shown`` or ``path`` as given:
-    neither where it resolves, nor the root, nor whether it exists."""
-    text = str(path)
-    if model_root is None:
-        try:
-            text = os.path.expanduser(text)
-        except (RuntimeError, KeyError, ValueError):
-            pass
-        return Path(real(text))
-    resolved = real(text)
-    if "\x00" in text or not is_within(resolved, real(model_root)):
-        raise PathNotAllowed(f"{shown or _shown(path)} is outside the allowed model root")
-    return Path(resolved)
-
-
-def _scrub(text: str, name: str, folder: Path | None, model_root: str | None) -> str:
-    """``text`` with server paths (the folder, the model root, the HF cache) replaced by
-    ``name`` / a placeholder, so messages about a model never show where it lives."""
-    for path, shown in ((folder, name), (model_root, "<model root>"),
-                        (_hf_cache(), "<HF cache>")):
-        if path:
-            for form in sorted({str(path), real(path)}, key=len, reverse=True):
-                if len(form) > 1:
-                    text = text.replace(form, shown)
-    return text
-
-
-def _scrubbed(err: HeadgraphError, name: str, folder: Path | None, model_root: str | None
-              ) -> HeadgraphError:
-    """``err`` itself, or the same kind of error with its message scrubbed (``_scrub``)."""
-    message = _scrub(str(err), name, folder, model_root)
-    if message == str(err):
-        return err
-    if isinstance(err, InvalidInput):
-        return type(err)(message, allowed=err.allowed) if type(err) is InvalidInput \
-            else InvalidInput(message, allowed=err.allowed)
-    return type(err)(message)
-
-
-def _hf_cache() -> str | None:
-    found = hub_cache_dir()
-    if found is None:
-        try:
-            from huggingface_hub import constants
-
-            found = str(constants.HF_HUB_CACHE)
-        except Exception:  # pragma: no cover - huggingface_hub ships with transformers
-            return None
-    return found
-
-
 # -- demo ---------------------------------------------------------------------------------
 
 def _load_demo_folder(folder: Path, *, name: str, device: str, processing: str) -> LoadedModel:
@@ -348,7 +289,7 @@ def _load_gguf(path: Path, *, name: str, device: str, processing: str, model_roo
     try:
         heads = load_heads_gguf(path, device=device, name=name)
     except HeadgraphError as err:
-        clean = _scrubbed(err, name, path, model_root)
+        clean = scrubbed(err, name, path, model_root)
         if clean is err:
             raise
         raise clean from err
@@ -411,7 +352,7 @@ def _load_folder(folder: Path, *, name: str, source: str, device: str, processin
         return _load_folder_in(folder, name=name, source=source, device=device,
                                processing=processing, dtype=dtype, streaming=streaming)
     except HeadgraphError as err:
-        clean = _scrubbed(err, name, folder, hide)
+        clean = scrubbed(err, name, folder, hide)
         if clean is err:
             raise
         raise clean from err
@@ -473,9 +414,9 @@ def _load_random(spec: str, *, device: str, processing: str, dtype: torch.dtype,
     if body in RANDOM_PRESETS:
         config = preset_config(body)
     else:
-        path = _check_root(body, model_root)
+        path = check_root(body, model_root)
         if model_root is not None and path.is_dir():
-            _check_root(path / "config.json", model_root)  # a config.json linking outside
+            check_root(path / "config.json", model_root)  # a config.json linking outside
         cfg_file, raw = read_config_json(path, spec=spec, body=body)
         if is_demo_config(raw):
             model = random_demo_model(raw, seed=seed, device=device)
@@ -504,7 +445,7 @@ def _load_hub(name: str, *, device: str, processing: str, dtype: torch.dtype,
         return _load_hub_in(name, device=device, processing=processing, dtype=dtype,
                             streaming=streaming)
     except HeadgraphError as err:
-        clean = _scrubbed(err, name, None, None)
+        clean = scrubbed(err, name, None, None)
         if clean is err:
             raise
         raise clean from err

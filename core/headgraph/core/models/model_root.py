@@ -4,7 +4,10 @@ A folder inside the root may still read files from anywhere: a file symlink (``m
 -> /elsewhere/x``), a symlinked folder, or a ``*.index.json`` whose ``weight_map`` names an
 absolute path or ``../x`` (transformers joins it to the folder as given). ``check_model_folder``
 refuses all three before anything is loaded. Messages name only what the caller gave (or paths
-relative to the folder), never the root, a link target or whether something outside exists.
+relative to the folder), never the root, a link target or whether something outside exists:
+``check_root`` confines a spec, ``quoted`` bounds a caller's value in a message, and
+``scrub`` / ``scrubbed`` replace server paths (a folder, the root, the HF cache) in the messages
+of errors raised while loading.
 """
 
 from __future__ import annotations
@@ -14,7 +17,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from headgraph.core.errors import PathNotAllowed, UnsupportedModel
+from headgraph.core.errors import HeadgraphError, InvalidInput, PathNotAllowed, UnsupportedModel
+from headgraph.core.models.hub import hub_cache_dir
 
 # Entries looked at per folder (a model folder holds a few dozen files; bounded against abuse).
 MAX_FOLDER_ENTRIES = 10_000
@@ -115,3 +119,64 @@ def check_model_folder(folder: str | os.PathLike[str], root: str | os.PathLike[s
             raise PathNotAllowed(f"{shown}: weight file {name!r} links outside the model root; "
                                  "model files must lie inside it")
     return Path(folder_real)
+
+
+# -- what messages show ------------------------------------------------------------------
+
+def quoted(text: object, limit: int = 120) -> str:
+    """``repr`` of a caller's value, bounded (it goes into messages)."""
+    s = repr(str(text))
+    return s if len(s) <= limit else s[: limit - 4] + "...'"
+
+
+def check_root(path: str | Path, model_root: str | None, *, shown: str | None = None) -> Path:
+    """Real path of ``path``; PathNotAllowed unless inside ``model_root`` (when one is given;
+    ``~`` is then taken literally). The message names only ``shown`` or ``path`` as given:
+    neither where it resolves, nor the root, nor whether it exists."""
+    text = str(path)
+    if model_root is None:
+        try:
+            text = os.path.expanduser(text)
+        except (RuntimeError, KeyError, ValueError):
+            pass
+        return Path(real(text))
+    resolved = real(text)
+    if "\x00" in text or not is_within(resolved, real(model_root)):
+        raise PathNotAllowed(f"{shown or quoted(path)} is outside the allowed model root")
+    return Path(resolved)
+
+
+def scrub(text: str, name: str, folder: Path | None, model_root: str | None) -> str:
+    """``text`` with server paths (the folder, the model root, the HF cache) replaced by
+    ``name`` / a placeholder, so messages about a model never show where it lives."""
+    for path, shown in ((folder, name), (model_root, "<model root>"),
+                        (_hf_cache(), "<HF cache>")):
+        if path:
+            for form in sorted({str(path), real(path)}, key=len, reverse=True):
+                if len(form) > 1:
+                    text = text.replace(form, shown)
+    return text
+
+
+def scrubbed(err: HeadgraphError, name: str, folder: Path | None, model_root: str | None
+              ) -> HeadgraphError:
+    """``err`` itself, or the same kind of error with its message scrubbed (``scrub``)."""
+    message = scrub(str(err), name, folder, model_root)
+    if message == str(err):
+        return err
+    if isinstance(err, InvalidInput):
+        return type(err)(message, allowed=err.allowed) if type(err) is InvalidInput \
+            else InvalidInput(message, allowed=err.allowed)
+    return type(err)(message)
+
+
+def _hf_cache() -> str | None:
+    found = hub_cache_dir()
+    if found is None:
+        try:
+            from huggingface_hub import constants
+
+            found = str(constants.HF_HUB_CACHE)
+        except Exception:  # pragma: no cover - huggingface_hub ships with transformers
+            return None
+    return found
