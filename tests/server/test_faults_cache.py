@@ -42,7 +42,8 @@ import pytest
 from headgraph.server.cache.diskcache_reader import ReadOnlyCache
 from headgraph.server.cache.values import MAGIC, decode_value
 from headgraph.server.http.launch import ServerProcess
-from headgraph.server.cache.store import DiskLock, Store, lock_token
+from headgraph.server.cache.locks import DiskLock, lock_token
+from headgraph.server.cache.store import Store
 
 # serial (run alone, after the parallel part): lock waits within 5 s
 pytestmark = pytest.mark.serial
@@ -332,7 +333,8 @@ def test_a_read_only_store_serves_stored_values_and_refuses_new_ones(tmp_path):
         out = run_python("""
             import json, sys
             from headgraph.server.errors import CacheUnavailable
-            from headgraph.server.cache.store import DiskLock, Store
+            from headgraph.server.cache.locks import DiskLock
+            from headgraph.server.cache.store import Store
             store = Store(sys.argv[1])
             out = {"reason": store.read_only_reason, "warm": store.get("warm"),
                    "has": store.has("warm"), "label": store.meta.get("labels:mine"),

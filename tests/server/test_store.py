@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from headgraph.core.types import COMPUTE_VERSION
-from headgraph.server.cache.store import DiskLock, ModelLRU, Store, make_key, parse_key
+from headgraph.server.cache.locks import DiskLock
+from headgraph.server.cache.store import ModelLRU, Store, make_key, parse_key
 
 
 def test_keys_carry_version_fingerprint_name_and_sorted_params():

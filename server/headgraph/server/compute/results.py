@@ -17,7 +17,8 @@ from typing import Any
 from headgraph.core.errors import InvalidInput, UnsupportedModel
 from headgraph.core.types import HeadWeights, ModelInfo
 from headgraph.server.cache.cold_miss import CACHE_ONLY, ColdMiss
-from headgraph.server.cache.store import KeyedLocks, Store, make_key
+from headgraph.server.cache.locks import KeyedLocks
+from headgraph.server.cache.store import Store, make_key
 from headgraph.server.compute.memory import trim
 from headgraph.server.compute.pool import Compute, ComputeFailed, ComputeMany, ComputePool, rebuild_error
 from headgraph.server.compute.progress import progress_key, read_progress, recording

@@ -21,7 +21,8 @@ from typing import Any, Protocol
 
 from headgraph.core.types import HeadWeights, ModelInfo
 from headgraph.server.cache.cold_miss import CACHE_ONLY, ColdMiss
-from headgraph.server.cache.store import KeyedLocks, ModelLRU, Store
+from headgraph.server.cache.locks import KeyedLocks
+from headgraph.server.cache.store import ModelLRU, Store
 from headgraph.server.models.offered import ModelRef, Registry
 from headgraph.server.settings import Settings
 

@@ -32,7 +32,8 @@ from typing import Any
 
 from headgraph.core.errors import HeadgraphError
 from headgraph.core.names import DEFAULT_K
-from headgraph.server.cache.store import DiskLock, Store
+from headgraph.server.cache.locks import DiskLock
+from headgraph.server.cache.store import Store
 from headgraph.server.computations.data_pk import DATA_PK_PROMPTS
 from headgraph.server.compute.estimate import JobEstimate, format_eta
 from headgraph.server.compute.pool import process_alive, process_started
