@@ -167,12 +167,14 @@ def covariances(runner: Any, ids: torch.Tensor, mask: torch.Tensor, *, batch_siz
         t = s + batch_size
         keep = counted_positions(mask[s:t])
         clean = runner.clean(ids[s:t], mask[s:t], layers, set(), resid_layers=layers)
-        z = torch.stack([clean.z[layer][keep] for layer in range(L)]).double()  # [L, N, H, dh]
-        x = torch.stack([clean.resid[layer][keep] for layer in range(L)]).double()  # [L, N, d]
-        z_sum += z.sum(1)
-        z_sq += torch.einsum("lnhi,lnhj->lhij", z, z)
-        x_sum += x.sum(1)
-        x_sq += torch.einsum("lni,lnj->lij", x, x)
+        for layer in range(L):  # one layer's float64 copy at a time, summed in place
+            z = clean.z.pop(layer)[keep].double().transpose(0, 1)  # [H, N, dh]
+            z_sum[layer] += z.sum(1)
+            z_sq[layer].baddbmm_(z.transpose(1, 2), z)
+            x = clean.resid.pop(layer)[keep].double()  # [N, d]
+            x_sum[layer] += x.sum(0)
+            x_sq[layer].addmm_(x.T, x)
+            del z, x
         n += int(keep.sum())
         if progress is not None:
             progress((i + 1) / len(chunks), f"forward {i + 1}/{len(chunks)}")
