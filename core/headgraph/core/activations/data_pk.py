@@ -180,10 +180,13 @@ def covariances(runner: Any, ids: torch.Tensor, mask: torch.Tensor, *, batch_siz
             progress((i + 1) / len(chunks), f"forward {i + 1}/{len(chunks)}")
     if n < 2:
         raise InvalidInput(f"data-weighted PK needs at least 2 counted positions, got {n}")
-    z_mean, x_mean = z_sum / n, x_sum / n
-    cov_z = z_sq / n - z_mean[..., :, None] * z_mean[..., None, :]
-    cov_x = x_sq / n - x_mean[..., :, None] * x_mean[..., None, :]
-    return ActivationCovariances(z=_symmetric(cov_z), resid=_symmetric(cov_x), n_positions=n,
+    # In place, a layer at a time: [L, d, d] float64 is 0.5 GB at d_model 2048.
+    for sq, total in ((z_sq, z_sum), (x_sq, x_sum)):
+        for layer in range(L):
+            mean = total[layer] / n
+            c = sq[layer].div_(n).sub_(mean[..., :, None] * mean[..., None, :])
+            c.copy_(_symmetric(c))
+    return ActivationCovariances(z=z_sq, resid=x_sq, n_positions=n,
                                  n_prompts=int(ids.shape[0]),
                                  layer_indices=tuple(runner.layer_indices), prompt_set=prompt_set)
 
@@ -230,7 +233,10 @@ def output_factors(cov_z: torch.Tensor, W_O: torch.Tensor) -> torch.Tensor:
     eigenvalues from rounding clipped to 0)."""
     evals, evecs = torch.linalg.eigh(cov_z.double())
     factor = evecs * evals.clamp(min=0).sqrt()[..., None, :]
-    return W_O.double().transpose(-2, -1) @ factor
+    out = factor.new_empty(*W_O.shape[:2], W_O.shape[3], W_O.shape[2])
+    for layer in range(W_O.shape[0]):  # a layer's float64 copy of W_O at a time
+        torch.matmul(W_O[layer].double().transpose(-2, -1), factor[layer], out=out[layer])
+    return out
 
 
 def data_weighted_pk(cov: ActivationCovariances, W_O: torch.Tensor, bases: RoleBases,
@@ -254,8 +260,10 @@ def data_weighted_pk(cov: ActivationCovariances, W_O: torch.Tensor, bases: RoleB
     src_var = X.square().sum((-2, -1))  # [L, H] tr(C_S)
     in_var = cov.resid.diagonal(dim1=-2, dim2=-1).sum(-1)  # [L] tr(C_X)
     Ht, r = U.shape[1], U.shape[3]
-    flat = U.permute(0, 2, 1, 3).reshape(L, d, Ht * r)  # one product per layer: C_X [U_1 ...]
-    tgt_var = (torch.bmm(cov.resid, flat) * flat).reshape(L, d, Ht, r).sum((1, 3))  # [L, Ht]
+    tgt_var = U.new_zeros(L, Ht)  # tr(U^T C_X U), a layer's product C_X [U_1 ...] at a time
+    for b in range(L):
+        flat = U[b].permute(1, 0, 2).reshape(d, Ht * r)
+        tgt_var[b] = (cov.resid[b] @ flat * flat).reshape(d, Ht, r).sum((0, 2))
     ranks = effective_ranks(bases).to(cov.z.device)
     forward = layer_mask(cov.layer_indices, "forward", cov.z.device)  # [L, L]
     tiny = torch.finfo(torch.float64).tiny

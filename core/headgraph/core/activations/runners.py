@@ -11,6 +11,7 @@ of the demo model (its own hook points) or of a TransformerBridge (``hook_q`` / 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,7 +47,7 @@ class Runner:
 
     @property
     def n_heads(self) -> int:
-        return int(self.W_Q.shape[1])
+        return int(self.W_O.shape[1])
 
     @property
     def n_kv(self) -> int:
@@ -54,7 +55,7 @@ class Runner:
 
     @property
     def device(self) -> torch.device:
-        return self.W_Q.device
+        return self.W_O.device
 
     def W_in(self, path: str) -> torch.Tensor:
         return {"Q": self.W_Q, "K": self.W_K, "V": self.W_V}[path]
@@ -128,16 +129,9 @@ class BridgeRunner(Runner):
     def __init__(self, bridge: Any, source: Any) -> None:
         self.bridge = bridge
         self.source = source
-        blocks = list(bridge.blocks_with("attn"))
-        self.layer_indices = tuple(int(i) for i, _ in blocks)
-        try:
-            with torch.no_grad():
-                self.W_Q, self.W_K, self.W_V, self.W_O = (
-                    torch.stack([getattr(b.attn, name).detach() for _, b in blocks])
-                    for name in ("W_Q", "W_K", "W_V", "W_O"))
-        except (AttributeError, NotImplementedError, RuntimeError, ValueError) as err:
-            raise UnsupportedModel(f"this bridge does not expose per-head attention weights "
-                                   f"({type(err).__name__}: {err})") from err
+        self._blocks = list(bridge.blocks_with("attn"))
+        self.layer_indices = tuple(int(i) for i, _ in self._blocks)
+        self.W_O = self._stacked("W_O")  # what every run needs; W_Q / W_K / W_V on first use
         post = post_attention_norm(bridge)
         if post is not None:
             raise UnsupportedModel(
@@ -150,7 +144,7 @@ class BridgeRunner(Runner):
             raise UnsupportedModel(f"path ablation needs a LayerNorm or RMSNorm before each "
                                    f"attention layer (normalization {kind or 'none'!r})")
         weights = []
-        for _, b in blocks:
+        for _, b in self._blocks:
             ln = getattr(b, "ln1", None)
             module = getattr(ln, "original_component", None)
             weight = getattr(module, "weight", None)
@@ -161,6 +155,28 @@ class BridgeRunner(Runner):
             raise UnsupportedModel("path ablation: some attention layers have no ln1 weight")
         else:
             self.ln_w = torch.stack([w for w in weights if w is not None])
+
+    def _stacked(self, name: str) -> torch.Tensor:
+        """The bridge's per-head ``name`` of every attention layer [L, H, ...] (a copy: only
+        path ablation reads W_Q / W_K / W_V, so data-weighted PK never holds them)."""
+        try:
+            with torch.no_grad():
+                return torch.stack([getattr(b.attn, name).detach() for _, b in self._blocks])
+        except (AttributeError, NotImplementedError, RuntimeError, ValueError) as err:
+            raise UnsupportedModel(f"this bridge does not expose per-head attention weights "
+                                   f"({type(err).__name__}: {err})") from err
+
+    @functools.cached_property
+    def W_Q(self) -> torch.Tensor:
+        return self._stacked("W_Q")
+
+    @functools.cached_property
+    def W_K(self) -> torch.Tensor:
+        return self._stacked("W_K")
+
+    @functools.cached_property
+    def W_V(self) -> torch.Tensor:
+        return self._stacked("W_V")
 
     def _name(self, layer: int, point: str) -> str:
         return f"blocks.{self.layer_indices[layer]}.{point}"
@@ -180,9 +196,20 @@ class BridgeRunner(Runner):
             want[self._name(layer, "attn.hook_pattern")] = ("pattern", layer)
             want[self._name(layer, "ln1.hook_normalized")] = ("normalized", layer)
             want[self._name(layer, "ln1.hook_out")] = ("ln_out", layer)
-        with torch.no_grad():
-            _, cache = self.bridge.run_with_cache(ids, names_filter=lambda n: n in want,
-                                                  **self._kwargs(mask))
+        cache: dict[str, torch.Tensor] = {}
+
+        def keeper(name: str) -> Any:
+            def keep(t: torch.Tensor, hook: Any) -> None:
+                cache[name] = t.detach()
+                if len(cache) == len(want):  # the rest (MLPs, the logits) is not needed
+                    raise StopForward
+            return keep
+
+        try:
+            with torch.no_grad(), self.bridge.hooks(fwd_hooks=[(n, keeper(n)) for n in want]):
+                self.bridge(ids, **self._kwargs(mask))
+        except StopForward:
+            pass
         out = CleanRun({}, {}, {})
         for name, (kind, _layer) in want.items():
             if name not in cache and kind not in ("normalized", "ln_out"):
