@@ -27,8 +27,6 @@ from headgraph.frontend.state.url import (
     SUBSPACES,
     VIEWS,
     ViewState,
-    clean_name,
-    clean_subgraph,
     clean_threshold,
     default_overlay,
     parse_find,
@@ -37,6 +35,7 @@ from headgraph.frontend.state.url import (
     split_subspaces,
     with_subspaces,
 )
+from headgraph.frontend.state.subgraph import clean_name, clean_subgraph
 
 _LAYER_RE = re.compile(r"^L\d+$")
 

@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlencode
 
 from headgraph.frontend.api.names import Vocabulary
+from headgraph.frontend.state.subgraph import parse_subgraph
 
 # Frontend-only lists (what the dashboard shows; the API's names come from the vocabulary).
 VIEWS: tuple[str, ...] = ("graph", "heatmap", "scatter", "reference", "tokens", "validation", "recovery",
@@ -67,13 +68,6 @@ STEPS_MAX = 64
 PAIRS_MAX = 32  # a bundled task's prompt pairs (the API's default); fewer: a quicker circuit
 PAIRS_MIN = 2
 _TASK_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
-# The subgraph view: pinned heads, named groups of them (supernodes) and custom labels. In the
-# URL: ``pins=L0H1,L1H3``, ``groups=name:L0H1,L0H2;other:L1H3`` and ``labels=L1H3:text;name:text``,
-# so names and labels never hold ``;``, ``:``, ``,`` or ``=`` (NAME_DROP) and are NAME_MAX long.
-PINS_MAX = 64
-GROUPS_MAX = 16
-NAME_MAX = 48
-NAME_DROP = ";:,=|"
 
 
 def parse_task(value: str | None) -> str:
@@ -244,54 +238,6 @@ def parse_find(value: str | None, vocab: Vocabulary) -> str:
     if vocab.is_head(upper) or _LAYER_RE.match(upper):
         return upper
     return text if any(c.isalpha() for c in text) else ""
-
-
-def clean_name(value: Any) -> str:
-    """A group name or custom label as the URL keeps it: no control characters nor NAME_DROP
-    characters, blanks collapsed, at most NAME_MAX characters ("" when nothing is left)."""
-    text = "".join(" " if c in NAME_DROP or ord(c) < 32 or ord(c) == 127 else c for c in str(value or ""))
-    return " ".join(text.split())[:NAME_MAX].strip()
-
-
-def clean_subgraph(pins: Any, groups: Any, labels: Any, vocab: Vocabulary
-                   ) -> tuple[tuple[str, ...], tuple[tuple[str, tuple[str, ...]], ...], tuple[tuple[str, str], ...]]:
-    """Pins, groups and labels made consistent: pins are head names (at most PINS_MAX, no
-    repeats); a group is a name (``clean_name``, not a head name, at most GROUPS_MAX groups) of
-    pinned heads, each head in one group at most (the first); a label's key is a pin or a
-    group and its text non-blank. Anything else is dropped, so a hand-edited link still opens."""
-    clean_pins = tuple(dict.fromkeys(str(h) for h in pins or () if vocab.is_head(str(h))))[:PINS_MAX]
-    taken: set[str] = set()
-    clean_groups: list[tuple[str, tuple[str, ...]]] = []
-    for name, heads in groups or ():
-        name = clean_name(name)
-        members = tuple(h for h in dict.fromkeys(str(x) for x in heads or ()) if h in clean_pins and h not in taken)
-        if not name or vocab.is_head(name) or not members or any(n == name for n, _ in clean_groups):
-            continue
-        taken |= set(members)
-        clean_groups.append((name, members))
-        if len(clean_groups) == GROUPS_MAX:
-            break
-    keys = set(clean_pins) | {n for n, _ in clean_groups}
-    clean_labels = {}
-    for key, text in labels or ():
-        key, text = (str(key) if vocab.is_head(str(key)) else clean_name(key)), clean_name(text)
-        if key in keys and text:
-            clean_labels[key] = text
-    return clean_pins, tuple(clean_groups), tuple(clean_labels.items())
-
-
-def parse_subgraph(pins: str | None, groups: str | None, labels: str | None, vocab: Vocabulary
-                   ) -> tuple[tuple[str, ...], tuple[tuple[str, tuple[str, ...]], ...], tuple[tuple[str, str], ...]]:
-    """The URL's ``pins`` / ``groups`` / ``labels`` values (see PINS_MAX) made consistent."""
-    pin_list = [p.strip().upper() for p in (pins or "").split(",") if p.strip()]
-    group_list = []
-    for item in (groups or "").split(";"):
-        name, sep, heads = item.partition(":")
-        if sep:
-            group_list.append((name, [h.strip().upper() for h in heads.split(",") if h.strip()]))
-    label_list = [(k.strip(), v) for k, sep, v in (item.partition(":") for item in (labels or "").split(";")) if sep]
-    label_list = [(k.upper() if vocab.is_head(k.upper()) else k, v) for k, v in label_list]
-    return clean_subgraph(pin_list, group_list, label_list, vocab)
 
 
 def format_subgraph(state: ViewState) -> list[tuple[str, str]]:
