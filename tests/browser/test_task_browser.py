@@ -43,7 +43,9 @@ def check_page(page: Page, data: dict[str, Any]) -> None:
     assert page.locator("#stat-task-clean").get_attribute("data-value") == str(m["clean"])
     assert page.locator("#stat-task-clean-acc").get_attribute("data-value") == str(m["clean_accuracy"])
     assert page.locator("#stat-task-able").get_attribute("data-value") == "yes"
-    assert page.locator("#task-words-0").inner_text().startswith("demo does 'induction'")
+    words = page.locator("#task-words-0")  # filled by its own callback, after the chips
+    wait_until(lambda: words.inner_text().startswith("demo does 'induction'"), 60,
+               message="the task's sentence", page=page)
     assert table_values(page, data["edges"]) == expected(data["edges"])
     assert page.locator("#task-table tbody tr").count() == len(data["edges"]) == 15
     f = data["faithfulness"]
