@@ -24,6 +24,7 @@ import plotly.graph_objects as go
 from headgraph.frontend.figures.common import fmt_value
 from headgraph.frontend.figures.graph import graph_figure
 from headgraph.frontend.figures.palette import JOINED
+from headgraph.frontend.state.subgraph import GROUPS_MAX, NAME_MAX, PINS_MAX
 
 EXPORT_FORMAT = "headgraph-subgraph"
 EXPORT_VERSION = 1
@@ -238,7 +239,12 @@ class SubgraphImportError(ValueError):
 def parse_import(raw: bytes, is_head: Any) -> dict[str, Any]:
     """The ``import`` action of an exported subgraph's JSON bytes (checked: the format mark,
     head names, groups of pinned heads, labels of pins or groups); SubgraphImportError naming the
-    first problem otherwise."""
+    first problem otherwise.
+
+    Bounded like the link it becomes (state.subgraph: at most PINS_MAX pins and group members,
+    GROUPS_MAX groups, a label per pin or group; IMPORT_MAX_BYTES of file), each count checked
+    before any item is, and linear in the file: membership is tested in sets.
+    """
     if len(raw) > IMPORT_MAX_BYTES:
         raise SubgraphImportError(f"the file is over {IMPORT_MAX_BYTES // 1024} KiB")
     try:
@@ -248,28 +254,46 @@ def parse_import(raw: bytes, is_head: Any) -> dict[str, Any]:
     if not isinstance(data, dict) or data.get("format") != EXPORT_FORMAT:
         raise SubgraphImportError(f'not a headgraph subgraph export (no "format": "{EXPORT_FORMAT}")')
     pins = data.get("pins")
+    if isinstance(pins, list) and len(pins) > PINS_MAX:
+        raise SubgraphImportError(f"{len(pins)} pins: a subgraph holds at most {PINS_MAX} pinned heads")
     if not isinstance(pins, list) or not pins or not all(isinstance(p, str) and is_head(p) for p in pins):
         raise SubgraphImportError("pins must be a non-empty list of head names such as L0H1")
+    pinned = set(pins)
     groups = data.get("groups") or {}
     if not isinstance(groups, dict):
         raise SubgraphImportError("groups must be an object: group name -> list of pinned heads")
+    if len(groups) > GROUPS_MAX:
+        raise SubgraphImportError(f"{len(groups)} groups: a subgraph holds at most {GROUPS_MAX} groups")
     for name, members in groups.items():
         if not isinstance(members, list) or not members:
-            raise SubgraphImportError(f"group {name!r} must list its heads")
-        missing = [m for m in members if m not in pins]
+            raise SubgraphImportError(f"group {_short(name)} must list its heads")
+        if len(members) > PINS_MAX:
+            raise SubgraphImportError(f"group {_short(name)} lists {len(members)} heads: at most {PINS_MAX} "
+                                      "(the pinned heads)")
+        missing = [m for m in members if not isinstance(m, str) or m not in pinned]
         if missing:
-            raise SubgraphImportError(f"group {name!r} names {', '.join(map(str, missing))}, which is not pinned")
+            raise SubgraphImportError(f"group {_short(name)} names {', '.join(_short(m) for m in missing[:8])}, "
+                                      "which is not pinned")
     labels = data.get("labels") or {}
     if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
         raise SubgraphImportError("labels must be an object: head or group name -> text")
-    unknown = [k for k in labels if k not in pins and k not in groups]
+    if len(labels) > PINS_MAX + GROUPS_MAX:
+        raise SubgraphImportError(f"{len(labels)} labels: at most one per pin or group "
+                                  f"({PINS_MAX + GROUPS_MAX})")
+    unknown = [k for k in labels if k not in pinned and k not in groups]
     if unknown:
-        raise SubgraphImportError(f"labels name {', '.join(unknown)}, neither a pin nor a group")
+        raise SubgraphImportError(f"labels name {', '.join(_short(k) for k in unknown[:8])}, neither a pin nor a group")
     model = data.get("model")
     return {"op": "import", "model": model if isinstance(model, str) else None, "metric": data.get("metric"),
             "pairings": [p for p in data.get("pairings") or [] if isinstance(p, str)], "pins": pins,
             "groups": [(name, members) for name, members in groups.items()],
             "labels": list(labels.items())}
+
+
+def _short(value: Any) -> str:
+    """A name from an imported file as a message quotes it: repr, at most NAME_MAX characters."""
+    text = repr(value)
+    return text if len(text) <= NAME_MAX else text[:NAME_MAX - 1] + "…"
 
 
 def label_set_name(model: str) -> str:
