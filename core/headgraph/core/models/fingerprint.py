@@ -1,9 +1,20 @@
-"""Content fingerprints of the weights a result was computed from (cache keys rely on them)."""
+"""Content fingerprints of what a result was computed from (cache keys rely on them).
+
+Two names, two scopes: the *weights fingerprint* (``HeadWeights.fingerprint``) covers the
+per-head attention weights, W_U, processing, layer indices and the tokenizer: all that
+weight-level results (PK, CS, nulls, token tables) read. The *model fingerprint*
+(``LoadedModel.model_fingerprint``) covers the whole runnable model besides: every parameter
+and buffer, the config fields its forward reads, the files it runs from: all that
+activation-level results (patterns, ablations, data-weighted PK, circuits) read. Two
+checkpoints with equal attention weights share the first, never the second.
+"""
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+import json
+from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any, cast
 
 import torch
@@ -86,3 +97,93 @@ def with_tokenizer(fingerprint: str, tokenizer: Any) -> str:
         return fingerprint
     return hashlib.sha256(f"{fingerprint}|{tokenizer_digest(tokenizer)}".encode()
                           ).hexdigest()[:16]
+
+
+# -- the whole model ---------------------------------------------------------------------------
+
+# Config entries that say where a config came from, not what the forward does.
+_PROVENANCE = frozenset({"_name_or_path", "name_or_path", "transformers_version", "_commit_hash",
+                         "_attn_implementation_autoset"})
+_FILE_CHUNK_BYTES = 8 * 1024 * 1024
+
+
+def module_digest(hasher: hashlib._Hash, module: torch.nn.Module) -> None:
+    """Feed every named parameter and buffer of ``module`` (persistent or not), name by name."""
+    for kind, named in (("p", module.named_parameters()), ("b", module.named_buffers())):
+        for name, t in named:
+            hasher.update(f"{kind}:{name}|".encode())
+            if t.device.type == "meta":  # no storage: its shape is all there is
+                hasher.update(f"meta|{t.dtype}|{tuple(t.shape)}|".encode())
+            else:
+                tensor_digest(hasher, t)
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with provenance keys dropped from every mapping, recursively."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items() if k not in _PROVENANCE}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def config_digest(hasher: hashlib._Hash, config: Any) -> None:
+    """Feed a config (a transformers ``PretrainedConfig``, anything with ``to_dict``, or a dict)
+    as sorted JSON, without provenance fields (``_name_or_path``, ``transformers_version``)."""
+    if config is None:
+        hasher.update(b"config:none|")
+        return
+    as_dict = config.to_dict() if hasattr(config, "to_dict") else config
+    hasher.update(b"config:")
+    hasher.update(json.dumps(_plain(as_dict), sort_keys=True, default=repr).encode())
+    hasher.update(b"|")
+
+
+def files_digest(hasher: hashlib._Hash, files: Iterable[Path]) -> None:
+    """Feed each file's name, size and bytes (read a chunk at a time)."""
+    for f in files:
+        hasher.update(f"file:{f.name}|{f.stat().st_size}|".encode())
+        with open(f, "rb") as fh:
+            while chunk := fh.read(_FILE_CHUNK_BYTES):
+                hasher.update(chunk)
+
+
+def model_fingerprint(weights_fp: str, content_digest: str) -> str:
+    """The model fingerprint (16 hex chars): a weights fingerprint joined with the digest of
+    the rest of the runnable model (:func:`runnable_digest`)."""
+    return hashlib.sha256(f"model|{weights_fp}|{content_digest}".encode()).hexdigest()[:16]
+
+
+def runnable_digest(lm: Any) -> str:
+    """SHA-256 (hex, 16 chars) of what runs ``lm`` (a ``core.models.loading.LoadedModel``)
+    beyond its head weights: the bridge's model (every parameter and buffer, its config), the
+    demo model's tensors and config, the GGUF file's bytes, or a streamed folder's safetensors
+    and config.json; plus the tokenizer. A model without a pattern source still has one (its
+    files, or what it is built from), so its refusals are keyed like any other result."""
+    from headgraph.core.models.demo import DemoModel
+
+    h = hashlib.sha256()
+    h.update(f"v{COMPUTE_VERSION}|runnable|".encode())
+    original = getattr(lm.bridge, "original_model", None) if lm.bridge is not None else None
+    if isinstance(original, torch.nn.Module):
+        h.update(f"hf:{type(original).__name__}|".encode())
+        config_digest(h, getattr(original, "config", None))
+        module_digest(h, original)
+    elif isinstance(lm.patterns, DemoModel):
+        h.update(b"demo|")
+        config_digest(h, lm.patterns.cfg)
+        module_digest(h, lm.patterns)
+    elif lm.gguf is not None:
+        h.update(b"gguf|")
+        files_digest(h, [Path(lm.gguf)])
+    elif getattr(lm, "folder", None) is not None:
+        from headgraph.core.models.streamed import safetensors_files
+
+        folder = Path(lm.folder)
+        h.update(b"safetensors|")
+        config_digest(h, json.loads((folder / "config.json").read_text(encoding="utf-8")))
+        files_digest(h, safetensors_files(folder))
+    else:  # nothing known beyond the head weights: say what kind of thing runs it
+        h.update(f"other:{type(lm.patterns).__name__}|".encode())
+    h.update(f"tokenizer:{tokenizer_digest(lm.tokenizer)}|".encode())
+    return h.hexdigest()[:16]

@@ -76,7 +76,7 @@ from headgraph.core.models.random_weights import (
 )
 from headgraph.core.models.shapes import check_config_shapes
 from headgraph.core.models.series import demo_checkpoint, is_demo_checkpoint_spec
-from headgraph.core.models.fingerprint import with_tokenizer
+from headgraph.core.models.fingerprint import model_fingerprint, runnable_digest, with_tokenizer
 from headgraph.core.models.streamed_runnable import streamed_source
 from headgraph.core.models.streamed import (
     load_heads_safetensors,
@@ -99,6 +99,17 @@ class LoadedModel:
     info: ModelInfo
     bridge: Any | None = None  # the TransformerBridge, when one was booted
     gguf: Path | None = None  # the GGUF file the weights were read from
+    folder: Path | None = None  # the streamed checkpoint's folder, read a tensor at a time
+    content_digest: str | None = None  # core.models.fingerprint.runnable_digest, on first use
+
+    @property
+    def model_fingerprint(self) -> str:
+        """The model fingerprint (core.models.fingerprint): the weights fingerprint joined
+        with everything else that runs the model (parameters, buffers, config, files,
+        tokenizer). Activation-level results are keyed by it; computed once, on first use."""
+        if self.content_digest is None:
+            self.content_digest = runnable_digest(self)
+        return model_fingerprint(self.heads.fingerprint, self.content_digest)
 
 
 # -- public entry points ------------------------------------------------------------------
@@ -379,7 +390,8 @@ def _load_folder_in(folder: Path, *, name: str, source: str, device: str, proces
         heads.tokenizer = _own_tokenizer(folder) if has_tokenizer(folder) else None
         # Patterns run the model a block at a time from the same files (none without a tokenizer).
         patterns = streamed_source(folder, heads.tokenizer, heads.info.layer_indices, device=device)
-        return LoadedModel(heads=heads, patterns=patterns, tokenizer=heads.tokenizer, info=heads.info)
+        return LoadedModel(heads=heads, patterns=patterns, tokenizer=heads.tokenizer, info=heads.info,
+                           folder=folder)
     try:
         tokenizer = _own_tokenizer(folder) if has_tokenizer(folder) else byte_level_tokenizer()
         bridge = _boot(str(folder), device=device, dtype=dtype, tokenizer=tokenizer)
