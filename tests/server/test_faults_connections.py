@@ -5,6 +5,7 @@ headers in time is closed, and the API answers meanwhile (a real server on loopb
 from __future__ import annotations
 
 import json
+import select
 import socket
 import threading
 import time
@@ -14,9 +15,10 @@ import httpx
 import pytest
 
 from headgraph.core.models.demo import ARCHITECTURE
+from headgraph.server.settings import SERVE_CONNECTIONS, Settings
 
 # serial (run alone, after the parallel part): connection time-outs within seconds
-# a real server and connections left to time out: ~8 s
+# two real servers and connections left to time out: ~15 s
 pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 HELD = 40  # connections that send part of their headers, then nothing
@@ -37,6 +39,7 @@ def big(tmp_path_factory) -> str:
 @pytest.fixture(scope="module")
 def url(launch_server, tmp_path_factory, big):
     env = {"HEADGRAPH_HEADER_TIMEOUT_S": "1.5", "HEADGRAPH_COLD_PER_CLIENT": "1",
+           "HEADGRAPH_COLD_QUEUE_PER_CLIENT": "0",  # past the cap: refused, not queued
            "HEADGRAPH_MODELS": f"demo,{big}"}  # open mode: every read may compute
     with launch_server(tmp_path_factory.mktemp("cache"), env=env, check_errors=True) as srv:
         yield srv.url
@@ -70,7 +73,7 @@ def test_connections_with_unfinished_headers_are_closed(url):
 def test_x_forwarded_for_names_no_other_client(url, big):
     """No proxy is trusted by default: a client on loopback sending X-Forwarded-For is still its
     connection's address, so a second cold computation while its first runs is a 429 however
-    it names itself (HEADGRAPH_COLD_PER_CLIENT=1)."""
+    it names itself (HEADGRAPH_COLD_PER_CLIENT=1, no queue)."""
     first: dict[str, httpx.Response] = {}
 
     def cold() -> None:
@@ -93,3 +96,44 @@ def test_x_forwarded_for_names_no_other_client(url, big):
     t.join()
     assert first["r"].status_code == 200, first["r"].text
     assert during and all(r.status_code == 429 for r in during), [r.status_code for r in during]
+
+
+def test_one_address_cannot_hold_every_connection(launch_server, tmp_path):
+    """The reported attack: more stalled connections than the server's whole limit
+    (SERVE_CONNECTIONS), all from one address (127.0.0.2), held within the default header
+    timeout. That address keeps its cap (HEADGRAPH_CONNECTIONS_PER_CLIENT) and the rest are
+    refused at once; another client's /api/health answers 200 while they are held."""
+    cap = Settings().connections_per_client
+    attempts = SERVE_CONNECTIONS + 8
+    with launch_server(tmp_path / "cache", env={"HEADGRAPH_HEADER_TIMEOUT_S": "30"}) as srv:
+        u = urlparse(srv.url)
+        socks: list[socket.socket] = []
+        try:
+            for _ in range(attempts):
+                s = socket.create_connection((u.hostname, u.port), timeout=10, source_address=("127.0.0.2", 0))
+                try:
+                    s.sendall(b"GET /api/hea")  # stalls mid-request-line
+                except OSError:
+                    pass  # already refused and closed by the server
+                socks.append(s)
+            with httpx.Client(base_url=srv.url, timeout=5) as http:  # from 127.0.0.1
+                assert http.get("/api/health").status_code == 200
+            # the refused ones are answered (429) or closed at once; the capped ones stay open
+            answered: list[socket.socket] = []
+            deadline = time.monotonic() + 5
+            while len(answered) < attempts - cap and time.monotonic() < deadline:
+                ready, _, _ = select.select([s for s in socks if s not in answered], [], [], 0.5)
+                answered += ready
+            assert len(answered) == attempts - cap
+            replies = []
+            for s in answered:
+                try:
+                    replies.append(s.recv(4096))
+                except OSError:
+                    replies.append(b"")  # reset: the server closed with our bytes unread
+            assert any(r.startswith(b"HTTP/1.1 429") and b"too many open connections" in r for r in replies)
+            assert all(r == b"" or r.startswith(b"HTTP/1.1 429") for r in replies)
+            assert not select.select([s for s in socks if s not in answered], [], [], 0.2)[0]  # still held
+        finally:
+            for s in socks:
+                s.close()

@@ -28,7 +28,8 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 WIDE = {"architecture": ARCHITECTURE, "n_layers": 16, "n_heads": 32, "d_model": 256,
         "d_head": 8, "d_vocab": 64, "n_ctx": 64}
 ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HEADGRAPH_DEVICE": "cpu",
-       "HEADGRAPH_API_TOKEN": TOKEN, "HEADGRAPH_COLD_PER_CLIENT": "1"}
+       "HEADGRAPH_API_TOKEN": TOKEN, "HEADGRAPH_COLD_PER_CLIENT": "1",
+       "HEADGRAPH_COLD_QUEUE_PER_CLIENT": "1"}
 CLIENTS = 32
 HEALTH_LIMIT_S = 2.0  # Docker's health check gives up after 4 s
 
@@ -87,39 +88,48 @@ def test_cold_results_need_the_token_cached_ones_do_not(lab):
     assert again.status_code == 200 and again.content == computed.content
 
 
-def test_a_client_runs_one_cold_computation_at_a_time(lab):
-    """HEADGRAPH_COLD_PER_CLIENT=1: while one cold computation of a client runs, every other
-    cold request of that client is a 429 (so it computes nothing and stays cold); its cached
-    reads are not limited. No timing is assumed: the second request is repeated for as long
-    as the first runs, and each answer is judged by whether the first was still running (the
-    first is sent a second ahead, so it holds the slot)."""
+def test_a_client_runs_one_cold_computation_at_a_time_and_queues_the_next(lab):
+    """HEADGRAPH_COLD_PER_CLIENT=1, HEADGRAPH_COLD_QUEUE_PER_CLIENT=1: while one cold
+    computation of a client runs, its next distinct cold request waits in the client's queue
+    (never refused) and is answered once computed; the same request sent again joins the
+    running one (answered like it); a third distinct one finds the queue full: 429. Cached
+    reads are not limited. No timing is assumed: each answer is judged by whether the first was
+    still running (the first is sent a second ahead, so it holds the slot)."""
     warm = {"model": "demo", "pairing": "OK"}
     assert httpx.get(lab.url + "/api/pk", params=warm, headers=AUTH, timeout=300).status_code == 200
-    first: dict[str, httpx.Response] = {}
+    answers: dict[str, httpx.Response] = {}
 
-    def cold() -> None:
-        first["r"] = httpx.get(lab.url + "/api/reference", params={"model": lab.big},
-                               headers=AUTH, timeout=600)
+    def get(name: str, path: str, params: dict[str, object]) -> threading.Thread:
+        def run() -> None:
+            answers[name] = httpx.get(lab.url + path, params=params, headers=AUTH, timeout=600)
+        t = threading.Thread(target=run)
+        t.start()
+        return t
 
-    t = threading.Thread(target=cold)
-    t.start()
-    time.sleep(1.0)  # the first takes its slot on arrival, long before its computation ends
-    during: list[httpx.Response] = []
+    first = get("first", "/api/reference", {"model": lab.big})
+    time.sleep(1.0)  # the first takes the slot on arrival, long before its computation ends
+    queued = get("queued", "/api/pk", {"model": lab.big, "pairing": "VO", "metric": "z"})
+    again = get("again", "/api/reference", {"model": lab.big})  # the running work, joined
+    time.sleep(1.0)  # the second is in the queue now (the queue holds one)
+    refused: list[httpx.Response] = []
     cached_ok = []
     with httpx.Client(base_url=lab.url, headers=AUTH, timeout=120) as c:
-        while t.is_alive():
-            second = c.get("/api/pk", params={"model": lab.big, "pairing": "VO", "metric": "z"})
-            if t.is_alive():  # the first was running before and after this answer
-                during.append(second)
+        while first.is_alive():
+            third = c.get("/api/pk", params={"model": lab.big, "pairing": "OV", "metric": "z"})
+            if first.is_alive():  # the first was running before and after this answer
+                refused.append(third)
                 cached_ok.append(c.get("/api/pk", params=warm).status_code == 200)
             time.sleep(0.05)
-    t.join()
-    assert first["r"].status_code == 200, first["r"].text
-    assert during, "no second request was answered while the first ran (it took too little time)"
-    assert all(r.status_code == 429 for r in during), [r.text[:200] for r in during]
-    assert "cold computations" in message(during[0]) and "retry" in message(during[0])
+    for t in (first, queued, again):
+        t.join()
+    assert answers["first"].status_code == 200, answers["first"].text
+    assert answers["again"].status_code == 200 and answers["again"].content == answers["first"].content
+    assert answers["queued"].status_code == 200, answers["queued"].text  # waited, then computed
+    assert refused, "no third request was answered while the first ran (it took too little time)"
+    assert all(r.status_code == 429 for r in refused), [r.text[:200] for r in refused]
+    assert "waiting" in message(refused[0]) and "retry" in message(refused[0])
     assert all(cached_ok)  # a cached read takes no cold slot
-    retry = httpx.get(lab.url + "/api/pk", params={"model": lab.big, "pairing": "VO", "metric": "z"},
+    retry = httpx.get(lab.url + "/api/pk", params={"model": lab.big, "pairing": "OV", "metric": "z"},
                       headers=AUTH, timeout=300)
     assert retry.status_code == 200  # the slot is free again
 

@@ -16,6 +16,7 @@ DEFAULT_MODELS: tuple[str, ...] = ("demo", "gpt2", "bigscience/bloom-560m", "Qwe
 DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
 N = TypeVar("N", int, float)
 MIN_TOKEN_LENGTH = 16
+SERVE_CONNECTIONS = 512  # open connections one ``headgraph serve`` process keeps (503 beyond)
 
 
 def check_token(token: str) -> None:
@@ -61,17 +62,22 @@ class Settings:
         (its holder died); live holders refresh it every third of that.
     torch_threads: intra-op threads per process (None: CPU count / worker processes, so
         several workers do not oversubscribe the CPUs).
-    compute_nice: how many nice levels compute processes run below the API (0: same).
+    compute_nice: the nice level compute processes run at (an absolute level: a server
+        started under `nice` keeps its own level for them, never adds this to it).
     compute_processes: spawned compute processes per API process, where models are loaded
         and cold results computed (0: compute in the API process's own threads).
     cold_per_client: cold computations one client (an address, or the token holders) may
-        have running at once in one API process (429 beyond).
+        have running at once in one API process; more wait in the client's queue.
+    cold_queue_per_client: distinct cold computations one client may have waiting (429 beyond).
     body_timeout_s: seconds a client has to send a whole request body (408 after).
     forwarded_allow_ips: addresses of proxies whose X-Forwarded-For / -Proto headers are
         trusted (uvicorn's forwarded_allow_ips); empty (the default): none, so a client's
         address is the connection's and no client can name itself another.
     header_timeout_s: seconds a connection has to send a request's headers (closed after),
         so half-open connections cannot hold the server's connection slots.
+    connections_per_client: connections one address may hold open at once in one API process
+        (refused with 429 beyond; a trusted proxy is not capped), below SERVE_CONNECTIONS so
+        one client cannot take every slot and turn health into a 503.
     response_cache_mb: rendered warm responses kept in memory per process (0: none).
     """
 
@@ -89,8 +95,10 @@ class Settings:
     compute_nice: int = 10
     compute_processes: int = 1
     cold_per_client: int = 2
+    cold_queue_per_client: int = 32
     body_timeout_s: float = 20.0
     header_timeout_s: float = 10.0
+    connections_per_client: int = 64
     forwarded_allow_ips: str = ""
     response_cache_mb: float = 256.0
 
@@ -134,8 +142,11 @@ class Settings:
             compute_nice=_number(env, "HEADGRAPH_COMPUTE_NICE", 10, 0, 19, int),
             compute_processes=_number(env, "HEADGRAPH_COMPUTE_PROCESSES", 1, 0, 64, int),
             cold_per_client=_number(env, "HEADGRAPH_COLD_PER_CLIENT", 2, 1, 64, int),
+            cold_queue_per_client=_number(env, "HEADGRAPH_COLD_QUEUE_PER_CLIENT", 32, 0, 4096, int),
             body_timeout_s=_number(env, "HEADGRAPH_BODY_TIMEOUT_S", 20.0, 0.1, 3600.0, float),
             header_timeout_s=_number(env, "HEADGRAPH_HEADER_TIMEOUT_S", 10.0, 0.1, 3600.0, float),
+            connections_per_client=_number(env, "HEADGRAPH_CONNECTIONS_PER_CLIENT", 64, 1,
+                                           SERVE_CONNECTIONS // 2, int),
             forwarded_allow_ips=env.get("HEADGRAPH_FORWARDED_ALLOW_IPS", "").strip(),
             response_cache_mb=_number(env, "HEADGRAPH_RESPONSE_CACHE_MB", 256.0, 0.0, 1e6, float),
         )

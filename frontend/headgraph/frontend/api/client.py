@@ -13,7 +13,8 @@ from typing import Any
 
 import httpx
 
-BUSY_POLL_S = 0.25  # how often a GET answered 429 (busy) is tried again
+BUSY_POLL_S = 0.25  # first wait before a GET answered 429 (busy) is tried again; doubled each time
+BUSY_POLL_MAX_S = 8.0  # the longest wait between two tries
 ABLATION_TIMEOUT_S = 600.0  # measuring edges of a real model: loading it, then forward passes
 VALIDATION_TIMEOUT_S = 3600.0  # ~40-100 pairs measured on two prompt sets: minutes on a real model
 RECOVERY_TIMEOUT_S = 900.0  # a cold table computes CKA and Procrustes of one pairing: a minute or more
@@ -49,6 +50,14 @@ def error_message(payload: Any, fallback: str) -> str:
         if payload.get("message"):
             return str(payload["message"])
     return fallback
+
+
+def _retry_after(resp: httpx.Response) -> float | None:
+    """Seconds of a ``Retry-After: <seconds>`` header (None when absent or a date)."""
+    try:
+        return max(0.0, float(resp.headers.get("retry-after", "")))
+    except ValueError:
+        return None
 
 
 class ApiClient:
@@ -88,18 +97,19 @@ class ApiClient:
         clean = {k: v for k, v in (params or {}).items() if v is not None and v != ""}
         if self._user_headers:
             kwargs["headers"] = {**kwargs.get("headers", {}), **self._user_headers}
-        waited = 0.0
+        waited, pause = 0.0, BUSY_POLL_S
         while True:
             try:
                 resp = self._http.request(method, path, params=clean, **kwargs)
             except httpx.HTTPError as err:
                 raise ApiError(0, f"API unreachable at {self.base_url}: {err}") from err
-            # 429: this browser's other cold computations hold its slots; a GET waits its turn
-            # (a view of a page opening several at once), briefly, instead of failing.
+            # 429: this browser's queue of cold computations is full; a GET tries again,
+            # backing off exponentially (the server's Retry-After at most), instead of failing.
             if resp.status_code != 429 or method != "GET" or waited >= self.busy_wait_s:
                 break
-            time.sleep(BUSY_POLL_S)
-            waited += BUSY_POLL_S
+            time.sleep(pause)
+            waited += pause
+            pause = min(2 * pause, BUSY_POLL_MAX_S, _retry_after(resp) or BUSY_POLL_MAX_S)
         if resp.status_code >= 400:
             try:
                 payload = resp.json()

@@ -160,18 +160,26 @@ def watch_parent() -> None:
     threading.Thread(target=_watch_parent, name="headgraph-parent-watch", daemon=True).start()
 
 
+def run_at_nice(level: int) -> int:
+    """Lower this process to nice ``level``, an absolute level: never added to the level it
+    inherited (a server started under ``nice``), never raised back above it. The level now."""
+    try:
+        current = os.nice(0)
+        if level > current:
+            current = os.nice(level - current)
+    except OSError:
+        pass
+    return os.nice(0)
+
+
 def _init_worker(settings: Settings) -> None:
-    """Child initializer: die with the parent, lower priority, size torch threads, log to the
-    server's stderr."""
+    """Child initializer: die with the parent, run at nice ``compute_nice`` (or the API's own
+    level when that is lower already), size torch threads, log to the server's stderr."""
     watch_parent()  # first: a parent killed while this child started is noticed too
     from headgraph.server.logs import configure_logging
 
     configure_logging()
-    if settings.compute_nice:
-        try:
-            os.nice(settings.compute_nice)
-        except OSError:
-            pass
+    run_at_nice(settings.compute_nice)
     import torch
 
     torch.set_num_threads(settings.intra_op_threads)

@@ -73,7 +73,7 @@ arXiv:2601.10266) and Composition Score (Elhage et al. 2021).
   cached (a cold result is 401); compute jobs, uploads and overwrites need the token.
   `GET /api/auth` says which mode and whether a token is accepted.
 * **Limits**: request bodies at most 2 MiB under /api (label sets 1 MiB; 413), sent within
-  20 s (408); at most `HEADGRAPH_COLD_PER_CLIENT` cold computations per client at once (429);
+  20 s (408); at most `HEADGRAPH_COLD_PER_CLIENT` cold computations per client at once, more queued (429 when `HEADGRAPH_COLD_QUEUE_PER_CLIENT` are waiting);
   thresholds are rounded to 3 significant digits, percentages to 0.1, and a graph keeps at
   most `max_edges` edges per pairing (`GET /api/vocabulary`).
 """
@@ -113,7 +113,7 @@ LIGHT_OPERATIONS = {("/api/health", "get"), ("/api/auth", "get"), ("/api/vocabul
 COMMON_ERRORS = {408: "the request body did not arrive in time",
                  413: "the request body is over the limit"}
 COLD_ERRORS = {401: "not cached, and computing needs the token (lab mode)",
-               429: "this client's cold computations are at their cap; retry later",
+               429: "this client's queue of cold computations is full; retry later",
                503: "the cache cannot store new results (read-only or full)"}
 
 
@@ -208,7 +208,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.services = services
-    app.state.cold_limiter = ColdLimiter(settings.cold_per_client)
+    app.state.cold_limiter = ColdLimiter(settings.cold_per_client, settings.cold_queue_per_client)
     install_handlers(app)
     app.add_middleware(BodyLimit, timeout_s=settings.body_timeout_s)  # inside the access log, so refusals are logged too
     app.add_middleware(AccessLogMiddleware)

@@ -116,7 +116,8 @@ async def cached_first(request: Request, fn: Callable[..., T], *args: Any, **kwa
     First with CACHE_ONLY set, so it only reads the cache (its own small thread budget, so warm
     reads never queue behind cold computations waiting in the default pool); if something it
     needs is cold (ColdMiss), again computing it, inside ``access.cold_work``: 401 in lab mode
-    without the token, 429 over the client's cap of cold computations at once."""
+    without the token; over the client's cap of cold computations at once it waits in the
+    client's queue (429 only when that is full)."""
 
     def attempt(cache_only: bool) -> T:
         token = CACHE_ONLY.set(cache_only)
