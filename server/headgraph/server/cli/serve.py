@@ -9,9 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from headgraph.server.cli.common import cache_opt, fail
-from headgraph.server.settings import Settings
-
-SERVE_CONNECTIONS = 512
+from headgraph.server.settings import SERVE_CONNECTIONS, Settings
 
 
 def run(args: argparse.Namespace) -> int:
@@ -30,8 +28,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"headgraph: warning: serving on {args.host} with no HEADGRAPH_API_TOKEN: anyone "
               "who reaches the port may compute and upload (open mode)", file=sys.stderr)
     # Idle keep-alive connections close after 5 s, and a connection that does not finish its
-    # headers in time is closed (http.protocol); past SERVE_CONNECTIONS open connections
-    # uvicorn answers 503 instead of queueing (a proxy in front should limit per client).
+    # headers in time is closed, one address holds at most connections_per_client connections
+    # (http.protocol); past SERVE_CONNECTIONS open connections uvicorn answers 503 instead of
+    # queueing.
     common: dict[str, Any] = dict(
         host=args.host, port=args.port, access_log=False, log_level=args.log_level,
         timeout_graceful_shutdown=5, timeout_keep_alive=5,
