@@ -502,3 +502,22 @@ def test_rendered_views_is_a_bounded_lru() -> None:
     assert views.get("a") == (1,)  # a is now the most recent
     views.put("c", (3,))
     assert views.get("b") is None and views.get("a") == (1,) and views.get("c") == (3,)
+
+
+def test_a_running_jobs_label_counts_its_time_left_down():
+    """The model bar's label: stage, share done and the time left counted down from the job's
+    finish_by to now (or "estimating" without one, "finishing" past it); a finished job's
+    label is its message."""
+    from headgraph.frontend.callbacks.model import progress_view, time_left
+
+    job = {"state": "running", "stage": "z OQ", "fraction": 0.04, "finish_by": 1000.0,
+           "message": "computing z OQ; about 3 min left"}
+    assert time_left(job, now=1000.0 - 185) == "about 3 min left"
+    assert time_left(job, now=1000.0 - 42) == "about 40 s left"
+    assert time_left(job, now=1001.0) == "finishing (past the estimate)"
+    assert time_left({**job, "finish_by": None}) == "estimating time left…"
+    _, bar, label, state = progress_view({**job, "finish_by": None})
+    assert label == "z OQ · 4% · estimating time left…" and state == "running"
+    assert bar == {"width": "4.0%"}
+    done = progress_view({"state": "done", "stage": "done", "fraction": 1.0, "message": "27 computations cached"})
+    assert done[2] == "done · 100% · 27 computations cached"

@@ -82,3 +82,29 @@ def test_a_streamed_model_plans_no_data_weighted_pk():
     assert stage_cost("datapk text", Shape.of(streamed))[1] == 0
     assert stage_cost("datapk text", Shape.of(LLAMA7B))[1] > 0
     assert stage_cost("patterns", Shape.of(streamed))[1] > 0  # it runs a block at a time
+
+
+def test_a_prior_rate_gives_a_time_left_from_the_first_stage():
+    """Before the finished stages hold MIN_BASIS of the cost, a job with a prior rate (this
+    machine's measured speed) says the remaining cost at that rate; from then on its own."""
+    rate = 2.5e9
+    est = JobEstimate(PLAN, LLAMA7B, prior_rate=rate)
+    assert est.basis == "machine"
+    assert est.remaining_s() == pytest.approx(est.total / rate, rel=1e-12)
+    speed = 1e-10
+    for stage in PLAN:
+        if est.fraction() >= estimate.MIN_BASIS:
+            break
+        est.finished(stage, est.costs[stage] * speed)
+    assert est.basis == "measured"
+    assert est.remaining_s() == pytest.approx((est.total - sum(est.costs[s] for s in est.seconds)) * speed,
+                                              rel=1e-9)
+    assert JobEstimate(PLAN, LLAMA7B).basis is None
+
+
+def test_the_machine_rate_is_a_measured_matrix_product_speed():
+    """machine_rate: PK_SHARE_OF_GEMM of a float32 product's multiply-adds per second, within
+    a plausible range for any CPU or GPU (10 M to 100 T per second), measured once."""
+    rate = estimate.machine_rate()
+    assert 1e7 < rate < 1e14
+    assert estimate.machine_rate() == rate  # cached for the process

@@ -6,6 +6,7 @@ a token that changes when new results land) and fill in when the job is done.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
@@ -92,11 +93,32 @@ def describe(info: dict[str, Any] | None) -> str:
             f"{quant}{norm}")
 
 
+def time_left(job: dict[str, Any], now: float | None = None) -> str:
+    """What a running job's record says of the time left, counted down to ``now``: "about
+    12 min left", "finishing (past the estimate)", or "estimating time left…" while it has
+    no estimate (``finish_by`` null)."""
+    finish_by = job.get("finish_by")
+    if not isinstance(finish_by, (int, float)):
+        return "estimating time left…"
+    seconds = float(finish_by) - (time.time() if now is None else now)
+    if seconds <= 0:
+        return "finishing (past the estimate)"
+    if seconds < 90:
+        return f"about {max(5, int(round(seconds / 5.0)) * 5)} s left"
+    if seconds < 5400:
+        return f"about {int(round(seconds / 60.0))} min left"
+    return f"about {seconds / 3600.0:.1f} h left"
+
+
 def progress_view(job: dict[str, Any]) -> tuple[dict[str, str], dict[str, str], str, str]:
-    """(container style, bar style, label, state) for a job record."""
+    """(container style, bar style, label, state) for a job record: stage, share done and the
+    time left while it runs (the whole label shows: it wraps, never cut)."""
     frac = float(job.get("fraction") or 0.0)
     state = job.get("state", "queued")
-    label = f"{job.get('stage', '')} · {frac * 100:.0f}% · {job.get('message', '')}"
+    if state in ("queued", "running"):
+        label = f"{job.get('stage', '')} · {frac * 100:.0f}% · {time_left(job)}"
+    else:
+        label = f"{job.get('stage', '')} · {frac * 100:.0f}% · {job.get('message', '')}"
     if state == "failed":
         label = f"failed: {job.get('error') or job.get('message', '')} (press Compute to retry)"
     elif state == "done" and job.get("unavailable"):

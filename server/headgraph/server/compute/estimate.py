@@ -7,20 +7,27 @@ eigensolvers and samples, the token tables' vocabulary products, the forward pas
 per-kind weight for how fast that kind of work runs relative to PK's dense products (measured
 with ``benchmarks/bench_scale.py``). The job's progress is the finished share of the total cost,
 and its time left is that remaining cost at the speed the job itself has shown on its finished
-stages: no other machine's speed is assumed, so there is no estimate (``None``) until stages
-worth ``MIN_BASIS`` of the total have run.
+stages once they hold ``MIN_BASIS`` of the total; before that, at this machine's own measured
+float32 GEMM rate times PK's share of it (``prior_rate``: ``machine_rate()``, measured here in
+a few milliseconds), so a job says a time left from its first stage; without a prior there
+is no estimate (``None``) until then.
 
 >>> est = JobEstimate(["pk", "cs Q", "reference"], {"n_layers": 32, "n_heads": 32,
 ...                   "n_kv_heads": 8, "d_model": 4096, "d_head": 128, "d_vocab": 32000})
 >>> est.remaining_s() is None
 True
->>> est.finished("pk", 300.0)
->>> 0 < est.fraction() < 1 and est.remaining_s() > 0
+>>> JobEstimate(["pk"], {"n_layers": 2, "n_heads": 4, "d_model": 64, "d_head": 16},
+...             prior_rate=1e9).remaining_s() > 0
 True
+>>> est.finished("pk", 300.0)
+>>> 0 < est.fraction() < 1 and est.remaining_s() > 0 and est.basis
+'measured'
 """
 
 from __future__ import annotations
 
+import functools
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,8 +41,11 @@ ROLES = "QKVO"
 KIND_WEIGHT = {"pk": 1.0, "cs": 1.35, "null": 1.0, "reference": 2.0, "tokens": 3.0,
                "forward": 0.8, "light": 1.0}
 STAGE_OVERHEAD = 2e9  # multiply-adds' worth of time every stage costs (~0.02 s at 100 GFLOP/s)
-# Share of the total cost the finished stages must hold before a time is estimated.
+# Share of the total cost the finished stages must hold before their own speed is used.
 MIN_BASIS = 0.05
+# PK's dense products run at about this share of one float32 GEMM's multiply-add rate
+# (benchmarks/bench_core.py: the bases step at ~50% of single-thread sgemm).
+PK_SHARE_OF_GEMM = 0.5
 # Null samples per pairing and reference samples (core.stats: the job's defaults).
 NULL_SAMPLES = 2000
 REFERENCE_MAX_PAIRS = 40000
@@ -120,7 +130,11 @@ def stage_cost(stage: str, shape: Shape) -> tuple[str, float]:
 class JobEstimate:
     """Progress and time left of one job's plan (see the module docstring)."""
 
-    def __init__(self, plan: Sequence[str], info: Mapping[str, Any]) -> None:
+    def __init__(self, plan: Sequence[str], info: Mapping[str, Any], *,
+                 prior_rate: float | None = None) -> None:
+        """``prior_rate``: PK multiply-adds per second assumed before the job's own stages
+        tell (``machine_rate()``); None: no estimate until then."""
+        self.prior_rate = prior_rate if prior_rate and prior_rate > 0 else None
         shape = Shape.of(info)
         self.costs: dict[str, float] = {}
         for stage in plan:
@@ -144,14 +158,43 @@ class JobEstimate:
         """Finished share of the plan's cost, in [0, 1]."""
         return min(1.0, self._done_cost() / self.total)
 
+    @property
+    def basis(self) -> str | None:
+        """What the time left rests on: "measured" (this job's finished stages), "machine"
+        (the prior rate), None (no estimate yet)."""
+        if self._done_cost() >= MIN_BASIS * self.total:
+            return "measured"
+        return "machine" if self.prior_rate else None
+
     def remaining_s(self) -> float | None:
-        """Seconds the unfinished stages should take at this job's own measured speed; None
-        while the finished stages hold under MIN_BASIS of the cost."""
+        """Seconds the unfinished stages should take: at this job's own measured speed once
+        the finished stages hold MIN_BASIS of the cost, before that at ``prior_rate`` (None
+        without one)."""
         done = self._done_cost()
         if done < MIN_BASIS * self.total:
-            return None
+            return None if self.prior_rate is None else (self.total - done) / self.prior_rate
         rate = sum(t for s, t in self.seconds.items() if s in self.costs) / done
         return rate * (self.total - done)
+
+
+@functools.lru_cache(maxsize=1)
+def machine_rate(n: int = 384, repeats: int = 5) -> float:
+    """PK multiply-adds per second to expect on this machine before a job has shown its own:
+    the best of ``repeats`` float32 ``n``-cubed products (torch, this process's threads; a few
+    milliseconds) times PK_SHARE_OF_GEMM. Measured once per process."""
+    import torch
+
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    torch.mm(a, b)  # warm the kernel
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        torch.mm(a, b)
+        best = min(best, time.perf_counter() - start)
+    return PK_SHARE_OF_GEMM * n ** 3 / max(best, 1e-9)
+
+
+ESTIMATING = "estimating time left…"
 
 
 def format_eta(seconds: float | None) -> str:
@@ -165,4 +208,4 @@ def format_eta(seconds: float | None) -> str:
     return f"about {seconds / 3600.0:.1f} h left"
 
 
-__all__ = ["JobEstimate", "Shape", "format_eta", "pk_cost", "stage_cost"]
+__all__ = ["ESTIMATING", "JobEstimate", "Shape", "format_eta", "machine_rate", "pk_cost", "stage_cost"]

@@ -35,7 +35,7 @@ from headgraph.core.names import DEFAULT_K
 from headgraph.server.cache.locks import DiskLock
 from headgraph.server.cache.store import Store
 from headgraph.server.computations.data_pk import DATA_PK_PROMPTS
-from headgraph.server.compute.estimate import JobEstimate, format_eta
+from headgraph.server.compute.estimate import ESTIMATING, JobEstimate, format_eta, machine_rate
 from headgraph.server.compute.pool import process_alive, process_started
 from headgraph.server.errors import ApiError, one_line
 from headgraph.server.models.catalog import ModelCatalog
@@ -113,6 +113,7 @@ class JobState:
     unavailable: dict[str, str] = field(default_factory=dict)  # stage -> why it cannot run
     seconds: dict[str, float] = field(default_factory=dict)  # finished stage -> seconds it took
     remaining_s: float | None = None  # estimated seconds left (server.compute.estimate)
+    finish_by: float | None = None  # when (epoch s) the job should be done, by that estimate
     owner: dict[str, Any] | None = None  # this_process() of the process running it (not in the API)
 
     def to_dict(self) -> dict[str, Any]:
@@ -229,14 +230,17 @@ def run_compute(scores: ScoresService, catalog: ModelCatalog, ref: ModelRef, pai
     scores.cache.forget_failures(ref)  # asked again: what failed before is tried again
     plan = compute_plan(scores, catalog, ref, pairings, shown)
     planned = [stage for stage, _ in plan]
-    estimate = JobEstimate(planned, catalog.info(ref))
+    estimate = JobEstimate(planned, catalog.info(ref), prior_rate=machine_rate())
     done: list[str] = []
     unavailable: dict[str, str] = {}
     if finished is not None:
         finished([], planned, {}, Timing({}, None))
     for stage, thunk in plan:
-        left = format_eta(estimate.remaining_s())
-        progress(stage, estimate.fraction(), f"computing {stage}" + (f"; {left}" if left else ""))
+        left = format_eta(estimate.remaining_s()) or ESTIMATING
+        progress(stage, estimate.fraction(), f"computing {stage}; {left}")
+        if finished is not None:  # the time left as of this stage's start
+            finished(list(done), planned, dict(unavailable),
+                     Timing(dict(estimate.seconds), estimate.remaining_s()))
         started = time.perf_counter()
         try:
             worked = thunk() is not False
@@ -399,7 +403,9 @@ class JobManager:
                      timing: Timing) -> None:
             self._update(job_id, computed=done, plan=planned, unavailable=unavailable,
                          seconds={k: round(v, 3) for k, v in timing.seconds.items()},
-                         remaining_s=None if timing.remaining_s is None else round(timing.remaining_s, 1))
+                         remaining_s=None if timing.remaining_s is None else round(timing.remaining_s, 1),
+                         finish_by=None if timing.remaining_s is None
+                         else round(time.time() + timing.remaining_s, 1))
 
         try:
             done, unavailable = run_compute(self.scores, self.catalog, ref, pairings, progress, finished,
@@ -413,7 +419,8 @@ class JobManager:
         else:
             log.info("job %s (%s) done in %.1f s", job_id, ref.id, time.perf_counter() - started)
             self._update(job_id, state="done", stage="done", fraction=1.0, computed=done,
-                         unavailable=unavailable, remaining_s=0.0, message=done_message(done, unavailable))
+                         unavailable=unavailable, remaining_s=0.0, finish_by=round(time.time(), 1),
+                         message=done_message(done, unavailable))
         finally:
             with self._guard:
                 self._active.discard(job_id)

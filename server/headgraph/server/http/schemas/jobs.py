@@ -30,9 +30,13 @@ class Job(BaseModel):
     seconds: dict[str, float] = Field(default_factory=dict,
                                       description="each finished stage's wall time, in seconds")
     remaining_s: float | None = Field(
-        default=None, description="estimated seconds left: the unfinished stages' cost (from the "
-                                  "model's shapes) at the speed this job has shown; null until "
-                                  "enough of it has run to tell")
+        default=None, description="estimated seconds left as of the current stage's start: the "
+                                  "unfinished stages' cost (from the model's shapes) at the speed "
+                                  "this job has shown, or before enough of it has run, at this "
+                                  "machine's measured matrix-product speed")
+    finish_by: float | None = Field(
+        default=None, description="when (Unix time, s) the job should be done by that estimate; "
+                                  "time left = finish_by - now; null while there is no estimate")
 
 
 class JobSubmitted(BaseModel):
