@@ -16,6 +16,8 @@ from headgraph.core.errors import InvalidInput
 from headgraph.core.models.loading import load_model
 from headgraph.core.stats.recovery import (
     METRICS,
+    _Ranked,
+    cluster_weights,
     head_recovery,
     metric_grids,
     recovery_table,
@@ -45,7 +47,7 @@ def test_table_counts_top_k_and_auc_directly():
             valid[sl, :, tl, :] = True
     a = torch.rand(shape, generator=g, dtype=torch.float64)
     b = torch.rand(shape, generator=g, dtype=torch.float64)
-    b[0, 0, 1, 0] = torch.nan  # undefined for metric b: ranked last
+    b[0, 0, 1, 0] = torch.nan  # undefined for metric b: excluded from its statistics
     ref = torch.zeros(shape, dtype=torch.bool)
     ref[0, 1, 2, 0] = ref[1, 0, 2, 1] = ref[0, 0, 1, 1] = True
     tab = recovery_table({"a": a, "b": b}, valid, ref, k=4, n_resamples=200, seed=3)
@@ -53,8 +55,8 @@ def test_table_counts_top_k_and_auc_directly():
     assert tab.n_valid == len(cells) == 12 and tab.n_reference == 3
     for name, grid in (("a", a), ("b", b)):
         vals = np.array([grid[c].item() for c in cells])
-        vals = np.where(np.isnan(vals), -np.inf, vals)
-        order = sorted(range(len(cells)), key=lambda i: (-vals[i], i))[:4]
+        fin = np.isfinite(vals)
+        order = sorted((i for i in range(len(cells)) if fin[i]), key=lambda i: (-vals[i], i))[:4]
         top = [cells[i] for i in order]
         row = tab.row(name)
         assert row.top == top
@@ -63,7 +65,7 @@ def test_table_counts_top_k_and_auc_directly():
         share = sum(int(s_ref[c[0], c[1]]) + int(t_ref[c[2], c[3]]) for c in top) / 8
         assert row.endpoint_share.value == pytest.approx(share)
         y = np.array([bool(ref[c]) for c in cells])
-        assert row.auc.value == pytest.approx(roc_auc(vals, y))
+        assert row.auc.value == pytest.approx(roc_auc(vals[fin], y[fin]))
         assert row.auc.low <= row.auc.value <= row.auc.high
     diff = tab.row("b").auc_diff
     assert diff is not None and diff.value == pytest.approx(tab.row("b").auc.value - tab.row("a").auc.value)
@@ -74,6 +76,82 @@ def test_table_counts_top_k_and_auc_directly():
         recovery_table({"a": a}, valid, ref, k=0)
     with pytest.raises(InvalidInput):
         recovery_table({"a": a}, valid, ref, baseline="zz")
+
+
+def test_nan_scores_are_excluded_not_ranked_last():
+    """A metric's undefined pairs leave its statistics: the table equals the table of the defined
+    pairs alone (top-k, precision, AUC), whereas ranking them last would pull the AUC (half the
+    reference pairs undefined here, all with the lowest rank)."""
+    shape = (2, 4, 2, 4)
+    valid = torch.zeros(shape, dtype=torch.bool)
+    valid[0, :, 1, :] = True
+    g = torch.Generator().manual_seed(5)
+    m = torch.rand(shape, generator=g, dtype=torch.float64)
+    ref = torch.zeros(shape, dtype=torch.bool)
+    ref[0, 0, 1, :2] = ref[0, 1, 1, :2] = True
+    m[0, 0, 1, :2] = torch.nan  # two of the four reference pairs undefined
+    m[0, 1, 1, :2] = 2.0  # the defined ones rank first
+    tab = recovery_table({"m": m}, valid, ref, k=2, n_resamples=50, unit="edges")
+    cells = [tuple(c) for c in torch.nonzero(valid).tolist()]
+    vals = np.array([m[c].item() for c in cells])
+    y = np.array([bool(ref[c]) for c in cells])
+    fin = np.isfinite(vals)
+    assert tab.row("m").auc.value == pytest.approx(roc_auc(vals[fin], y[fin])) == pytest.approx(1.0)
+    assert roc_auc(np.where(fin, vals, -np.inf), y) < 0.9  # what "ranked last" gave
+    assert all(np.isfinite(m[c].item()) for c in tab.row("m").top)
+    assert tab.row("m").precision.value == 1.0
+
+
+def test_cluster_weights_are_the_product_of_head_draws_and_match_a_hand_count():
+    """Tiny case: pairs (s, t) over 2 source and 2 target heads; a resample's weight of a pair
+    is (draws of s) x (draws of t), and its weighted AUC is the AUC of the pairs listed that
+    many times (scipy's Mann-Whitney U)."""
+    src = np.array([0, 0, 1, 1])
+    tgt = np.array([0, 1, 0, 1])
+    rng = np.random.default_rng(0)
+    w, cs, ct = cluster_weights(src, tgt, [np.array([0, 1])], [np.array([0, 1])], rng, 200)
+    assert np.array_equal(w, cs[:, src] * ct[:, tgt])
+    assert np.all(cs.sum(axis=1) == 2) and np.all(ct.sum(axis=1) == 2)
+    # by hand: source 0 drawn twice, target 0 and 1 once each -> pairs (0,0), (0,1) twice each
+    row = next(i for i in range(200) if cs[i, 0] == 2 and ct[i, 0] == 1)
+    assert list(w[row]) == [2.0, 2.0, 0.0, 0.0]
+    values = np.array([0.9, 0.1, 0.5, 0.3])
+    labels = np.array([True, False, False, True])
+    for i in range(20):
+        rep = np.repeat(np.arange(4), w[i].astype(int))
+        y = labels[rep]
+        if y.all() or not y.any():
+            continue
+        want = scipy.stats.mannwhitneyu(values[rep][y], values[rep][~y]).statistic / (y.sum() * (~y).sum())
+        assert _Ranked(values).auc(w[i:i + 1], labels)[0] == pytest.approx(want)
+
+
+def test_head_bootstrap_is_wider_than_the_edge_bootstrap_with_per_head_labels():
+    """Labels carried by heads: a reference edge is one between two reference heads, and a
+    metric that is noisy per head (a head-level random offset shared by all its pairs) ranks
+    pairs in head blocks. Resampling heads varies what the table is made of; resampling edges
+    pretends the 12 x 12 pairs are independent, so its AUC interval is narrower."""
+    rng = np.random.default_rng(7)
+    H = 12
+    shape = (2, H, 2, H)
+    valid = torch.zeros(shape, dtype=torch.bool)
+    valid[0, :, 1, :] = True
+    ref_heads_s = rng.random(H) < 0.4
+    ref_heads_t = rng.random(H) < 0.4
+    ref = torch.zeros(shape, dtype=torch.bool)
+    ref[0, :, 1, :] = torch.from_numpy(ref_heads_s[:, None] & ref_heads_t[None, :])
+    score = np.zeros(shape)
+    score[0, :, 1, :] = (rng.normal(size=H)[:, None] + rng.normal(size=H)[None, :]
+                         + 0.8 * (ref_heads_s[:, None] & ref_heads_t[None, :]) + 0.1 * rng.normal(size=(H, H)))
+    grids = {"m": torch.from_numpy(score)}
+    heads = recovery_table(grids, valid, ref, k=10, n_resamples=400, seed=1, unit="heads")
+    edges = recovery_table(grids, valid, ref, k=10, n_resamples=400, seed=1, unit="edges")
+    assert heads.row("m").auc.value == edges.row("m").auc.value  # the same point
+    width = {t.unit: t.row("m").auc.high - t.row("m").auc.low for t in (heads, edges)}
+    assert width["heads"] > 1.5 * width["edges"]
+    assert heads.to_dict()["bootstrap"].startswith("head-cluster")
+    with pytest.raises(InvalidInput):
+        recovery_table(grids, valid, ref, unit="pairs")
 
 
 def test_reference_masks_group_kv_targets():

@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from headgraph.server.computations.ablation import (NO_EFFECT, NO_NULL, NOT_MEASURED, VERIFIED, VERIFY_ALPHA,
-                                                    edge_verdict, null_thresholds)
+from headgraph.core.stats.calibration import split_null
+from headgraph.server.computations.ablation import (NO_EFFECT, NO_NULL, NOT_MEASURED, SPLIT_SEED, UNRESOLVED,
+                                                    VERIFIED, VERIFY_ALPHA, edge_verdict, null_thresholds)
 from headgraph.server.http.app import create_app
 from headgraph.server.cli.verify import verify_text
 from headgraph.server.settings import Settings
@@ -36,32 +37,46 @@ def test_verdict_needs_both_halves_of_one_prompt_set_above_its_null() -> None:
     assert edge_verdict({"text": [t * 2, t * 0.99], "random": [t * 0.5, t * 3]}, th) == NO_EFFECT
     assert edge_verdict({"text": [0.0, 0.0], "random": [t * 4, t * 4]}, th) == VERIFIED
     assert edge_verdict({"text": [math.nan, t * 2], "random": [None, t * 2]}, th) == NO_EFFECT
+    half = {"text": {"threshold": None}, "random": {"threshold": t}}  # one set unresolved: the other decides
+    assert edge_verdict({"text": [9.0, 9.0], "random": [0.0, 0.0]}, half) == NO_EFFECT
+    assert edge_verdict({"text": [0.0, 0.0], "random": [t * 2, t * 2]}, half) == VERIFIED
     assert edge_verdict({}, th) == edge_verdict(None, th) == NOT_MEASURED
     assert edge_verdict({"text": [1.0, 1.0]}, {}) == NO_NULL
 
 
-def test_null_threshold_is_a_bonferroni_quantile_of_the_null_without_the_tested_edges() -> None:
+def test_null_threshold_is_calibrated_on_one_half_of_the_null_and_checked_on_the_other() -> None:
     rng = np.random.default_rng(3)
-    pairs = [[0, h, 1, t] for h in range(20) for t in range(20)]  # 400 null pairs
-    stat = {"text": rng.exponential(0.02, 400).tolist(), "random": rng.exponential(0.03, 400).tolist()}
+    pairs = [[0, h, 1, t] for h in range(30) for t in range(30)]  # 900 null pairs
+    stat = {"text": rng.exponential(0.02, 900).tolist(), "random": rng.exponential(0.03, 900).tolist()}
     null = {"pairs": pairs, "statistic": stat}
     tested = [tuple(pairs[i]) for i in (0, 5, 9)]
     th = null_thresholds(null, tested)
-    keep = [i for i in range(400) if i not in (0, 5, 9)]
+    keep = [i for i in range(900) if i not in (0, 5, 9)]
     q = 1 - VERIFY_ALPHA / (3 * 2)
+    cal, held = split_null(len(keep), SPLIT_SEED)
     for name in ("text", "random"):
-        values = np.sort(np.asarray(stat[name])[keep])
-        expected = values[math.ceil(q * (len(values) - 1))]  # the "higher" empirical quantile
+        values = np.asarray(stat[name])[keep]
+        calibration = np.sort(values[cal])
+        expected = calibration[math.ceil(q * (len(calibration) - 1))]  # the "higher" empirical quantile
         assert th[name]["threshold"] == pytest.approx(expected) and th[name]["quantile"] == pytest.approx(q)
-        assert th[name]["n_null"] == 397 and th[name]["n_tests"] == 6 and th[name]["resolved"]
-    # Change the null, the threshold moves: a planted larger null, a different draw, more tests.
+        assert th[name]["n_null"] == 897 and th[name]["n_calibration"] == 449 and th[name]["n_held_out"] == 448
+        assert th[name]["n_tests"] == 6 and th[name]["resolved"] and th[name]["method"] == "empirical"
+        # the achieved error is measured on the other half only
+        assert th[name]["held_out_exceed"] == int((values[held] > expected).sum())
+        assert th[name]["expected_share"] == pytest.approx(1 - q)
+    # Change the null, the threshold moves: a planted larger null, a different draw.
     planted = null_thresholds({"pairs": pairs, "statistic": {k: [v + 1 for v in vs] for k, vs in stat.items()}},
                               tested)
     assert all(planted[k]["threshold"] == pytest.approx(th[k]["threshold"] + 1) for k in th)
-    other = {"pairs": pairs, "statistic": {k: rng.exponential(0.02, 400).tolist() for k in stat}}
+    other = {"pairs": pairs, "statistic": {k: rng.exponential(0.02, 900).tolist() for k in stat}}
     assert null_thresholds(other, tested)["text"]["threshold"] != th["text"]["threshold"]
+    # More tests: a stricter quantile, beyond what the calibration half resolves -> a tail fit.
     many = null_thresholds(null, [tuple(p) for p in pairs[:40]])
-    assert many["text"]["quantile"] > th["text"]["quantile"] and not many["text"]["resolved"]
+    assert many["text"]["quantile"] > th["text"]["quantile"] and many["text"]["method"] == "gpd"
+    # Too small a null (the demo's size): unresolved, and the verdict is refused.
+    small = null_thresholds({"pairs": pairs[:60], "statistic": {k: v[:60] for k, v in stat.items()}}, tested)
+    assert all(t["threshold"] is None and t["method"] == "unresolved" for t in small.values())
+    assert edge_verdict({"text": [9.0, 9.0], "random": [9.0, 9.0]}, small) == UNRESOLVED
 
 
 @pytest.fixture(scope="module")
@@ -97,37 +112,39 @@ def test_cached_reads_never_compute_and_share_measurements(lab: TestClient) -> N
     assert measured["cached_only"] is False and measured["ablation"] == "mean"
     rule = measured["verdict_rule"]
     assert rule["computed"] and rule["n_tests"] == 20 and rule["quantile"] == pytest.approx(1 - VERIFY_ALPHA / 20)
-    # The null: every one of the demo's 64 forward OK pairs (fewer than 200), the 10 tested left out.
+    # The null: every one of the demo's 64 forward OK pairs (fewer than 200), the 10 tested left out,
+    # split in halves of 27: too few to resolve q = 0.9975 (an empirical quantile needs 400, a tail
+    # fit 90), so the verdict is refused rather than judged against the null's maximum.
     assert rule["null_sample"] == 64 and rule["n_null"] == {"text": 54, "random": 54}
+    assert rule["n_calibration"] == {"text": 27, "random": 27} and rule["n_held_out"] == {"text": 27, "random": 27}
+    assert rule["method"] == {"text": "unresolved", "random": "unresolved"}
+    assert rule["thresholds"] == {"text": None, "random": None} and rule["achieved_fwer"] is None
+    assert rule["expected_share"] == pytest.approx(VERIFY_ALPHA / 20)
     for e in measured["edges"]:
         stat = {k: min(v) for k, v in e["halves"].items()}
         assert e["statistic"] == pytest.approx(stat)
-        above = any(stat[k] > rule["thresholds"][k] for k in stat)
-        assert e["verdict"] == (VERIFIED if above else NO_EFFECT)
-        assert e["verdict_note"].startswith("above the random-pair null (q=0.9975")
-    # The demo's induction circuit: L0H0's eight OK edges into layer 1 (all in the top 10) are
-    # verified against the other 54 pairs; the two other top edges are not.
-    assert {e["target"] for e in measured["edges"] if e["verdict"] == VERIFIED} == {f"L1H{t}" for t in range(8)}
-    assert {e["source"] for e in measured["edges"] if e["verdict"] == VERIFIED} == {"L0H0"}
+        assert e["verdict"] == UNRESOLVED
+        assert e["verdict_note"].startswith("the random-pair null is too small to resolve q=0.9975")
     by_edge = {(e["source"], e["target"]): e for e in measured["edges"]}
-    # The thresholds are the demo's null's, recomputed here: its 64 pairs' smaller split halves
-    # without the 10 tested, the "higher" empirical quantile; plant a larger null and they move.
+    # The thresholds are the demo's null's, recomputed here; plant a null 8x as large (the
+    # demo's statistics repeated, jittered) and the induction circuit L0H0 -> layer 1 verifies.
     services = lab.app.state.services
     ref = services.catalog.resolve("demo")
     null = services.scores.cache.get(ref, "ablation_null", pairing="OK", ablation="mean", seed=0)
     assert null["n"] == 64 and len(null["statistic"]["text"]) == 64
     tested = {(0, int(e["source"][3:]), 1, int(e["target"][3:])) for e in measured["edges"]}
-    for name in ("text", "random"):
-        rest = np.sort([v for p, v in zip(null["pairs"], null["statistic"][name], strict=True)
-                        if tuple(p) not in tested])
-        assert rule["thresholds"][name] == pytest.approx(rest[math.ceil(rule["quantile"] * (len(rest) - 1))])
-    planted = {**null, "statistic": {k: [v + 0.5 for v in vs] for k, vs in null["statistic"].items()}}
-    moved = null_thresholds(planted, sorted(tested))
-    assert all(moved[k]["threshold"] == pytest.approx(rule["thresholds"][k] + 0.5) for k in moved)
-    assert {edge_verdict(e["halves"], moved) for e in measured["edges"]} == {NO_EFFECT}  # nothing beats it
+    rest = [i for i, p in enumerate(null["pairs"]) if tuple(p) not in tested]
+    jitter = np.random.default_rng(0)
+    big = {"pairs": [[9, i, 10, j] for i in range(len(rest)) for j in range(8)],
+           "statistic": {k: [float(null["statistic"][k][i]) * (1 + 0.01 * jitter.random()) for i in rest
+                             for _ in range(8)] for k in null["statistic"]}}
+    larger = null_thresholds(big, sorted(tested))
+    assert all(t["method"] in ("empirical", "gpd") for t in larger.values())
+    verified = {(e["source"], e["target"]) for e in measured["edges"] if edge_verdict(e["halves"], larger) == VERIFIED}
+    assert {s for s, _ in verified} <= {"L0H0"} and len(verified) >= 1
     # The null was measured too: every forward pair's effects are cached now.
     everything = get(lab, pairing="OK", top=50, cached="true")
-    assert {e["verdict"] for e in everything["edges"]} <= {VERIFIED, NO_EFFECT}
+    assert {e["verdict"] for e in everything["edges"]} <= {VERIFIED, NO_EFFECT, UNRESOLVED}
     assert everything["verdict_rule"]["n_null"] == {"text": 14, "random": 14}  # 64 - 50 tested
 
     def same_measurement(a: dict, b: dict) -> bool:  # the verdict depends on the tested set
@@ -144,7 +161,9 @@ def test_cached_reads_never_compute_and_share_measurements(lab: TestClient) -> N
     (source, target), row = next(iter(by_edge.items()))
     one = get(lab, pairing="OK", edge=f"{source},{target}", cached="true")
     assert same_measurement(one["edges"][0], row) and one["selection"] == "edge"
-    assert one["verdict_rule"]["n_tests"] == 2 and one["verdict_rule"]["resolved"] == {"text": True, "random": True}
+    # one edge: q = 0.975 needs 40 calibration pairs (or 90 for a tail fit); the demo's 63 give 32
+    assert one["verdict_rule"]["n_tests"] == 2 and one["verdict_rule"]["resolved"] == {"text": False, "random": False}
+    assert one["edges"][0]["verdict"] == UNRESOLVED
     exact = get(lab, pairing="OK", top=10, cached="true")
     assert exact["edges"] == measured["edges"] and exact["reliability"] == measured["reliability"]
     # Another pairing stays "not measured".
@@ -164,7 +183,11 @@ def test_resample_ablation_has_its_own_measurements_and_null(lab: TestClient) ->
     resampled = get(lab, AUTH, pairing="OV", top=3, ablation="resample")
     assert resampled["ablation"] == "resample" and "resample" in resampled["method"]
     assert resampled["verdict_rule"]["ablation"] == "resample"
-    assert resampled["verdict_rule"]["thresholds"] != mean["verdict_rule"]["thresholds"]  # another null
+    services = lab.app.state.services
+    ref = services.catalog.resolve("demo")
+    nulls = [services.scores.cache.get(ref, "ablation_null", pairing="OV", ablation=a, seed=0)
+             for a in ("mean", "resample")]
+    assert nulls[0]["statistic"] != nulls[1]["statistic"]  # another null
     assert [e["effect_text"] for e in resampled["edges"]] != [e["effect_text"] for e in mean["edges"]]
     assert get(lab, pairing="OV", top=3, cached="true")["edges"] == mean["edges"]  # mean kept apart
     assert get(lab, pairing="OV", top=3, cached="true", ablation="resample")["edges"] == resampled["edges"]

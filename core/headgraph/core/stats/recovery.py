@@ -14,10 +14,15 @@ baselines: layer gap, random) gets, over all valid pairs of the pairing:
 * ``auc``: ROC-AUC of its values at separating reference edges from the other valid pairs
   (Table 2), via average ranks (the Mann-Whitney U statistic / (n_pos n_neg); ties count 1/2);
 
-each with a stratified bootstrap percentile interval (reference edges and the other pairs
-resampled separately, with replacement), and the paired difference to a baseline metric (PK by
-default) on the same resamples. Top-k ties are broken in grid order (core.scores.ranking's
-rule); a metric's invalid cells (NaN) rank last. Baselines: ``layer_gap`` ranks nearer layer
+each with a bootstrap percentile interval over the unit that carries the label, the head
+(``unit="heads"``, the default: a cluster bootstrap; source heads and target heads (a KV group
+on grouped K / V targets) are each drawn with replacement, reference heads and the others
+separately, and a pair enters a resample as often as the product of its source's and its
+target's draws; ``unit="edges"`` resamples reference edges and the other pairs instead, which
+treats pairs sharing a head as independent and is overconfident), and the paired difference to a
+baseline metric (PK by default) on the same resamples. Top-k ties are broken in grid order
+(core.scores.ranking's rule); a metric's undefined cells (NaN) are excluded from its
+statistics, never ranked. Baselines: ``layer_gap`` ranks nearer layer
 pairs first (value = -(target block - source block)); ``random`` is seeded uniform noise.
 """
 
@@ -41,6 +46,13 @@ from headgraph.core.types import HeadWeights
 
 CONFIDENCE = 0.95
 N_RESAMPLES = 1000
+UNITS = ("heads", "edges")  # what the bootstrap resamples
+BOOTSTRAP_RULES = {
+    "heads": ("head-cluster bootstrap: source heads and target heads (KV groups on grouped K/V targets) "
+              "drawn with replacement, reference heads and the others separately; a pair counts as often "
+              "as its source's draws times its target's; undefined (NaN) scores excluded"),
+    "edges": ("edge bootstrap: reference pairs and the other pairs drawn with replacement separately "
+              "(pairs sharing a head treated as independent); undefined (NaN) scores excluded")}
 # The metrics of a table, in order; the first is the default baseline of paired differences.
 METRICS: tuple[str, ...] = ("pk", "pk_normalized", "cs", "cka", "procrustes", "layer_gap", "random")
 _CHUNK = 64  # resamples per vectorized step
@@ -186,6 +198,7 @@ class RecoveryTable:
     n_resamples: int
     rows: tuple[MetricRecovery, ...]
     layer_indices: tuple[int, ...]
+    unit: str = "heads"
 
     def row(self, metric: str) -> MetricRecovery:
         """The row of ``metric`` (KeyError when absent)."""
@@ -199,31 +212,36 @@ class RecoveryTable:
         return {"pairing": self.pairing, "k": self.k, "n_valid": self.n_valid,
                 "n_reference": self.n_reference, "base_rate": self.base_rate,
                 "baseline": self.baseline, "confidence": self.confidence,
-                "n_resamples": self.n_resamples,
+                "n_resamples": self.n_resamples, "unit": self.unit,
+                "bootstrap": BOOTSTRAP_RULES[self.unit],
                 "rows": [r.to_dict(self.layer_indices) for r in self.rows]}
 
 
 class _Ranked:
-    """One metric's orders over the valid pairs: descending (ties in grid order, NaN last) for
-    top-k, ascending tie groups for the AUC."""
+    """One metric's orders over the valid pairs: descending (ties in grid order) for top-k,
+    ascending tie groups for the AUC; its undefined (NaN) pairs get weight 0 (excluded)."""
 
     def __init__(self, values: np.ndarray) -> None:
-        v = np.where(np.isnan(values), -np.inf, values)
+        self.ok = np.isfinite(values)
+        v = np.where(self.ok, values, -np.inf)
         self.desc = np.lexsort((np.arange(len(v)), -v))
         self.asc = np.argsort(v, kind="stable")
         sv = v[self.asc]
         self.starts = np.flatnonzero(np.r_[True, sv[1:] != sv[:-1]])
 
     def topk(self, w: np.ndarray, gain: np.ndarray, k: int) -> np.ndarray:
-        """sum of ``gain`` over the first k units of the weighted multiset, / k: [B]."""
-        ws = w[:, self.desc]
+        """sum of ``gain`` over the first k units of the weighted multiset of defined pairs, / k
+        (/ their count when fewer): [B]."""
+        ws = (w * self.ok)[:, self.desc]
         before = np.cumsum(ws, axis=1) - ws
         take = np.clip(k - before, 0, ws)
-        return (take * gain[self.desc]).sum(axis=1) / k
+        den = np.minimum(float(k), ws.sum(axis=1))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(den > 0, (take * gain[self.desc]).sum(axis=1) / den, np.nan)
 
     def auc(self, w: np.ndarray, pos: np.ndarray) -> np.ndarray:
-        """Weighted ROC-AUC per resample row of w [B, n]."""
-        ws = w[:, self.asc]
+        """Weighted ROC-AUC of the defined pairs per resample row of w [B, n]."""
+        ws = (w * self.ok)[:, self.asc]
         p = np.add.reduceat(ws * pos[self.asc], self.starts, axis=1)
         q = np.add.reduceat(ws * ~pos[self.asc], self.starts, axis=1)
         below = np.cumsum(q, axis=1) - q
@@ -231,6 +249,25 @@ class _Ranked:
         den = p.sum(axis=1) * q.sum(axis=1)
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(den > 0, num / den, np.nan)
+
+
+def cluster_weights(source_ids: np.ndarray, target_ids: np.ndarray, source_groups: list[np.ndarray],
+                    target_groups: list[np.ndarray], rng: np.random.Generator, b: int
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(pair weights [b, n], source-head counts [b, n_src], target-head counts [b, n_tgt]) of b
+    head-cluster resamples: each group of source heads (ids in ``source_groups``) and of target
+    heads is drawn with replacement to its own size (multinomial counts); a pair's weight is its
+    source's count times its target's (``source_ids`` / ``target_ids`` [n]: each pair's heads)."""
+    def counts(groups: list[np.ndarray], size: int) -> np.ndarray:
+        c = np.zeros((b, size))
+        for g in groups:
+            if len(g):
+                c[:, g] = rng.multinomial(len(g), np.full(len(g), 1.0 / len(g)), size=b)
+        return c
+
+    cs = counts(source_groups, max((int(g.max()) + 1 for g in source_groups if len(g)), default=0))
+    ct = counts(target_groups, max((int(g.max()) + 1 for g in target_groups if len(g)), default=0))
+    return cs[:, source_ids] * ct[:, target_ids], cs, ct
 
 
 def _interval(point: float, samples: np.ndarray, confidence: float) -> Estimate:
@@ -257,12 +294,16 @@ def recovery_table(
     confidence: float = CONFIDENCE,
     n_resamples: int = N_RESAMPLES,
     seed: int = 0,
+    unit: str = "heads",
 ) -> RecoveryTable:
     """The recovery table of ``grids`` ({metric: [L, Hs, L, Ht]}, NaN = undefined) over the
     ``valid`` pairs against the ``reference`` edge mask (same shape). ``source_ref`` [L, Hs] /
     ``target_ref`` [L, Ht]: reference heads for the endpoint share (default: the heads of the
     reference edges). ``baseline``: the metric differences are taken against (default the
-    first of ``grids``). Bootstrap: ``n_resamples`` stratified resamples (seeded)."""
+    first of ``grids``). Bootstrap: ``n_resamples`` seeded resamples of ``unit`` ("heads": the
+    stratified head-cluster bootstrap, :func:`cluster_weights`; "edges": stratified pairs)."""
+    if unit not in UNITS:
+        raise InvalidInput(f"unknown bootstrap unit {unit!r}; allowed: {list(UNITS)}", allowed=list(UNITS))
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise InvalidInput(f"k must be a positive integer, got {k!r}")
     if not 0.0 < confidence < 1.0:
@@ -294,13 +335,21 @@ def recovery_table(
                  float(r.auc(ones, pos)[0])) for m, r in ranked.items()}
     rng = np.random.default_rng(seed)
     pos_idx, neg_idx = np.flatnonzero(pos), np.flatnonzero(~pos)
+    hs, ht = shape[1], shape[3]
+    src_ids, tgt_ids = cells[:, 0] * hs + cells[:, 1], cells[:, 2] * ht + cells[:, 3]
+    s_flat, t_flat = s_ref.reshape(-1), t_ref.reshape(-1)
+    src_groups = [np.flatnonzero(s_flat), np.flatnonzero(~s_flat)]
+    tgt_groups = [np.flatnonzero(t_flat), np.flatnonzero(~t_flat)]
     boot: dict[str, list[np.ndarray]] = {m: [] for m in names}
     for start in range(0, n_resamples, _CHUNK):
         b = min(_CHUNK, n_resamples - start)
-        w = np.zeros((b, n))
-        for idx in (pos_idx, neg_idx):
-            if len(idx):
-                w[:, idx] = rng.multinomial(len(idx), np.full(len(idx), 1.0 / len(idx)), size=b)
+        if unit == "heads":
+            w, _, _ = cluster_weights(src_ids, tgt_ids, src_groups, tgt_groups, rng, b)
+        else:
+            w = np.zeros((b, n))
+            for idx in (pos_idx, neg_idx):
+                if len(idx):
+                    w[:, idx] = rng.multinomial(len(idx), np.full(len(idx), 1.0 / len(idx)), size=b)
         for m, r in ranked.items():
             boot[m].append(np.stack([r.topk(w, ends, kk), r.topk(w, pos.astype(np.float64), kk),
                                      r.auc(w, pos)]))
@@ -314,7 +363,8 @@ def recovery_table(
             bs, bp = samples[baseline], point[baseline]
             diff_p = _interval(pr - bp[1], s[1] - bs[1], confidence)
             diff_a = _interval(au - bp[2], s[2] - bs[2], confidence)
-        top = [tuple(int(x) for x in cells[i]) for i in ranked[m].desc[:kk]]
+        r = ranked[m]
+        top = [tuple(int(x) for x in cells[i]) for i in r.desc[:kk] if r.ok[i]]
         rows.append(MetricRecovery(
             metric=m, endpoint_share=_interval(es, s[0], confidence), precision=_interval(pr, s[1], confidence),
             auc=_interval(au, s[2], confidence), precision_diff=diff_p, auc_diff=diff_a,
@@ -324,6 +374,7 @@ def recovery_table(
         pairing=pairing, k=kk, n_valid=n, n_reference=int(pos.sum()), base_rate=float(pos.mean()),
         baseline=baseline, confidence=confidence, n_resamples=n_resamples, rows=tuple(rows),
         layer_indices=tuple(layer_indices) if layer_indices is not None else tuple(range(shape[0])),
+        unit=unit,
     )
 
 
@@ -341,5 +392,5 @@ def head_recovery(heads: HeadWeights, pairing: str, reference_heads: Iterable[st
                           n_resamples=n_resamples, seed=seed)
 
 
-__all__ = ["METRICS", "Estimate", "MetricRecovery", "RecoveryTable", "head_recovery", "metric_grids",
-           "recovery_table", "reference_from_edges", "reference_from_heads", "roc_auc"]
+__all__ = ["BOOTSTRAP_RULES", "METRICS", "UNITS", "Estimate", "MetricRecovery", "RecoveryTable", "cluster_weights",
+           "head_recovery", "metric_grids", "recovery_table", "reference_from_edges", "reference_from_heads", "roc_auc"]

@@ -32,27 +32,34 @@ ABLATION_PROMPTS = "default-20+rr20x20-seed0"  # the prompt sets (part of the ca
 # The verdict of a measured edge, calibrated on random pairs of the same model, pairing and
 # ablation (the null, ``ablation_null``): an edge's statistic on a prompt set is the smaller of
 # its two split-half effects (both halves must reach it, so one lucky half of the prompts does
-# not verify an edge); the threshold of a set is the null's empirical quantile
-# 1 - VERIFY_ALPHA / (tested edges x prompt sets) of the same statistic (Bonferroni over every
-# test the verdicts make: core.stats.verdicts.null_threshold), the tested edges left out of the
-# null. Computed from the null, never chosen.
+# not verify an edge); the threshold of a set is the 1 - VERIFY_ALPHA / (tested edges x prompt
+# sets) quantile (Bonferroni) of the same statistic over one seeded half of the null (the tested
+# edges left out; core.stats.calibration.held_out_threshold: empirical when that half resolves
+# the quantile, else a conservative generalized Pareto tail, else "unresolved" and no verdict),
+# and the other half measures the error it achieves. Computed from the null, never chosen.
 VERIFIED = "verified"
 NO_EFFECT = "no effect"
 NOT_MEASURED = "not measured"
 NO_NULL = "null not computed"
-VERDICTS = (VERIFIED, NO_EFFECT, NOT_MEASURED, NO_NULL)
+UNRESOLVED = "null too small"
+VERDICTS = (VERIFIED, NO_EFFECT, NOT_MEASURED, NO_NULL, UNRESOLVED)
 VERIFY_ALPHA = 0.05  # family-wise level over the tested edges and prompt sets
 NULL_SAMPLE = 200  # random forward pairs (the validation's default sample: shared ablation chunks)
 NULL_SEED = 0
+SPLIT_SEED = 0  # the calibration / held-out split of the null (core.stats.calibration.split_null)
 ABLATIONS = ("mean", "resample")
 DEFAULT_ABLATION = "mean"
 VERDICT_RULE = (f"verified when, on at least one prompt set (text or random tokens), the smaller of the "
-                f"edge's two split-half effects (even and odd prompts) is above the random-pair null: "
-                f"the empirical quantile 1 - {VERIFY_ALPHA:g} / (tested edges x 2 prompt sets) "
-                f"(Bonferroni) of the same statistic over up to {NULL_SAMPLE} random forward pairs of "
-                "the same model, pairing and ablation (seeded; the tested edges left out); 'no "
-                "effect' otherwise; 'not measured' when no ablation of the edge is cached; 'null not "
-                "computed' when the edge is measured but its null is not cached (cached=true)")
+                f"edge's two split-half effects (even and odd prompts) is above the random-pair null's "
+                f"1 - {VERIFY_ALPHA:g} / (tested edges x 2 prompt sets) quantile (Bonferroni) of the same "
+                f"statistic, calibrated on a seeded half of up to {NULL_SAMPLE} random forward pairs of the "
+                "same model, pairing and ablation (the tested edges left out; empirical when that half "
+                "has 1 / (1 - q) pairs, else a conservative generalized Pareto tail fit on at least 90) "
+                "and checked on the other half (the share of its pairs above the threshold: the achieved "
+                "error); 'no effect' otherwise; 'null too small' when no prompt set's quantile is "
+                "resolved (the verdict is refused); 'not measured' when no ablation of the edge is "
+                "cached; 'null not computed' when the edge is measured but its null is not cached "
+                "(cached=true)")
 
 
 def edge_statistic(halves: dict[str, Any] | None) -> dict[str, float | None]:
@@ -66,12 +73,12 @@ def edge_statistic(halves: dict[str, Any] | None) -> dict[str, float | None]:
 
 def null_thresholds(null: dict[str, Any], tested: list[tuple[int, int, int, int]]
                     ) -> dict[str, Any]:
-    """The verdict rule's numbers for ``tested`` edges: per prompt set the null threshold
-    (core.stats.verdicts.null_threshold, Bonferroni over tested edges x prompt sets) over the
-    null's statistics, the tested edges left out."""
+    """The verdict rule's numbers for ``tested`` edges: per prompt set the held-out-calibrated
+    threshold (core.stats.calibration.held_out_threshold, Bonferroni over tested edges x prompt
+    sets, split seed SPLIT_SEED) over the null's statistics, the tested edges left out."""
     import numpy as np
 
-    from headgraph.core.stats.verdicts import null_threshold
+    from headgraph.core.stats.calibration import held_out_threshold
 
     leave = {tuple(e) for e in tested}
     keep = [i for i, e in enumerate(null["pairs"]) if tuple(e) not in leave]
@@ -83,21 +90,24 @@ def null_thresholds(null: dict[str, Any], tested: list[tuple[int, int, int, int]
         values = values[np.isfinite(values)]
         if len(values) == 0:
             continue
-        out[name] = null_threshold(values, n_tests=n_tests, alpha=VERIFY_ALPHA).to_dict()
+        out[name] = held_out_threshold(values, n_tests=n_tests, alpha=VERIFY_ALPHA, seed=SPLIT_SEED).to_dict()
     return out
 
 
 def edge_verdict(halves: dict[str, Any] | None, thresholds: dict[str, Any] | None) -> str:
     """"verified" | "no effect" for a measured edge's split halves ({prompt set: [even, odd]})
-    against ``thresholds`` ({prompt set: a NullThreshold dict}); "not measured" without halves;
-    "null not computed" without thresholds (VERDICT_RULE)."""
+    against ``thresholds`` ({prompt set: a HeldOutThreshold dict}); "not measured" without
+    halves; "null not computed" without thresholds; "null too small" when no set's threshold is
+    resolved (VERDICT_RULE)."""
     if not halves:
         return NOT_MEASURED
     if not thresholds:
         return NO_NULL
+    if all(t.get("threshold") is None for t in thresholds.values()):
+        return UNRESOLVED
     for name, value in edge_statistic(halves).items():
         t = thresholds.get(name)
-        if value is not None and t is not None and value > t["threshold"]:
+        if value is not None and t is not None and t.get("threshold") is not None and value > t["threshold"]:
             return VERIFIED
     return NO_EFFECT
 

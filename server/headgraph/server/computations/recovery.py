@@ -3,7 +3,7 @@
 ``similarity`` (core.scores.similarity): linear CKA or orthogonal Procrustes similarity of one
 pairing, a PairScores grid cached like PK's. ``recovery`` (core.stats.recovery): every metric's
 recovery of a reference head set on one pairing (the paper's Tables 1 and 2: endpoint share,
-precision@k and ROC-AUC, bootstrap intervals, paired differences vs PK), from the cached PK,
+precision@k and ROC-AUC, head-cluster bootstrap intervals, paired differences vs PK), from the cached PK,
 CS and similarity grids. The reference heads are the caller's (a label set's heads, resolved
 by the recovery service); they are part of the cache key.
 """
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 K_MAX = 200  # top edges per metric a recovery table may ask for
 N_RESAMPLES = 1000
+BOOTSTRAP = "heads-v1"  # the bootstrap's unit and NaN rule (core.stats.recovery), in the cache key
 REFERENCE_MAX = 4096  # heads in one reference set
 
 
@@ -108,7 +109,8 @@ def recovery(src: Inputs, *, pairing: str, heads: tuple[str, ...], k: int) -> di
 
 def _heads_key(p: dict[str, Any]) -> dict[str, Any]:
     digest = hashlib.sha256(",".join(p["heads"]).encode()).hexdigest()[:16]
-    return {"pairing": p["pairing"], "heads": digest, "k": p["k"], "resamples": N_RESAMPLES}
+    return {"pairing": p["pairing"], "heads": digest, "k": p["k"], "resamples": N_RESAMPLES,
+            "bootstrap": BOOTSTRAP}
 
 
 def recovery_computations() -> list[Computation]:

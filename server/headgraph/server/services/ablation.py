@@ -155,14 +155,24 @@ def cached_measurements(cache: ResultCache, ref: ModelRef, pairing: str, edges: 
 def verdict_rule(thresholds: dict[str, Any], null: dict[str, Any] | None, n_edges: int,
                  ablation: str) -> dict[str, Any]:
     """The answer's ``verdict_rule``: the rule's text and the numbers it used (per prompt set
-    threshold, quantile, n_null, resolved), the null's seed and size and its ablation."""
+    threshold, method, quantile, the null's calibration and held-out sizes, the held-out share
+    above the threshold and the family-wise error it implies), the null's seed and size and its
+    ablation."""
     any_t = next(iter(thresholds.values()), None)
+    shares = [t["held_out_share"] for t in thresholds.values() if t.get("held_out_share") is not None]
+    fwer = (min(1.0, any_t["n_tests"] * sum(shares) / len(shares)) if any_t and shares else None)
     return {"rule": VERDICT_RULE, "alpha": VERIFY_ALPHA, "correction": "bonferroni",
             "n_tests": any_t["n_tests"] if any_t else None,
             "quantile": any_t["quantile"] if any_t else None,
             "n_null": {k: t["n_null"] for k, t in thresholds.items()},
+            "n_calibration": {k: t["n_calibration"] for k, t in thresholds.items()},
+            "n_held_out": {k: t["n_held_out"] for k, t in thresholds.items()},
             "thresholds": {k: t["threshold"] for k, t in thresholds.items()},
+            "method": {k: t["method"] for k, t in thresholds.items()},
             "resolved": {k: t["resolved"] for k, t in thresholds.items()},
+            "held_out_share": {k: t["held_out_share"] for k, t in thresholds.items()},
+            "expected_share": any_t["expected_share"] if any_t else None,
+            "achieved_fwer": fwer, "split": any_t["split"] if any_t else None,
             "null_seed": None if null is None else null["seed"],
             "null_sample": None if null is None else null["n"], "null_requested": NULL_SAMPLE,
             "tested_edges": n_edges, "ablation": ablation, "computed": bool(thresholds),
@@ -170,16 +180,23 @@ def verdict_rule(thresholds: dict[str, Any], null: dict[str, Any] | None, n_edge
 
 
 def null_summary(thresholds: dict[str, Any]) -> str:
-    """"above the random-pair null (q=0.9975; text > 0.12, random > 0.09; n_null 190)", or
-    what is missing."""
+    """"above the random-pair null (q=0.9975, calibrated on 95 of 190 null pairs; text > 0.12
+    (gpd), random > 0.09 (gpd); held-out pairs above: 0 of 95, 0 of 95, expected 0.0025 each)",
+    or what is missing."""
     if not thresholds:
         return "the random-pair null is not computed"
     t = next(iter(thresholds.values()))
-    parts = ", ".join(f"{k} > {v['threshold']:.3g}" for k, v in thresholds.items())
-    unresolved = [k for k, v in thresholds.items() if not v["resolved"]]
-    note = (f"; too few null pairs to resolve q on {', '.join(unresolved)}: the null's maximum"
-            if unresolved else "")
-    return f"above the random-pair null (q={t['quantile']:.4g}; {parts}; n_null {t['n_null']}{note})"
+    if all(v["threshold"] is None for v in thresholds.values()):
+        return (f"the random-pair null is too small to resolve q={t['quantile']:.4g}: {t['n_calibration']} "
+                f"calibration pairs, an empirical quantile needs {t['min_empirical']} and a tail fit 90; "
+                "no verdict")
+    parts = ", ".join(f"{k} > {v['threshold']:.3g} ({v['method']})" if v["threshold"] is not None
+                      else f"{k} unresolved" for k, v in thresholds.items())
+    held = ", ".join(f"{v['held_out_exceed']} of {v['n_held_out']}" for v in thresholds.values()
+                     if v["threshold"] is not None)
+    return (f"above the random-pair null (q={t['quantile']:.4g}, calibrated on {t['n_calibration']} of "
+            f"{t['n_null']} null pairs; {parts}; held-out null pairs above: {held}, expected "
+            f"{t['expected_share']:.2g} each)")
 
 
 def _answer(pk_cs: Sequence[tuple[float | None, float | None]], ref: ModelRef, pairing: str,

@@ -24,7 +24,7 @@ class AblationEdge(BaseModel):
         description="per prompt set: the effect on the even and the odd half of its prompts")
     pk: float | None
     cs: float | None = Field(description="Composition Score (a KV group: mean over its query heads)")
-    verdict: Literal["verified", "no effect", "not measured", "null not computed"] = Field(
+    verdict: Literal["verified", "no effect", "not measured", "null not computed", "null too small"] = Field(
         description=VERDICT_RULE + " ('not measured' only with cached=true)")
     statistic: dict[str, float | None] = Field(
         description="per prompt set: the smaller of the two split-half effects (what the verdict "
@@ -40,11 +40,26 @@ class VerdictRule(BaseModel):
     n_tests: int | None = Field(description="tested edges x prompt sets (null: no null)")
     quantile: float | None = Field(description="1 - alpha / n_tests: the null quantile each "
                                                "statistic must exceed")
-    n_null: dict[str, int] = Field(description="per prompt set: the null pairs the threshold "
-                                               "is taken over (the tested edges left out)")
-    thresholds: dict[str, float] = Field(description="per prompt set: the null's empirical quantile")
-    resolved: dict[str, bool] = Field(description="per prompt set: n_null >= 1 / (1 - quantile); "
-                                                  "false: the threshold is the null's maximum")
+    n_null: dict[str, int] = Field(description="per prompt set: the null pairs (the tested edges "
+                                               "left out), split into calibration and held-out halves")
+    n_calibration: dict[str, int] = Field(description="per prompt set: the null pairs the threshold "
+                                                      "is calibrated on")
+    n_held_out: dict[str, int] = Field(description="per prompt set: the held-out null pairs it is "
+                                                   "checked on")
+    thresholds: dict[str, float | None] = Field(description="per prompt set: the calibration half's "
+                                                            "quantile (null: unresolved)")
+    method: dict[str, str] = Field(description="per prompt set: empirical | gpd (a conservative "
+                                               "generalized Pareto tail) | unresolved")
+    resolved: dict[str, bool] = Field(description="per prompt set: a threshold exists (method is not "
+                                                  "unresolved)")
+    held_out_share: dict[str, float | None] = Field(
+        description="per prompt set: the share of held-out null pairs above the threshold (the "
+                    "achieved per-test error; expected: expected_share)")
+    expected_share: float | None = Field(description="1 - quantile: the per-test error the rule allows")
+    achieved_fwer: float | None = Field(
+        description="the family-wise error the held-out halves measure: n_tests x the mean held-out "
+                    "share over prompt sets, capped at 1 (expected at most alpha)")
+    split: str | None = Field(description="the calibration / held-out split rule")
     null_seed: int | None
     null_sample: int | None = Field(description="random forward pairs the null measured")
     null_requested: int
