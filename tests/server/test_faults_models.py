@@ -3,7 +3,9 @@ field, never a 500 or an allocation the size the file claims (a real server, rea
 
 Each folder is what a lab member might drop into ``HEADGRAPH_MODEL_ROOT`` by mistake: a
 config.json with zero heads or a list for a width, GGUF files with zero heads, a tensor name
-that is not ``blk.<n>.…``, or metadata declaring 1000 heads of width 100000 over tiny tensors.
+that is not ``blk.<n>.…``, metadata declaring 1000 heads of width 100000 over tiny tensors, a
+block count of 10**9 over one block, zero key/value heads, a tensor cut short or declared wider
+than its data, or a safetensors file cut short.
 """
 
 from __future__ import annotations
@@ -31,13 +33,14 @@ def _config(root: Path, name: str, **fields: object) -> None:
     (folder / "config.json").write_text(json.dumps({**GPT2, **fields}))
 
 
-def _gguf(root: Path, name: str, *, heads: int, width: int, tensors: dict[str, tuple[int, int]]) -> None:
+def _gguf(root: Path, name: str, *, heads: int, width: int, tensors: dict[str, tuple[int, int]],
+          blocks: int = 1, kv_heads: int | None = None) -> Path:
     folder = root / name
     folder.mkdir()
     w = gguf.GGUFWriter(str(folder / "model.gguf"), "llama")
-    w.add_block_count(1)
+    w.add_block_count(blocks)
     w.add_head_count(heads)
-    w.add_head_count_kv(heads)
+    w.add_head_count_kv(heads if kv_heads is None else kv_heads)
     w.add_embedding_length(width)
     w.add_context_length(64)
     rng = np.random.default_rng(0)
@@ -47,6 +50,26 @@ def _gguf(root: Path, name: str, *, heads: int, width: int, tensors: dict[str, t
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+    return folder / "model.gguf"
+
+
+def _declare_wider(file: Path, tensor: str, cols: int) -> None:
+    """Rewrite ``tensor``'s first dimension in the GGUF header (its data stays as written)."""
+    raw = bytearray(file.read_bytes())
+    at = raw.index(tensor.encode()) + len(tensor) + 4  # past the name and its uint32 n_dims
+    raw[at:at + 8] = cols.to_bytes(8, "little")
+    file.write_bytes(bytes(raw))
+
+
+def _truncated_safetensors(root: Path, name: str) -> None:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from model_support import save_random_model
+
+    folder = save_random_model(root / name, GPT2Config(n_layer=1, n_head=2, n_embd=16, n_positions=16,
+                                                       vocab_size=64), GPT2LMHeadModel, seed=0)
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-1000])
 
 
 ATTN = {f"blk.0.{r}.weight": (16, 16) for r in ("attn_q", "attn_k", "attn_v", "attn_output")}
@@ -58,6 +81,12 @@ CASES = {  # model id -> what the message must name
     "local:gg_bad_name": "attn_q",
     "local:gg_huge": "embedding_length",
     "local:gg_wide": "declared shapes",
+    "local:gg_blocks_huge": "llama.block_count must be an integer in 1..1024, got 1000000000",
+    "local:gg_blocks_more": "llama.block_count is 3, but the file holds 1 blocks (blk.0 .. blk.0)",
+    "local:gg_kv_zero": "llama.attention.head_count_kv must be an integer in 1..2, got 0",
+    "local:gg_truncated": "tensor 'blk.0.attn_output.weight' cannot be read",
+    "local:gg_oversized": "tensor 'blk.0.attn_q.weight' cannot be read",
+    "local:st_truncated": "st_truncated/model.safetensors: truncated safetensors file",
 }
 
 
@@ -73,6 +102,13 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     _gguf(root, "gg_huge", heads=1000, width=100000, tensors=ATTN)
     _gguf(root, "gg_wide", heads=8, width=4096, tensors=ATTN)  # tensors far smaller than declared
     _gguf(root, "gg_tiny", heads=2, width=16, tensors=ATTN)  # well formed, but nothing can run it
+    _gguf(root, "gg_blocks_huge", heads=2, width=16, tensors=ATTN, blocks=10**9)
+    _gguf(root, "gg_blocks_more", heads=2, width=16, tensors=ATTN, blocks=3)
+    _gguf(root, "gg_kv_zero", heads=2, width=16, tensors=ATTN, kv_heads=0)
+    cut = _gguf(root, "gg_truncated", heads=2, width=16, tensors=ATTN)
+    cut.write_bytes(cut.read_bytes()[:-300])  # the last tensor's data ends early
+    _declare_wider(_gguf(root, "gg_oversized", heads=2, width=16, tensors=ATTN), "blk.0.attn_q.weight", 1 << 40)
+    _truncated_safetensors(root, "st_truncated")
     return root
 
 

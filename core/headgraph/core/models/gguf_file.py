@@ -25,13 +25,14 @@ import torch
 from headgraph.core.errors import InvalidInput, UnsupportedModel
 from headgraph.core.models.fingerprint import weights_fingerprint
 from headgraph.core.models.norm_fold import NormGains
-from headgraph.core.models.shapes import bounded_int, check_tensor_size
+from headgraph.core.models.shapes import CONFIG_FIELDS, bounded_int, check_tensor_size
 from headgraph.core.types import HeadWeights, ModelInfo
 
 GGUF_SUFFIX = ".gguf"
 # Architectures whose Q/K rows llama.cpp's converter permutes (transformers undoes it for these).
 PERMUTED_ARCHS = frozenset({"llama", "mistral"})
 _ATTN_Q = re.compile(r"^blk\.(\d{1,5})\.attn_q\.weight$")
+_BLOCK = re.compile(r"^blk\.(\d{1,9})\.")
 _ROLES = ("attn_q", "attn_k", "attn_v", "attn_output")
 
 
@@ -79,11 +80,40 @@ def is_gguf_spec(path: str | os.PathLike[str]) -> bool:
         return False
 
 
+class GGUFTensorError(ValueError):
+    """A GGUF tensor whose data cannot be mapped (past the file's end, an unknown type)."""
+
+    def __init__(self, name: str, cause: BaseException) -> None:
+        super().__init__(f"tensor {name[:80]!r} cannot be read ({type(cause).__name__}: "
+                         f"{' '.join(str(cause).split())[:160]}): the file is truncated or the "
+                         "tensor's declared shape is larger than its data")
+
+
 def _reader(path: Path, shown: str) -> Any:
     import gguf
 
+    class NamingReader(gguf.GGUFReader):
+        """GGUFReader whose tensor errors name the tensor (its own say "cannot reshape")."""
+
+        def _build_tensors(self, start_offs: int, fields: list[Any]) -> None:
+            built: list[Any] = []
+            for field in fields:
+                name = bytes(field.parts[1]).decode("utf-8", "replace")
+                try:
+                    super()._build_tensors(start_offs, [field])
+                except (ValueError, OverflowError, TypeError, IndexError, KeyError) as err:
+                    raise GGUFTensorError(name, err) from err
+                built.extend(self.tensors)
+            names = Counter(t.name for t in built)
+            twice = [n for n, c in names.items() if c > 1]
+            if twice:
+                raise ValueError(f"tensor {twice[0][:80]!r} appears twice")
+            self.tensors = built
+
     try:
-        return gguf.GGUFReader(str(path), "r")
+        return NamingReader(str(path), "r")
+    except GGUFTensorError as err:
+        raise UnsupportedModel(f"{shown}: not a readable GGUF file: {err}") from None
     except (OSError, ValueError, KeyError, IndexError, TypeError) as err:
         raise UnsupportedModel(f"{shown}: not a readable GGUF file ({type(err).__name__})") \
             from None
@@ -118,6 +148,22 @@ def _field_int(reader: Any, arch: str, *names: str) -> Any:
             except (TypeError, ValueError, OverflowError):
                 return value
     return None
+
+
+def check_block_count(reader: Any, arch: str, tensors: dict[str, Any], *, shown: str) -> None:
+    """Refuse a file whose ``{arch}.block_count`` is not the number of blocks it holds (the
+    distinct ``blk.{i}.`` indices, every one below it): a count of 10**9 over 30 blocks must
+    not be served as 30 layers."""
+    count = _field_int(reader, arch, "block_count")
+    if count is None:
+        return
+    field = f"{arch}.block_count"
+    count = bounded_int(count, field=field, hi=CONFIG_FIELDS["layers"][1], shown=shown)
+    blocks = sorted({int(m.group(1)) for n in tensors if (m := _BLOCK.match(n))})
+    if len(blocks) != count or (blocks and blocks[-1] >= count):
+        held = f"blk.{blocks[0]} .. blk.{blocks[-1]}" if blocks else "none"
+        raise InvalidInput(f"{shown}: {field} is {count}, but the file holds {len(blocks)} blocks "
+                           f"({held})")
 
 
 def reverse_permute(w: torch.Tensor, n_head: int) -> torch.Tensor:
@@ -183,11 +229,12 @@ def load_heads_gguf(path: str | os.PathLike[str], *, device: str | torch.device 
                                "embedding length")
     H = bounded_int(H, field=f"{arch}.attention.head_count", hi=1024, shown=shown)
     d_model = bounded_int(d_model, field=f"{arch}.embedding_length", hi=65536, shown=shown)
-    H_kv = bounded_int(_field_int(reader, arch, "attention.head_count_kv") or H,
-                       field=f"{arch}.attention.head_count_kv", hi=H, shown=shown)
+    kv = _field_int(reader, arch, "attention.head_count_kv")  # absent: one per query head
+    H_kv = bounded_int(H if kv is None else kv, field=f"{arch}.attention.head_count_kv", hi=H, shown=shown)
     if H % H_kv:
         raise InvalidInput(f"{shown}: {H} attention heads are not a multiple of {H_kv} key/value heads")
-    d_head = bounded_int(_field_int(reader, arch, "attention.key_length") or d_model // H or 0,
+    key_length = _field_int(reader, arch, "attention.key_length")  # absent: the width split in heads
+    d_head = bounded_int(d_model // H if key_length is None else key_length,
                          field=f"{arch}.attention.key_length", hi=8192, shown=shown)
     tensors = {t.name: t for t in reader.tensors}
     layers = sorted({int(m.group(1)) for n in tensors if (m := _ATTN_Q.match(n))})
@@ -195,6 +242,7 @@ def load_heads_gguf(path: str | os.PathLike[str], *, device: str | torch.device 
         fused = any(n.endswith(".attn_qkv.weight") for n in tensors)
         raise UnsupportedModel(f"{shown}: no separate attn_q/attn_k/attn_v tensors in this GGUF"
                                + (" (fused attn_qkv is not supported)" if fused else ""))
+    check_block_count(reader, arch, tensors, shown=shown)
     declared = f"shapes (head_count {H}, head_count_kv {H_kv}, key_length {d_head}, embedding_length {d_model})"
     for role, heads in (("attn_q", H), ("attn_k", H_kv), ("attn_v", H_kv), ("attn_output", H)):
         key = f"blk.{layers[0]}.{role}.weight"

@@ -42,18 +42,30 @@ MAX_HEADER_BYTES = 100 << 20
 
 def _header(path: Path) -> dict[str, Any]:
     """The JSON header of one safetensors file (tensor names, dtypes, shapes), read alone;
-    UnsupportedModel (naming the file only) when it is missing or not a safetensors header."""
+    UnsupportedModel naming the file (``folder/name``) when it is missing, not a safetensors
+    header, or its tensors' data does not end where the file does (truncated or padded)."""
+    shown = f"{path.parent.name}/{path.name}"
     try:
         with open(path, "rb") as fh:
             (n,) = struct.unpack("<Q", fh.read(8))
             if n > MAX_HEADER_BYTES:
                 raise ValueError("header too large")
             header = json.loads(fh.read(n))
+            size = os.fstat(fh.fileno()).st_size
         if not isinstance(header, dict):
             raise ValueError("header is not an object")
-        return header
-    except (OSError, ValueError, struct.error, RecursionError):
-        raise UnsupportedModel(f"{path.name}: not a readable safetensors file") from None
+        ends = {key: int(meta["data_offsets"][1]) for key, meta in header.items() if key != "__metadata__"}
+    except (OSError, ValueError, struct.error, RecursionError, KeyError, TypeError, IndexError):
+        raise UnsupportedModel(f"{shown}: not a readable safetensors file") from None
+    data = size - 8 - n
+    last = max(ends, key=lambda k: ends[k], default=None)
+    if last is not None and ends[last] > data:
+        raise UnsupportedModel(f"{shown}: truncated safetensors file: tensor {last[:80]!r} ends at byte "
+                               f"{ends[last]} of the data, which holds {max(data, 0)}")
+    if last is not None and ends[last] < data:
+        raise UnsupportedModel(f"{shown}: not a readable safetensors file ({data - ends[last]} bytes "
+                               "after its last tensor)")
+    return header
 
 
 def checkpoint_bytes(folder: str | Path, dtype: torch.dtype = torch.float32) -> int:
