@@ -45,7 +45,9 @@ def run(args: argparse.Namespace) -> int:
     finally:
         bar.close()
     stats = services.store.stats()
-    out = {"model": ref.id, "fingerprint": services.catalog.identity(ref).fingerprint,
+    ident = services.catalog.identity(ref)
+    out = {"model": ref.id, "fingerprint": ident.fingerprint,
+           "model_fingerprint": ident.model_fingerprint,
            "computed": done, "cache": stats["directory"],
            "seconds": {k: round(v, 2) for k, v in timing.seconds.items()}}
     if unavailable:  # stages this model cannot give, with the reason

@@ -16,7 +16,8 @@ def run(args: argparse.Namespace) -> int:
         ident = services.catalog.known_identity(entry.ref)
         rows.append({"id": entry.ref.id, "kind": entry.ref.kind, "status": entry.status,
                      "message": entry.message,
-                     "fingerprint": None if ident is None else ident.fingerprint})
+                     "fingerprint": None if ident is None else ident.fingerprint,
+                     "model_fingerprint": None if ident is None else ident.model_fingerprint})
     if args.json:
         print(json.dumps({"models": rows}))
     else:

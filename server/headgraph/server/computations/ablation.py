@@ -202,12 +202,13 @@ def _edges_key(p: dict[str, Any]) -> dict[str, Any]:
 
 
 def ablation_computations() -> list[Computation]:
-    from headgraph.server.compute.registry import Computation
+    from headgraph.server.compute.registry import MODEL, Computation
 
     return [Computation("ablation", ablation,
                         {"pairing": check_ablation_pairing, "edges": check_edges,
-                         "ablation": check_ablation_kind}, key=_edges_key),
+                         "ablation": check_ablation_kind}, key=_edges_key, reads=MODEL),
             Computation("ablation_null", ablation_null,
                         {"pairing": check_ablation_pairing, "ablation": check_ablation_kind,
                          "seed": check_null_seed},
-                        key=lambda p: {**p, "n": NULL_SAMPLE, "prompts": ABLATION_PROMPTS})]
+                        key=lambda p: {**p, "n": NULL_SAMPLE, "prompts": ABLATION_PROMPTS},
+                        reads=MODEL)]

@@ -4,7 +4,7 @@
 attribution (EAP or EAP-IG), the faithfulness curve of the top-n circuits (real
 intervention, corrupt ablation) and EAP against real single-edge patching on a sample of
 edges (Spearman), reporting its stage and fraction while it runs (server.compute.progress:
-GET /api/circuit/progress reads them). Its key is the model's weights (the store key's fingerprint), the task's
+GET /api/circuit/progress reads them). Its key is the whole model (the store key's model fingerprint), the task's
 name and content (``bundled-n32-seed0`` for a bundled task, whose prompts are a function of
 the name and the model's tokenizer; the sha256 of the JSONL for an uploaded one), the method
 and the steps, so a task replaced under the same name is a new result.
@@ -156,8 +156,8 @@ def _key(p: dict[str, Any]) -> dict[str, Any]:
 
 
 def circuit_computations() -> list[Computation]:
-    from headgraph.server.compute.registry import Computation
+    from headgraph.server.compute.registry import MODEL, Computation
 
     return [Computation("circuit", circuit,
                         {"task": check_task_name, "jsonl": check_jsonl, "method": check_method,
-                         "steps": check_steps, "pairs": check_pairs}, key=_key)]
+                         "steps": check_steps, "pairs": check_pairs}, key=_key, reads=MODEL)]

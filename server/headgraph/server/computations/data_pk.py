@@ -103,11 +103,11 @@ def held_out_data_pk(src: Inputs, pairing: str, half: str = "even") -> dict[str,
 
 
 def data_pk_computations() -> list[Computation]:
-    from headgraph.server.compute.registry import Computation
+    from headgraph.server.compute.registry import MODEL, Computation
 
     return [Computation("data_pk", data_pk,
                         {"pairing": check_data_pk_pairing, "prompts": check_prompts},
-                        key=lambda p: {**p, "sets": _PROMPTS_KEY})]
+                        key=lambda p: {**p, "sets": _PROMPTS_KEY}, reads=MODEL)]
 
 
 def pair_cell(result: dict[str, Any], sl: int, sh: int, tl: int, th: int) -> dict[str, Any]:

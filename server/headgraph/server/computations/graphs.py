@@ -4,12 +4,14 @@ Both build core.graphs.build.build_graph from the model's cached forward PK (plu
 values to threshold on) and a label set; the label set's exact classes are part of the key.
 An edge's CS to a KV group is core.scores.ranking.kv_level_cs's mean over its query heads.
 Nodes, edges and hub rows carry the sink flags and descriptions of core.activations.flags, from the
-model's cached pattern scores (null without a pattern source).
+model's cached pattern scores (null without a pattern source): a graph with flags reads a
+forward pass, so it is keyed by the model fingerprint, one without by the weights fingerprint.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -20,7 +22,15 @@ from headgraph.core.graphs.build import build_graph
 from headgraph.core.names import CS_MODES, MAX_EDGES, check_pairing, cs_mode_of, quantize_threshold
 from headgraph.server.computations.convert import jsonable
 from headgraph.server.computations.scores import NULL_SAMPLES
-from headgraph.server.compute.registry import Computation, Inputs, any_value, optional, positive_int
+from headgraph.server.compute.registry import (
+    MODEL,
+    WEIGHTS,
+    Computation,
+    Inputs,
+    any_value,
+    optional,
+    positive_int,
+)
 from headgraph.server.errors import Invalid
 
 GRAPH_FORMATS = ("graphml", "gexf")
@@ -115,9 +125,15 @@ def _graph_key(p: dict[str, Any]) -> dict[str, Any]:
     return key
 
 
+def _graph_reads(key: Mapping[str, Any]) -> str:
+    """A graph with sink flags reads the model's pattern scores (a forward pass); one
+    without reads the head weights' scores only."""
+    return WEIGHTS if key.get("flags") == "none" else MODEL
+
+
 def graph_computations() -> list[Computation]:
     return [
-        Computation("graph", graph, GRAPH_CHECKS, key=_graph_key),
+        Computation("graph", graph, GRAPH_CHECKS, key=_graph_key, reads=_graph_reads),
         Computation("graph_export", graph_export, {"format": _format, **GRAPH_CHECKS},
-                    key=lambda p: {"format": p["format"], **_graph_key(p)}),
+                    key=lambda p: {"format": p["format"], **_graph_key(p)}, reads=_graph_reads),
     ]

@@ -42,7 +42,7 @@ from headgraph.server.computations.convert import (
     pair_scores_payload,
     to_numpy,
 )
-from headgraph.server.compute.registry import Computation, Inputs, positive_int
+from headgraph.server.compute.registry import MODEL, Computation, Inputs, positive_int
 from headgraph.server.errors import Invalid
 
 TOKENS_CACHED_K = 50  # token tables are computed once at this depth and sliced per request
@@ -249,7 +249,7 @@ def score_computations() -> list[Computation]:
                     key=lambda p: {**p, "baseline": "unembedding-200-q95"}),
         # Key {"format": 2}: a model that cannot run is a remembered failure, no longer a stored
         # {"available": false}; an older cache's negative answers are then never read back.
-        Computation("patterns", patterns, {}, key=lambda _: {"format": 2}),
+        Computation("patterns", patterns, {}, key=lambda _: {"format": 2}, reads=MODEL),
         # "kv": points are on the PK grid, KV scores once (keys of the older per-query-head
         # scatter are not read back).
         Computation("scatter", scatter, {"pairing": check_pairing,

@@ -342,9 +342,10 @@ def validation(src: Inputs, *, pairing: str, n: int, k: int, seed: int) -> dict[
 
 def validation_computations() -> list[Computation]:
     from headgraph.server.computations.ablation import check_ablation_pairing
-    from headgraph.server.compute.registry import Computation
+    from headgraph.server.compute.registry import MODEL, Computation
 
+    # reads ablations and data-weighted PK: forward passes of the whole model
     return [Computation("validation", validation,
                         {"pairing": check_ablation_pairing, "n": bounded("n", SAMPLE_MAX),
                          "k": bounded("k", TOP_MAX), "seed": check_seed},
-                        key=lambda p: {**p, "rule": RULE})]
+                        key=lambda p: {**p, "rule": RULE}, reads=MODEL)]

@@ -3,8 +3,11 @@
 A :class:`Computation` is ``fn(inputs, **params) -> payload``: given one model's inputs
 (its head weights, info, pattern source, and the other registered results it builds on) and
 validated parameters, it returns device-free data (numpy arrays, JSON dicts) that the store
-keeps under ``make_key(fingerprint, name, key_params)`` (name + model fingerprint +
-canonical parameters + COMPUTE_VERSION). The same registry, built by the composition root,
+keeps under ``make_key(fingerprint, name, key_params)`` (name + fingerprint + canonical
+parameters + COMPUTE_VERSION). Which fingerprint is the computation's declaration ``reads``:
+the weights fingerprint for what reads the head weights only (PK, CS, nulls, token tables),
+the model fingerprint for what runs the model or reads such a result (patterns, ablations,
+data-weighted PK, circuits; core.models.fingerprint). The same registry, built by the composition root,
 exists in every process: a compute process runs a computation by looking up its registered
 name here, never by calling a method of some service.
 """
@@ -37,6 +40,12 @@ class Inputs(Protocol):
         ...
 
 
+# What a computation reads, so which fingerprint keys its results (Computation.reads).
+WEIGHTS = "weights"  # the head weights, W_U and tokenizer only: keyed by the weights fingerprint
+MODEL = "model"  # the runnable model (a forward pass), directly or through another result
+READS = (WEIGHTS, MODEL)
+
+
 def _same(params: dict[str, Any]) -> dict[str, Any]:
     return params
 
@@ -54,7 +63,9 @@ class Computation:
     - ``key``: the parameters as they go into the cache key (default: as checked);
     - ``load``: stored payload -> the value callers get (e.g. PairScores);
     - ``batch``: optional ``batch(inputs, [params, ...])`` doing the work several parameter
-      sets share once (e.g. every pairing's PK from one pass over the bases).
+      sets share once (e.g. every pairing's PK from one pass over the bases);
+    - ``reads``: WEIGHTS or MODEL (see the module docstring), or a function of the key
+      parameters returning one (their values may be strings: parsed back from a store key).
     """
 
     name: str
@@ -63,6 +74,11 @@ class Computation:
     key: Callable[[dict[str, Any]], dict[str, Any]] = _same
     load: Callable[[Any], Any] = _identity
     batch: Callable[[Inputs, list[dict[str, Any]]], None] | None = None
+    reads: str | Callable[[Mapping[str, Any]], str] = WEIGHTS
+
+    def __post_init__(self) -> None:
+        if isinstance(self.reads, str) and self.reads not in READS:
+            raise ValueError(f"computation {self.name!r}: reads must be one of {READS}")
 
     def prepare(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """Validated, canonical parameters (TypeError for missing or unknown names)."""
@@ -75,6 +91,14 @@ class Computation:
 
     def key_params(self, params: dict[str, Any]) -> dict[str, Any]:
         return self.key(params)
+
+    def reads_model(self, key_params: Mapping[str, Any]) -> bool:
+        """Whether results with these key parameters read the whole runnable model (so are
+        keyed by the model fingerprint), not only the head weights."""
+        reads = self.reads if isinstance(self.reads, str) else self.reads(key_params)
+        if reads not in READS:
+            raise ValueError(f"computation {self.name!r}: reads gave {reads!r}")
+        return reads == MODEL
 
     def run(self, inputs: Inputs, params: dict[str, Any]) -> Any:
         return self.fn(inputs, **params)

@@ -1,8 +1,10 @@
 """The result cache every registered computation goes through.
 
 ``ResultCache.get(ref, name, **params)`` validates the parameters with the computation's
-checks, derives the key (model fingerprint + name + canonical parameters + COMPUTE_VERSION)
-and returns the stored value; a cold key is computed exactly once (single flight across
+checks, derives the key (fingerprint + name + canonical parameters + COMPUTE_VERSION; the
+weights fingerprint for a computation that reads the head weights only, the model
+fingerprint for one that reads the runnable model: ``Computation.reads``) and returns the
+stored value (or the remembered refusal, under the same key); a cold key is computed exactly once (single flight across
 threads and processes). Inline (compute processes, CLI, ``compute_processes=0``) the
 registered function runs here; otherwise one thread per process sends a ``Compute`` task
 naming it to a compute process, then reads what that process stored.
@@ -13,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
+from urllib.parse import parse_qsl
 
 from headgraph.core.errors import InvalidInput, UnsupportedModel
 from headgraph.core.types import HeadWeights, ModelInfo
@@ -23,7 +26,7 @@ from headgraph.server.compute.memory import trim
 from headgraph.server.compute.pool import Compute, ComputeFailed, ComputeMany, ComputePool, rebuild_error
 from headgraph.server.compute.progress import progress_key, read_progress, recording
 from headgraph.server.compute.registry import Computation, Computations
-from headgraph.server.models.catalog import ModelCatalog
+from headgraph.server.models.catalog import Identity, ModelCatalog
 from headgraph.server.errors import one_line
 from headgraph.server.models.offered import ModelRef
 
@@ -68,8 +71,16 @@ class ResultCache:
         self.pool = pool
         self._local = KeyedLocks()
 
+    @staticmethod
+    def _key_of(ident: Identity, comp: Computation, params: dict[str, Any]) -> str:
+        """The store key of ``comp`` with checked ``params`` for a model of identity ``ident``:
+        under its model fingerprint when the computation reads the runnable model."""
+        key_params = comp.key_params(params)
+        fp = ident.model_fingerprint if comp.reads_model(key_params) else ident.fingerprint
+        return make_key(fp, comp.name, key_params)
+
     def _key(self, ref: ModelRef, comp: Computation, params: dict[str, Any]) -> str:
-        return make_key(self.catalog.identity(ref).fingerprint, comp.name, comp.key_params(params))
+        return self._key_of(self.catalog.identity(ref), comp, params)
 
     def key(self, ref: ModelRef, name: str, **params: Any) -> str:
         """Store key of computation ``name`` of ``ref`` with ``params``."""
@@ -124,8 +135,7 @@ class ResultCache:
         comp = self.computations.get(name)
         checked = comp.prepare(params)
         ident = self.catalog.known_identity(ref)
-        if ident is not None and self.store.has(make_key(ident.fingerprint, comp.name,
-                                                         comp.key_params(checked))):
+        if ident is not None and self.store.has(self._key_of(ident, comp, checked)):
             return {"state": "cached"}
         running = read_progress(self.store.meta, progress_key(ref.id, comp.name, comp.key_params(checked)))
         return {"state": "idle"} if running is None else {"state": "running", **running}
@@ -147,9 +157,13 @@ class ResultCache:
         return self.store.failure(self.key(ref, name, **params))
 
     def forget_failures(self, ref: ModelRef) -> int:
-        """Forget ``ref``'s remembered failures (a user asked to compute it again)."""
+        """Forget ``ref``'s remembered failures, weight- and model-level (a user asked to
+        compute it again)."""
         ident = self.catalog.known_identity(ref)
-        return 0 if ident is None else self.store.forget_failures(ident.fingerprint)
+        if ident is None:
+            return 0
+        return (self.store.forget_failures(ident.fingerprint)
+                + self.store.forget_failures(ident.model_fingerprint))
 
     def warm(self, ref: ModelRef, name: str, params: list[dict[str, Any]]) -> None:
         """Make sure ``name`` is cached for every parameter set, the cold ones computed
@@ -178,8 +192,25 @@ class ResultCache:
             self.get(ref, name, **p)
 
     def cached_names(self, ref: ModelRef) -> list[str] | None:
-        """Computation names cached for ``ref`` (None when its fingerprint is not yet known)."""
+        """Computation names cached for ``ref`` (None when its identity is not yet known)."""
         ident = self.catalog.known_identity(ref)
         if ident is None:
             return None
-        return self.store.cached_names().get(ident.fingerprint, [])
+        return cached_names_of(self.store.cached_names(), ident, self.computations)
+
+
+def cached_names_of(by_fingerprint: dict[str, list[str]], ident: Identity,
+                    computations: Computations) -> list[str]:
+    """The names (with parameters) of ``Store.cached_names`` that are results of the model of
+    ``ident``: weight-level ones under its weights fingerprint (shared with every model of the
+    same head weights), model-level ones under its model fingerprint; an activation-level name
+    under the weights fingerprint (cached before results were keyed so) is not its."""
+    def reads_model(name: str) -> bool | None:
+        base, _, query = name.partition("?")
+        if base not in computations:
+            return None
+        return computations.get(base).reads_model(dict(parse_qsl(query)))
+
+    weights = [n for n in by_fingerprint.get(ident.fingerprint, []) if reads_model(n) is False]
+    model = [n for n in by_fingerprint.get(ident.model_fingerprint, []) if reads_model(n) is not False]
+    return sorted({*weights, *model})

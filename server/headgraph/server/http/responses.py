@@ -1,9 +1,10 @@
 """Warm responses: JSON bodies rendered once, off the event loop, and answered from memory.
 
-A result never changes under its key (store keys hold the weight fingerprint and
+A result never changes under its key (store keys hold the weights or model fingerprint and
 COMPUTE_VERSION), so neither does its rendered JSON: ``warm_json`` keeps the bytes in a
 per-process, byte-bounded LRU (``HEADGRAPH_RESPONSE_CACHE_MB``, default 256; 0 turns it off)
-keyed by path, model id, weight fingerprint and query. A hit is one dict lookup on the event
+keyed by path, model id, model fingerprint (the whole runnable model: a response may hold
+activation-level results) and query. A hit is one dict lookup on the event
 loop and a prebuilt ``Response``; a miss runs the service call, the response-model validation
 and the JSON encoding in a worker thread (``deps.cached_first``: cache-only first, a cold
 result only under ``access.cold_work``), so a score grid of MBs never holds the loop, and
@@ -94,14 +95,14 @@ def warm_state(app: FastAPI) -> _WarmState:
     return state
 
 
-def _weights_version(request: Request, ref: ModelRef) -> str | None:
-    """What the weights of ``ref`` are, cheaply: the known fingerprint; for a ``random:`` model
+def _model_version(request: Request, ref: ModelRef) -> str | None:
+    """What the model ``ref`` is, cheaply: its known model fingerprint; for a ``random:`` model
     its spec (its weights are a function of the spec, the config and the installed libraries,
     which do not change under a running process) with, for a config file, the file's size and
     mtime; None when unknown (nothing is kept)."""
     ident = request.app.state.services.catalog.known_identity(ref)
     if ident is not None:
-        return ident.fingerprint
+        return ident.model_fingerprint
     if ref.kind != "random" or not ref.spec.startswith(RANDOM_PREFIX):
         return None
     try:
@@ -122,7 +123,7 @@ def response_key(request: Request, ref: ModelRef, labels: str | None = None,
     if labels and labels != PATTERN_LABELS \
             and labels not in request.app.state.services.labels.builtin_label_sets():
         return None  # an uploaded set (or an unknown name: its 404 is rendered each time)
-    version = _weights_version(request, ref)
+    version = _model_version(request, ref)
     if version is None:
         return None
     # sorted by name only: the sort is stable, so repeated names keep their order (the last wins)

@@ -1,8 +1,9 @@
 """The model catalog: which models exist (Registry), the loaded ones (per-process LRU) and
-what each one is (weight fingerprint + ModelInfo) without loading it again.
+what each one is (weights fingerprint, model fingerprint + ModelInfo) without loading it again.
 
-Model identity: ``(spec, processing, stamp)`` -> (fingerprint, ModelInfo) is remembered in the
-store's meta cache, where ``stamp`` is a cheap file-level identity (core package files for the
+Model identity: ``(spec, processing, stamp)`` -> (fingerprint, model fingerprint, ModelInfo)
+is remembered in the store's meta cache (an entry without the model fingerprint, written
+before there was one, counts as unknown and is learnt again), where ``stamp`` is a cheap file-level identity (core package files for the
 demo, snapshot commit for hub models, file sizes/mtimes for local folders). Warm reads
 therefore never load a model, even after a restart. In the API process (``pool`` given) an
 unknown identity is learnt by a compute process, which loads the model there.
@@ -45,10 +46,18 @@ class TaskRunner(Protocol):
 
 @dataclass(frozen=True)
 class Identity:
-    """What a model is without loading it: weight fingerprint and shape info."""
+    """What a model is without loading it: its weights fingerprint (the head weights,
+    W_U and tokenizer: keys of weight-level results), its model fingerprint (the whole
+    runnable model: keys of activation-level results; core.models.fingerprint) and shape info."""
 
     fingerprint: str
     info: ModelInfo
+    model_fingerprint: str
+
+    @staticmethod
+    def of(lm: Any) -> Identity:
+        """The identity of a core.models.loading.LoadedModel."""
+        return Identity(lm.heads.fingerprint, lm.heads.info, lm.model_fingerprint)
 
 
 def info_from_dict(d: dict[str, Any]) -> ModelInfo:
@@ -63,7 +72,7 @@ def public_identity(ref: ModelRef, ident: Identity) -> Identity:
     name = ref.with_subspaces("raw").id
     if ref.kind != "local" or ident.info.name == name:
         return ident
-    return Identity(ident.fingerprint, dataclasses.replace(ident.info, name=name))
+    return dataclasses.replace(ident, info=dataclasses.replace(ident.info, name=name))
 
 
 def _mode(ref: ModelRef) -> str:
@@ -118,7 +127,7 @@ class ModelCatalog:
         def load() -> Any:
             if ref.subspaces == "norm":
                 lm = _norm_aware(self.loaded(ref.with_subspaces("raw")))
-                self._remember(ref, Identity(lm.heads.fingerprint, lm.heads.info))
+                self._remember(ref, Identity.of(lm))
                 return lm
             local = ref.kind == "local"
             # name=ref.id: ModelInfo.name and messages of a local folder (or a packaged GGUF
@@ -126,7 +135,7 @@ class ModelCatalog:
             lm = load_model(ref.spec, device=self.device, processing=PROCESSING,
                             model_root=root if local else None,
                             name=ref.id if local or ref.path is not None else None)
-            self._remember(ref, Identity(lm.heads.fingerprint, lm.heads.info))
+            self._remember(ref, Identity.of(lm))
             return lm
 
         # keyed by the files' stamp too: weights swapped under the same name are loaded anew
@@ -152,11 +161,14 @@ class ModelCatalog:
         ident = public_identity(ref, ident)
         self._memo(key, ident)
         self.store.meta.set(f"model:{key[0]}|{key[1]}",
-                            {"fingerprint": ident.fingerprint, "info": ident.info.to_dict()},
+                            {"fingerprint": ident.fingerprint,
+                             "model_fingerprint": ident.model_fingerprint,
+                             "info": ident.info.to_dict()},
                             retry=True)
 
     def known_identity(self, ref: ModelRef) -> Identity | None:
-        """Fingerprint and info of ``ref`` from the memo or the meta cache; None if unknown."""
+        """Fingerprints and info of ``ref`` from the memo or the meta cache; None if unknown
+        (an entry without a model fingerprint counts as unknown)."""
         key = self._id_key(ref)
         if key is None:
             return None
@@ -165,14 +177,15 @@ class ModelCatalog:
         if hit is not None:
             return hit
         raw = self.store.meta.get(f"model:{key[0]}|{key[1]}", retry=True)
-        if not isinstance(raw, dict):
+        if not isinstance(raw, dict) or not isinstance(raw.get("model_fingerprint"), str):
             return None
-        ident = public_identity(ref, Identity(raw["fingerprint"], info_from_dict(raw["info"])))
+        ident = public_identity(ref, Identity(raw["fingerprint"], info_from_dict(raw["info"]),
+                                              raw["model_fingerprint"]))
         self._memo(key, ident)
         return ident
 
     def identity(self, ref: ModelRef) -> Identity:
-        """Fingerprint and info of ``ref``: memo, meta cache, else loading it (in a compute
+        """Fingerprints and info of ``ref``: memo, meta cache, else loading it (in a compute
         process when this process has a pool; ColdMiss in cache-only mode)."""
         known = self.known_identity(ref)
         if known is not None:
@@ -180,8 +193,9 @@ class ModelCatalog:
         if CACHE_ONLY.get():
             raise ColdMiss(ref.id)
         if self.pool is None:
-            heads = self.heads(ref)
-            return public_identity(ref, Identity(heads.fingerprint, heads.info))
+            ident = Identity.of(self.loaded(ref))
+            self._remember(ref, ident)  # loaded before its identity was learnt (an older entry)
+            return public_identity(ref, ident)
         with self._local.hold(("identity", ref.spec, ref.subspaces)):  # one request per process asks
             known = self.known_identity(ref)
             if known is not None:

@@ -135,7 +135,7 @@ def run_sweep(settings: Settings, specs: Sequence[str], results: Sequence[str], 
                     except Exception as err:  # retries exhausted (or the worker died for good)
                         rows[i] = {"spec": specs[i], "model": specs[i], "status": "failed",
                                    "error": _failure(err), "computed": [], "fingerprint": None,
-                                   "ended": time.time()}
+                                   "model_fingerprint": None, "ended": time.time()}
                     bar.update(1)
     finally:
         if owns:

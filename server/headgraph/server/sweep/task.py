@@ -142,13 +142,15 @@ def sweep_task(settings: Settings, spec: str, results: Sequence[str], sweep_id: 
     try:
         rec = record_attempt(services.store.meta, sweep_id, index)
         out: dict[str, Any] = {"spec": spec, "model": spec, "attempts": rec["attempts"],
-                               "computed": [], "fingerprint": None, "error": None}
+                               "computed": [], "fingerprint": None, "model_fingerprint": None,
+                               "error": None}
         if spec in fail_first and rec["attempts"] == 1:
             raise TransientFailure(f"{spec}: injected transient failure ({FAIL_FIRST_ENV})")
         try:
             ref = resolve_spec(services, spec)
             out["model"] = ref.id
-            out["fingerprint"] = services.catalog.identity(ref).fingerprint
+            ident = services.catalog.identity(ref)
+            out["fingerprint"], out["model_fingerprint"] = ident.fingerprint, ident.model_fingerprint
             for stage, thunk in result_steps(services, ref, results):
                 thunk()
                 out["computed"].append(stage)

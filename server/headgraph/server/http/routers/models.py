@@ -6,7 +6,16 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
 from headgraph.core.names import parse_pairings
-from headgraph.server.http.deps import TOKEN_PROTECTED, CatalogDep, JobsDep, ModelDep, StoreDep, require_token
+from headgraph.server.compute.results import cached_names_of
+from headgraph.server.http.deps import (
+    TOKEN_PROTECTED,
+    CatalogDep,
+    JobsDep,
+    ModelDep,
+    ScoresDep,
+    StoreDep,
+    require_token,
+)
 from headgraph.server.http.params import ERRORS, pairings_query
 from headgraph.server.http.responses import render_json
 from headgraph.server.http.schemas.common import ErrorBody
@@ -17,7 +26,7 @@ router = APIRouter(prefix="/api/models", tags=["models"])
 
 
 @router.get("", response_model=ModelList, summary="Models offered, their status and cached results")
-def list_models(*, catalog: CatalogDep, store: StoreDep) -> ModelList:
+def list_models(*, catalog: CatalogDep, store: StoreDep, scores: ScoresDep) -> ModelList:
     # A worker thread (a sync endpoint): file-existence checks and a pass over the cache's keys
     # grow with the model root and the cache, so never on the event loop.
     cached = store.cached_names()
@@ -28,7 +37,8 @@ def list_models(*, catalog: CatalogDep, store: StoreDep) -> ModelList:
             id=entry.ref.id, kind=entry.ref.kind, status=entry.status, message=entry.message,
             info=None if ident is None else ident.info.to_dict(),
             fingerprint=None if ident is None else ident.fingerprint,
-            cached=None if ident is None else cached.get(ident.fingerprint, [])))
+            model_fingerprint=None if ident is None else ident.model_fingerprint,
+            cached=None if ident is None else cached_names_of(cached, ident, scores.cache.computations)))
     return ModelList(models=out)
 
 
@@ -36,13 +46,14 @@ def list_models(*, catalog: CatalogDep, store: StoreDep) -> ModelList:
             summary="Shape and provenance of one model (loads it when not yet known)")
 async def model_info(request: Request, *, ref: ModelDep,
                      catalog: CatalogDep,
-                     store: StoreDep) -> Response:
+                     scores: ScoresDep) -> Response:
     # Loading an unknown model is cold work (gated: 401 in lab mode without the token); not
     # kept in the response LRU, since what is cached changes.
     def build() -> ModelInfoOut:
         ident = catalog.identity(ref)
-        return ModelInfoOut(model=ref.id, fingerprint=ident.fingerprint, info=ident.info.to_dict(),
-                            cached=store.cached_names().get(ident.fingerprint, []))
+        return ModelInfoOut(model=ref.id, fingerprint=ident.fingerprint,
+                            model_fingerprint=ident.model_fingerprint, info=ident.info.to_dict(),
+                            cached=scores.cache.cached_names(ref) or [])
 
     return await render_json(request, ModelInfoOut, build)
 
