@@ -82,8 +82,8 @@ def test_a_killed_compute_process_fails_the_call_and_is_replaced(services):
     service = services.scores
     ref = services.catalog.resolve("demo")
     services.catalog.identity(ref)  # starts the child
-    children = list(services.pool._pool._processes.values())
-    assert len(children) == 1
+    children = services.pool.processes()
+    assert len(children) == 1  # the interactive lane's only
     outcome: list[BaseException | None] = []
 
     def slow():
@@ -108,7 +108,7 @@ def test_a_killed_compute_process_fails_the_call_and_is_replaced(services):
 
 def test_pool_starts_lazily_and_inline_services_have_none(tmp_path):
     pool = ComputePool(Settings(cache_dir=tmp_path), compute_worker)
-    assert pool._pool is None
+    assert pool.processes() == []
     inline = build_services(Settings(cache_dir=tmp_path), inline=True)
     assert inline.pool is None and inline.cache.pool is None and inline.catalog.pool is None
     inline.close()

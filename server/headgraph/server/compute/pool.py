@@ -44,6 +44,7 @@ import psutil
 
 import headgraph.core.errors as core_errors
 from headgraph.core.errors import HeadgraphError, InvalidInput
+from headgraph.server.compute.lanes import LANES, LaneQueue, current
 from headgraph.server.errors import ApiError, one_line, status_for
 from headgraph.server.models.catalog import Identify
 from headgraph.server.models.offered import ModelRef
@@ -236,40 +237,49 @@ def rebuild_error(info: dict[str, Any]) -> Exception:
 # -- parent side ------------------------------------------------------------------------------
 
 class ComputePool:
-    """A lazily started pool of spawned compute processes for one API process."""
+    """Lazily started compute processes for one API process, in lanes (compute.lanes): the
+    interactive lane's and the background lane's (``compute_lanes`` 2), or one shared lane
+    (``compute_lanes`` 1), each of ``compute_processes`` processes."""
 
     def __init__(self, settings: Settings, worker_factory: WorkerFactory) -> None:
         self.settings = settings
         self.worker_factory = worker_factory
-        self._guard = threading.Lock()
-        self._pool: ProcessPoolExecutor | None = None
+        shared = LaneQueue(self._new_executor, settings.compute_processes) \
+            if settings.compute_lanes == 1 else None
+        self.lanes: dict[str, LaneQueue] = {
+            lane: shared or LaneQueue(self._new_executor, settings.compute_processes)
+            for lane in LANES}
 
-    def _executor(self) -> ProcessPoolExecutor:
-        with self._guard:
-            if self._pool is None:
-                self._pool = ProcessPoolExecutor(
-                    max_workers=self.settings.compute_processes,
-                    mp_context=multiprocessing.get_context("spawn"),
-                    initializer=_init_worker, initargs=(self.settings,))
-            return self._pool
+    def _new_executor(self) -> ProcessPoolExecutor:
+        return ProcessPoolExecutor(max_workers=self.settings.compute_processes,
+                                   mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=_init_worker, initargs=(self.settings,))
 
     def run(self, task: Task) -> Any:
-        """Run ``task`` in a compute process; its value (Identify) or None, else its error."""
-        pool = self._executor()
+        """Run ``task`` in a compute process of the lane it was sent from (compute.lanes:
+        interactive unless inside ``background``); its value (Identify) or None, else its
+        error. In a shared lane interactive tasks go first."""
+        lane, cost = current()
+        priority = cost if lane == "background" or self.settings.compute_lanes != 1 else -1.0
+        future = self.lanes[lane].submit(run_task, self.settings, self.worker_factory, task,
+                                         priority=priority)
         try:
-            kind, value = pool.submit(run_task, self.settings, self.worker_factory, task).result()
+            kind, value = future.result()
         except BrokenProcessPool as err:
-            with self._guard:
-                if self._pool is pool:
-                    self._pool = None
-            pool.shutdown(wait=False, cancel_futures=True)
             raise ComputeFailed("the compute process stopped (out of memory?); try again") from err
         if kind == "ok":
             return value
         raise rebuild_error(value)
 
+    def processes(self) -> list[Any]:
+        """The live compute processes of every lane (multiprocessing Process objects)."""
+        found: dict[int, Any] = {}
+        for queue in self.lanes.values():
+            executor = queue.executor
+            for proc in (getattr(executor, "_processes", None) or {}).values():
+                found[proc.pid] = proc
+        return list(found.values())
+
     def shutdown(self) -> None:
-        with self._guard:
-            pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=False, cancel_futures=True)
+        for queue in {id(q): q for q in self.lanes.values()}.values():
+            queue.shutdown()

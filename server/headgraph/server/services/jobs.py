@@ -35,6 +35,7 @@ from headgraph.core.names import DEFAULT_K
 from headgraph.server.cache.locks import DiskLock
 from headgraph.server.cache.store import Store
 from headgraph.server.computations.data_pk import DATA_PK_PROMPTS
+from headgraph.server.compute.lanes import background
 from headgraph.server.compute.estimate import ESTIMATING, JobEstimate, format_eta, machine_rate
 from headgraph.server.compute.pool import process_alive, process_started
 from headgraph.server.errors import ApiError, one_line
@@ -59,6 +60,7 @@ class Timing:
 
 
 ACTIVE = ("queued", "running")
+JOB_THREADS = 4  # jobs run at once per process (they wait on the compute processes)
 HEARTBEAT_S = 5.0
 STALE_S = 30.0
 MAX_FINISHED = 500  # finished job records kept (older ones, and their jobkey: index, dropped)
@@ -243,7 +245,8 @@ def run_compute(scores: ScoresService, catalog: ModelCatalog, ref: ModelRef, pai
                      Timing(dict(estimate.seconds), estimate.remaining_s()))
         started = time.perf_counter()
         try:
-            worked = thunk() is not False
+            with background(cost=estimate.costs.get(stage, 0.0)):  # compute.lanes
+                worked = thunk() is not False
         except (HeadgraphError, ApiError) as err:
             log.warning("%s: stage %s unavailable: %s: %s", ref.id, stage, type(err).__name__, one_line(err))
             unavailable[stage] = one_line(err, 300) or type(err).__name__
@@ -275,7 +278,9 @@ class JobManager:
         self.catalog = catalog
         self.shown = shown
         self.meta = store.meta
-        self.workers = max(1, workers)
+        # jobs of several models run at once: their stages queue in the background lane by
+        # cost (compute.lanes), so a small model's job never waits for a big one's to end
+        self.workers = max(JOB_THREADS, workers)
         self._pool: ThreadPoolExecutor | None = None
         self._guard = threading.Lock()
         self._active: set[str] = set()
@@ -408,8 +413,9 @@ class JobManager:
                          else round(time.time() + timing.remaining_s, 1))
 
         try:
-            done, unavailable = run_compute(self.scores, self.catalog, ref, pairings, progress, finished,
-                                            self.shown)
+            with background():  # its tasks go to the background lane (compute.lanes)
+                done, unavailable = run_compute(self.scores, self.catalog, ref, pairings, progress,
+                                                finished, self.shown)
         except Exception as err:
             msg = one_line(err) or type(err).__name__
             expected = isinstance(err, (HeadgraphError, ApiError))
