@@ -76,7 +76,7 @@ from headgraph.core.models.random_weights import (
 )
 from headgraph.core.models.shapes import check_config_shapes
 from headgraph.core.models.series import demo_checkpoint, is_demo_checkpoint_spec
-from headgraph.core.models.fingerprint import model_fingerprint, runnable_digest, with_tokenizer
+from headgraph.core.models.fingerprint import model_fingerprint, with_tokenizer
 from headgraph.core.models.streamed_runnable import streamed_source
 from headgraph.core.models.streamed import (
     load_heads_safetensors,
@@ -84,6 +84,7 @@ from headgraph.core.models.streamed import (
     too_big_for_memory,
 )
 from headgraph.core.models.tokenizer import byte_level_tokenizer, has_tokenizer
+from headgraph.core.models.whole_model import runnable_digest
 from headgraph.core.types import PROCESSINGS, HeadWeights, ModelInfo, PatternSource
 
 __all__ = ["LoadedModel", "load_heads", "load_model", "norm_aware"]
