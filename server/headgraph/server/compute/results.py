@@ -4,8 +4,8 @@
 checks, derives the key (fingerprint + name + canonical parameters + COMPUTE_VERSION; the
 weights fingerprint for a computation that reads the head weights only, the model
 fingerprint for one that reads the runnable model: ``Computation.reads``) and returns the
-stored value (or the remembered refusal, under the same key); a cold key is computed exactly once (single flight across
-threads and processes). Inline (compute processes, CLI, ``compute_processes=0``) the
+stored value (or the refusal remembered under the same key); a cold key is computed exactly
+once (single flight across threads and processes). Inline (compute processes, CLI, ``compute_processes=0``) the
 registered function runs here; otherwise one thread per process sends a ``Compute`` task
 naming it to a compute process, then reads what that process stored.
 """

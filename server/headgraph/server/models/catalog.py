@@ -2,9 +2,10 @@
 what each one is (weights fingerprint, model fingerprint + ModelInfo) without loading it again.
 
 Model identity: ``(spec, processing, stamp)`` -> (fingerprint, model fingerprint, ModelInfo)
-is remembered in the store's meta cache (an entry without the model fingerprint, written
-before there was one, counts as unknown and is learnt again), where ``stamp`` is a cheap file-level identity (core package files for the
-demo, snapshot commit for hub models, file sizes/mtimes for local folders). Warm reads
+is remembered in the store's meta cache, where ``stamp`` is a cheap file-level identity (core
+package files for the demo, snapshot commit for hub models, file sizes/mtimes for local
+folders); an entry without the model fingerprint (written before there was one) counts as
+unknown and is learnt again. Warm reads
 therefore never load a model, even after a restart. In the API process (``pool`` given) an
 unknown identity is learnt by a compute process, which loads the model there.
 
