@@ -256,7 +256,7 @@ def filter_chips(params: dict[str, Any], shown: int, total: int, found: list[str
     if counts is not None:
         q = f" (q={', '.join(f'{v:.4g}' for v in quantiles)})" if quantiles else ""
         for verdict in VERDICTS:
-            if verdict == "null not computed" and not counts.get(verdict):
+            if verdict in ("null not computed", "null too small") and not counts.get(verdict):
                 continue
             label = f"verified: above the random-pair null{q}" if verdict == "verified" else verdict
             out.append(chip(label, str(counts[verdict]), verdict.replace(" ", "-"), str(counts[verdict]),

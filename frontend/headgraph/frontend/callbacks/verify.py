@@ -53,7 +53,8 @@ def ablation_section(row: dict[str, Any] | None, rule: str | None) -> list[Any]:
     out.append(html.P(MEASURES.get(str(row.get("measure")), str(row.get("measure"))), className="hint"))
     note = row.get("verdict_note")
     if note:  # "above the random-pair null (q=...; text > ...; ...)": what "verified" means here
-        words = f"verified means {note}" if verdict == "verified" else f"{verdict}: not {note}"
+        words = (f"verified means {note}" if verdict == "verified" else note if verdict == "null too small"
+                 else f"{verdict}: not {note}")
         out.append(html.P(words, className="hint", id="pair-verdict-rule",
                           **{"data-quantile": repr(row.get("null_quantile"))}))
     elif verdict == "null not computed":

@@ -20,7 +20,8 @@ ABLATION_PAIRINGS = O_PAIRINGS  # pairings whose edges path ablation measures
 VERIFY_TOP_MAX = 50  # the API's bound on top (ablation_computations.ABLATION_TOP_MAX)
 VERIFIED, NO_EFFECT, NOT_MEASURED = "verified", "no effect", "not measured"
 NO_NULL = "null not computed"  # measured, its random-pair null not cached yet
-VERDICTS: tuple[str, ...] = (VERIFIED, NO_EFFECT, NOT_MEASURED, NO_NULL)
+UNRESOLVED = "null too small"  # the null cannot resolve the verdict's quantile: no verdict
+VERDICTS: tuple[str, ...] = (VERIFIED, NO_EFFECT, NOT_MEASURED, NO_NULL, UNRESOLVED)
 _NAME_RE = re.compile(r"^L(\d+)(?:H|KV)\d+$")
 EdgeKey = tuple[str, str, str]  # (source, target, pairing)
 

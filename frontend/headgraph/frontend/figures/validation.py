@@ -192,6 +192,26 @@ def paired_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
             for prompts in prompt_sets(data) for d in (data.get("paired") or {}).get(prompts, [])]
 
 
+TRIVIAL = ("layer gap", "source variance")
+
+
+def baseline_sentence(data: dict[str, Any], prompts: str, pk_cs: dict[str, Any]) -> str:
+    """PK against the trivial baselines on ``prompts`` (the same paired rule): a PK win over CS
+    that a baseline matches or beats is "not supported over the trivial baselines"."""
+    rows = {d.get("metric_b"): d for d in (data.get("paired") or {}).get(prompts, [])}
+    found = {b: rows[b] for b in TRIVIAL if b in rows and rows[b].get("verdict")}
+    if not found:
+        return ""
+    not_beaten = [b for b, d in found.items() if d["verdict"] != "A"]
+    if pk_cs.get("verdict") == "A" and not_beaten:
+        words = ", ".join(f"{b} {'beats PK' if found[b]['verdict'] == 'B' else 'ties PK'}" for b in not_beaten)
+        return f"PK beats CS, but {words}: not supported over the trivial baselines"
+    if not_beaten:
+        return "trivial baselines not beaten by PK: " + ", ".join(
+            f"{b} ({'better' if found[b]['verdict'] == 'B' else 'tie'})" for b in not_beaten)
+    return "PK beats the trivial baselines (" + ", ".join(found) + ")"
+
+
 def validation_words(data: dict[str, Any]) -> list[str]:
     """The answer in words: the sample (and its power), then a sentence per prompt set: the
     paired verdict of PK against CS (the decision rule), which metric's Spearman is highest,
@@ -205,6 +225,9 @@ def validation_words(data: dict[str, Any]) -> list[str]:
         if pk_cs is not None:
             parts.append(f"PK − CS = {interval_text({'value': pk_cs['difference'], 'low': pk_cs['low'], 'high': pk_cs['high']})} "
                          f"on the same {pk_cs['n']} pairs (paired bootstrap): {verdict_text(pk_cs)}")
+            base = baseline_sentence(data, prompts, pk_cs)
+            if base:
+                parts.append(base)
         for key, what in (("random_rho", "Spearman with the effect"), ("top_mean_effect", f"top-{data.get('k')} mean effect")):
             stats = {r["metric"]: r.get(key) for r in data["summary"][prompts]}
             best, below = comparison(stats)

@@ -20,6 +20,7 @@ VERDICT_STYLES: dict[str, tuple[float, float | None, str | None]] = {
     "no effect": (1.8, None, "dash"),
     "not measured": (1.0, 0.35, None),
     "null not computed": (1.0, 0.35, None),
+    "null too small": (1.0, 0.35, None),  # the null cannot resolve the quantile: no verdict
 }
 VERDICT_NAMES = {"verified": "verified: above the random-pair null",
                  "no effect": "no effect: not above the random-pair null"}

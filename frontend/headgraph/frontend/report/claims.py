@@ -14,6 +14,8 @@ from typing import Any
 from headgraph.frontend.report.numbers import GRAPH_PAIRINGS, ROLES, TOKENS_K, available, why_missing
 
 HOLDS, PARTLY, FAILS, NA = "holds", "partly holds", "does not hold", "not applicable here"
+BASELINE_BEATS = "not supported over the trivial baselines"  # the claim's win, but a trivial predictor does as well
+TRIVIAL = ("layer gap", "source variance")  # the validation answer's trivial baselines
 KL_MIN = 0.1  # nats: KL(random || model) at least this (the mean shift is reported beside it)
 TOKENS_ALPHA = 0.05  # one-sided binomial test of the lists above baseline against the chance level
 PATTERN_MIN = 0.4  # a head shows a pattern kind when its score reaches this (the API's describe rule)
@@ -194,32 +196,55 @@ def claim_tokens(numbers: dict[str, Any]) -> Verdict:
                    f"chance {chance:.0%}, binomial p = {p:.2g}")
 
 
-def paired_pk_cs(validation: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def paired_rows(validation: dict[str, Any], metric_b: str) -> dict[str, dict[str, Any]]:
     """Per prompt set (text, random; the held-out rows repeat text on half its prompts and do not
-    decide), the answer's paired comparison PK - CS (``paired``: difference, interval, verdict
-    "A" = PK better / "B" = CS better / "tie")."""
+    decide), the answer's paired comparison PK - ``metric_b`` (``paired``: difference, interval,
+    verdict "A" = PK better / "B" = the other better / "tie")."""
     out = {}
     held = (validation.get("held_out") or {}).get("set")
     for prompts, rows in (validation.get("paired") or {}).items():
         if prompts == held:
             continue
-        row = next((d for d in rows if d.get("metric_a") == "PK" and d.get("metric_b") == "CS"), None)
+        row = next((d for d in rows if d.get("metric_a") == "PK" and d.get("metric_b") == metric_b), None)
         if row is not None:
             out[prompts] = row
     return out
 
 
+def paired_pk_cs(validation: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """:func:`paired_rows` of PK - CS."""
+    return paired_rows(validation, "CS")
+
+
+def baseline_checks(validation: dict[str, Any], prompts: list[str]) -> dict[str, dict[str, str]]:
+    """{trivial baseline: {prompt set: "PK better" | "no difference" | "<baseline> better"}} on
+    ``prompts``, from the paired PK - baseline rows (baselines the answer lacks are left out)."""
+    out: dict[str, dict[str, str]] = {}
+    for b in TRIVIAL:
+        rows = paired_rows(validation, b)
+        words = {p: ("PK better" if d["verdict"] == "A" else f"{b} better" if d["verdict"] == "B"
+                     else "no difference") for p, d in rows.items() if p in prompts and d.get("verdict")}
+        if words:
+            out[b] = words
+    return out
+
+
 def claim_pk_beats_cs(numbers: dict[str, Any]) -> Verdict:
     """The PK-over-CS claim, judged against path-ablation effects by the paired rule
-    (GET /api/validation's ``paired``: rho(PK) - rho(CS) on the same random pairs)."""
+    (GET /api/validation's ``paired``: rho(PK) - rho(CS) on the same random pairs), and decided
+    against the trivial baselines too: a win over CS that the layer gap or the source's variance
+    share matches or beats is "not supported over the trivial baselines"."""
     v = numbers.get("validation")
     claim = ("PK finds the edges that matter better than CS (paper: it recovers the IOI circuit of "
              "GPT-2 small better; here: against path-ablation effects).")
     rule = ("on GET /api/validation, PK's Spearman ρ with the effect minus CS's on the same random pairs, "
             "with a paired bootstrap 95% interval (2,000 resamples), per prompt set: holds when the "
             "interval lies above 0 on every prompt set, partly holds when above 0 on some and holding 0 "
-            "on the rest, does not hold when it holds 0 everywhere or lies below 0 on some set; not "
-            "applicable for a model that cannot run")
+            "on the rest, does not hold when it holds 0 everywhere or lies below 0 on some set; a PK win "
+            "is then checked the same way against the trivial baselines (the layer gap and the source "
+            "head's variance share): where one of them is better than PK or not distinguishable from it "
+            "on a set PK won, the claim is not supported over the trivial baselines; not applicable for "
+            "a model that cannot run")
     if not available(v) or not v or not v.get("summary"):
         return Verdict("pk_vs_cs", claim, rule, NA, {}, why_missing(v, "no path ablation for this model"))
     paired = paired_pk_cs(v)
@@ -234,8 +259,20 @@ def claim_pk_beats_cs(numbers: dict[str, Any]) -> Verdict:
     because = "; ".join(f"{p}: PK − CS = {d['difference']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}] "
                         f"(n = {d['n']}, {'PK better' if d['verdict'] == 'A' else 'CS better' if d['verdict'] == 'B' else 'no difference'})"
                         for p, d in decided.items())
+    checks = baseline_checks(v, wins)
+    not_beaten = {b: {p: w for p, w in sets.items() if w != "PK better"} for b, sets in checks.items()}
+    not_beaten = {b: sets for b, sets in not_beaten.items() if sets}
+    if verdict in (HOLDS, PARTLY) and not_beaten:
+        verdict = BASELINE_BEATS
+        words = "; ".join(f"{b}: " + ", ".join(f"{p} {w}" for p, w in sets.items())
+                          for b, sets in not_beaten.items())
+        because += (f". PK beats CS, but a trivial baseline is not beaten ({words}): not supported over the "
+                    "trivial baselines")
+    elif wins and checks:
+        because += ". PK also beats the trivial baselines (" + ", ".join(checks) + ") where it beats CS"
     return Verdict("pk_vs_cs", claim, rule, verdict,
-                   {"paired": paired, "pk_better_on": wins, "cs_better_on": losses, "power": v.get("power")},
+                   {"paired": paired, "pk_better_on": wins, "cs_better_on": losses, "power": v.get("power"),
+                    "baselines": checks, "baselines_not_beaten": not_beaten},
                    because)
 
 
@@ -273,7 +310,10 @@ def induction_check(numbers: dict[str, Any]) -> Verdict:
     verified = [r for r in hits if r["verdict"] == "verified"]
     verdict = HOLDS if verified else PARTLY if hits else FAILS
     first = (verified or hits or [None])[0]
+    refused = [r for r in hits if r["verdict"] == "null too small"]
     because = (f"{len(hits)} of the top-{len(rows)} are previous-token → induction, {len(verified)} verified"
+               + (f" ({len(refused)} without a verdict: the random-pair null is too small to resolve its "
+                  "quantile)" if refused else "")
                + (f"; first: #{first['rank']} {first['source']} → {first['target']} ({first['verdict']})" if first else ""))
     return Verdict("induction", claim, rule, verdict, {"edges": rows, "hits": len(hits), "verified": len(verified)},
                    because)

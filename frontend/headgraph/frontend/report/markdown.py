@@ -15,13 +15,14 @@ from typing import Any
 
 from headgraph.frontend.figures.palette import NO_CLASS
 from headgraph.frontend.report.charts import Chart, report_palette
-from headgraph.frontend.report.claims import (FAILS, HOLDS, NA, PARTLY, PATTERN_MIN, Verdict, induction_rows,
-                                              pattern_kinds, sink_edges)
+from headgraph.frontend.report.claims import (BASELINE_BEATS, FAILS, HOLDS, NA, PARTLY, PATTERN_MIN, Verdict,
+                                              induction_rows, pattern_kinds, sink_edges)
 from headgraph.frontend.report.numbers import available
 from headgraph.frontend.report.subspaces import subspaces_section
 from headgraph.frontend.report.text import fmt, fmt_ci, table
 
-MARK = {HOLDS: "✅ holds", PARTLY: "◐ partly holds", FAILS: "❌ does not hold", NA: "– not applicable here"}
+MARK = {HOLDS: "✅ holds", PARTLY: "◐ partly holds", FAILS: "❌ does not hold", NA: "– not applicable here",
+        BASELINE_BEATS: "⚠️ not supported over the trivial baselines"}
 INDEX_TITLE = "# Findings reports"
 TITLES = {"kl": "Far from random subspaces (KL)", "hub": "An identity-head hub",
           "tokens": "Heads named by tokens", "pk_vs_cs": "PK against CS on what matters",
@@ -70,6 +71,7 @@ def summary_section(verdicts: Sequence[Verdict]) -> str:
     holds = [v for v in verdicts if v.verdict == HOLDS]
     partly = [v for v in verdicts if v.verdict == PARTLY]
     fails = [v for v in verdicts if v.verdict == FAILS]
+    trivial = [v for v in verdicts if v.verdict == BASELINE_BEATS]
     na = [v for v in verdicts if v.verdict == NA]
 
     def names(vs: Sequence[Verdict]) -> str:
@@ -81,6 +83,9 @@ def summary_section(verdicts: Sequence[Verdict]) -> str:
         lines.append(f"- **Holds only in part:** {names(partly)}.")
     if fails:
         lines.append(f"- **Does not hold here:** {names(fails)}.")
+    if trivial:
+        lines.append(f"- **Not supported over the trivial baselines** (a layer gap or source-variance ranking "
+                     f"does as well): {names(trivial)}.")
     if na:
         lines.append(f"- **Could not be tested here:** {names(na)}.")
     return ("## Verdicts\n\nEach claim is decided by the rule printed in its section, the same rule for "
@@ -239,16 +244,9 @@ def pk_cs_section(v: Verdict, numbers: dict[str, Any], charts: dict[str, Chart],
                         f"({', '.join(held['metrics'])}): {held['fit']}, and every metric is compared with the "
                         f"{held['tested']} (the 'text' rows fit and test data-PK on the same prompts).")
         if val.get("precision"):
-            p0 = val["precision"][0]
-            text.append(f"Top-{val['k']} precision against the random-pair null (an edge is verified by the ablation "
-                        f"verdict's rule: above the random sample's {fmt(p0['quantile'], 4)} quantile, Bonferroni over "
-                        f"the {val['k']} edges × 2 prompt sets; the random pairs judged by the same thresholds; "
-                        "one-sided Fisher exact test):")
-            text.append(table(("metric", f"verified of top-{val['k']}", "random pairs verified", "odds ratio",
-                               "Fisher p"),
-                              [(r["metric"], f"{r['verified']} / {r['k']}", f"{r['null_verified']} / {r['n_null']}",
-                                "∞" if r["odds_ratio"] is None and r["verified"] else fmt(r["odds_ratio"]),
-                                fmt(r["p_value"], 2)) for r in val["precision"]]))
+            text.append(precision_text(val))
+        if val.get("association"):
+            text.append(association_text(val))
         above_zero = {p: [r["metric"] for r in rs if (r["random_rho"].get("low") or 0) > 0]
                       for p, rs in val["summary"].items()}
         text.append("Metrics whose ρ interval lies wholly above 0 (a correlation with the effect the sample "
@@ -256,6 +254,51 @@ def pk_cs_section(v: Verdict, numbers: dict[str, Any], charts: dict[str, Chart],
         if "validation.png" in charts:
             text.append(figure(folder, charts["validation.png"]))
     return "\n\n".join(text)
+
+
+def precision_text(val: dict[str, Any]) -> str:
+    """The calibrated top-k precision: the rule, and per metric its verified share against held-out
+    random pairs (raw and source-variance-normalised effect), the achieved error and the matched null."""
+    rows = val["precision"]
+    p0 = rows[0]
+    head = (f"Top-{val['k']} precision against held-out random pairs: an edge is verified by the ablation verdict's "
+            f"rule, above the {fmt(p0['quantile'], 4)} quantile (Bonferroni over the {val['k']} edges × 2 prompt "
+            f"sets) of one seeded half of the random sample ({p0['n_calibration']} pairs; "
+            f"{', '.join(sorted(set((p0.get('method') or {}).values())))}), and the top-k and the other half "
+            f"({p0['n_null']} pairs) are judged by it; one-sided Fisher exact test. The held-out share above the "
+            f"threshold is the achieved error (expected {fmt(p0['expected_share'], 2)} per pair; × k = the "
+            "family-wise error). The matched null takes each top edge's held-out stratum (source-variance "
+            "tertile × layer gap 1 / more).")
+
+    def cells(r: dict[str, Any]) -> tuple:
+        if r.get("verified") is None:
+            return (r["metric"], "unresolved", "–", "–", "–", "–")
+        m = r.get("matched") or {}
+        return (r["metric"], f"{r['verified']} / {r['k']}", f"{r['null_verified']} / {r['n_null']}",
+                fmt(r["achieved_fwer"], 2), fmt(r["p_value"], 2),
+                f"{fmt(m.get('expected_verified'), 2)} (p {fmt(m.get('p_value'), 2)})" if m else "n/a")
+    cols = ("metric", f"verified of top-{val['k']}", "held-out random pairs verified", "achieved FWER", "Fisher p",
+            "matched null: expected verified")
+    out = [head, table(cols, [cells(r) for r in rows])]
+    if val.get("precision_normalised"):
+        out.append("The same on the effect divided by the source head's variance share (what a loud source "
+                   "alone does not explain):")
+        out.append(table(cols, [cells(r) for r in val["precision_normalised"]]))
+    return "\n\n".join(out)
+
+
+def association_text(val: dict[str, Any]) -> str:
+    """Each metric's Spearman with the effect, its partial Spearman given the trivial baselines, and its
+    Spearman with the source-variance-normalised effect, per prompt set."""
+    rows = [(p, r["metric"], fmt(r["spearman"], 2),
+             "n/a" if not r.get("partial") else f"{fmt(r['partial']['rho'], 2)} (p {fmt(r['partial']['p_value'], 2)})",
+             fmt(r.get("normalised_spearman"), 2))
+            for p, rs in val["association"].items() for r in rs]
+    return ("What a metric says beyond how loud its source is and how near its layers are: the partial "
+            "Spearman ρ with the effect given the source's variance share and the layer gap, and ρ with the "
+            "effect divided by the source's variance share:\n\n"
+            + table(("prompts", "metric", "ρ", "partial ρ | source variance, layer gap", "ρ with effect / source variance"),
+                    rows))
 
 
 def induction_section(v: Verdict, numbers: dict[str, Any], charts: dict[str, Chart], folder: str) -> str:
@@ -297,7 +340,7 @@ def recovery_section(numbers: dict[str, Any]) -> str:
     text.append(f"Reference: the heads of the label set `{rec['labels']}`; an edge is in it when both its "
                 f"heads are. Per metric over all valid forward pairs: the share of its top-{rec['k']} edges' "
                 "endpoints on reference heads (Table 1), precision@k, and ROC-AUC at separating reference "
-                "edges (Table 2), with 95% stratified bootstrap intervals; the last column is the paired "
+                "edges (Table 2), with 95% head-cluster bootstrap intervals (heads resampled: the label is a head's); the last column is the paired "
                 "difference to PK on the same resamples (layer gap and random are trivial baselines).")
     for pairing, data in (rec.get("pairings") or {}).items():
         if not available(data) or not data:

@@ -32,6 +32,8 @@ class RecoveryOut(BaseModel):
     baseline: str
     confidence: float
     n_resamples: int
+    unit: str = Field("heads", description="what the bootstrap resamples: heads (cluster) or edges")
+    bootstrap: str = Field("", description="the bootstrap rule in words")
     rows: list[MetricRow]
     reference_heads: list[str]
     unknown_heads: list[str]

@@ -46,20 +46,43 @@ class SamplePower(BaseModel):
     n_for_80: int = Field(description="random pairs that reach 80% power")
 
 
+class MatchedNull(BaseModel):
+    share: float = Field(description="the held-out verified share of each top edge's stratum, averaged")
+    expected_verified: float = Field(description="the verified count the matched null expects of the top-k")
+    p_value: float = Field(description="exact Poisson-binomial P(verified >= observed) under the matched null")
+    strata: str = Field(description="the matching rule")
+
+
 class Precision(BaseModel):
     metric: str
     k: int = Field(description="the metric's top-k pairs tested")
-    verified: int = Field(description="of them verified against the random-pair null")
-    precision: float = Field(description="verified / k")
-    n_null: int = Field(description="random-sample pairs outside the top-k (the null)")
-    null_verified: int = Field(description="of them above the same thresholds")
-    null_share: float
+    verified: int | None = Field(description="of them verified against the random-pair null (null: unresolved)")
+    precision: float | None = Field(description="verified / k")
+    n_calibration: int = Field(0, description="random-sample pairs outside the top-k that set the thresholds")
+    n_null: int = Field(description="held-out random-sample pairs outside the top-k (judged, never calibrating)")
+    null_verified: int | None = Field(description="of them above the same thresholds")
+    null_share: float | None
+    expected_share: float | None = Field(None, description="what null_share should be: 0.05 / k")
+    achieved_fwer: float | None = Field(None, description="k x null_share (capped at 1): the family-wise "
+                                                          "error the held-out half measures")
     odds_ratio: float | None
-    p_value: float = Field(description="one-sided Fisher exact test: the top-k verified more often")
+    p_value: float | None = Field(description="one-sided Fisher exact test: the top-k verified more often "
+                                              "than the held-out pairs")
     quantile: float | None = Field(description="1 - 0.05 / (k x prompt sets): the null quantile")
-    thresholds: dict[str, float] = Field(description="per prompt set: the null's quantile of the smaller "
-                                                     "split-half effect")
-    resolved: dict[str, bool]
+    thresholds: dict[str, float | None] = Field(description="per prompt set: the calibration half's quantile "
+                                                            "of the smaller split-half effect (null: unresolved)")
+    method: dict[str, str] = Field({}, description="per prompt set: empirical | gpd | unresolved")
+    resolved: bool = Field(description="some prompt set's threshold is resolved (else no verdict)")
+    split: str = Field("", description="the calibration / held-out split rule")
+    matched: MatchedNull | None = Field(None, description="the stratified matched null (null: no baselines)")
+
+
+class Association(BaseModel):
+    metric: str
+    spearman: float | None
+    partial: dict[str, Any] | None = Field(description="partial Spearman with the effect given the trivial "
+                                                       "baselines: rho, p_value, n, given")
+    normalised_spearman: float | None = Field(description="Spearman with the effect / the source's variance share")
 
 
 class HeldOut(BaseModel):
@@ -84,8 +107,13 @@ class ValidationOut(BaseModel):
         {}, description="per prompt set: PK minus every other metric's Spearman, paired bootstrap")
     power: SamplePower | None = Field(None, description="the random sample's power for rho = 0.3")
     rule: str = Field("", description="the decision rule's version (part of the cache key)")
-    precision: list[Precision] = Field([], description="per metric: its top-k's verified share against the "
-                                                       "random sample's, Fisher exact test")
+    precision: list[Precision] = Field([], description="per metric: its top-k's verified share against "
+                                                       "held-out random pairs, Fisher exact test")
+    precision_normalised: list[Precision] = Field(
+        [], description="the same on the effect divided by the source's variance share ([]: no source variance)")
+    association: dict[str, list[Association]] = Field(
+        {}, description="per prompt set: each metric's Spearman, partial Spearman given the trivial baselines "
+                        "and Spearman with the normalised effect")
     held_out: HeldOut | None = Field(None, description="data-weighted PK fit on one half of the text prompts, "
                                                        "tested on the other (null: no data-weighted PK)")
     edges: list[dict[str, Any]] = Field(description="every measured pair: source, target, in_sample, "
