@@ -408,6 +408,42 @@ def test_a_full_disk_refuses_new_values_keeps_old_ones_and_recovers(tmp_path):
     assert not out["lock_left"]
 
 
+def test_a_folder_made_read_only_after_opening_refuses_a_cold_value_before_computing(tmp_path):
+    """The store opened writable; the folder turns read-only under it (its SQLite files stay
+    writable through their open handles, a new value file cannot be made): a cold value is
+    refused with the reason before its computation runs, not after."""
+    assert read_only_works(tmp_path), ("cannot make a folder read-only for a child process "
+                                       "here (root without CAP_SETPCAP to drop DAC overrides?)")
+    folder = tmp_path / "c"
+    out = run_python("""
+        import json, os, stat, sys
+        from pathlib import Path
+        from headgraph.server.errors import CacheUnavailable
+        from headgraph.server.cache.store import Store
+        store = Store(sys.argv[1])
+        store.get_or_compute("warm", lambda: list(range(10)))
+        for p in [Path(sys.argv[1]), *Path(sys.argv[1]).rglob("*")]:
+            p.chmod(p.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+        out = {"calls": 0, "reason": store.read_only_reason}
+        def compute():
+            out["calls"] += 1
+            return bytes(200_000)  # a value file of its own, as results are
+        try:
+            store.get_or_compute("cold", compute)
+            out["cold"] = None
+        except CacheUnavailable as err:
+            out["cold"] = [err.status, err.message]
+        out["warm"] = store.get("warm")
+        print(json.dumps(out))
+        """, str(folder), preexec=unprivileged())
+    set_writable(folder, True)
+    assert out["reason"] is None  # opened writable: only a write can tell
+    status, message = out["cold"]
+    assert status == 503 and message.startswith("the cache folder is read-only"), message
+    assert not ABS_PATH.search(message)
+    assert out["calls"] == 0 and out["warm"] == list(range(10))
+
+
 def test_a_store_opened_on_a_full_disk_sees_new_values_and_becomes_writable_again(tmp_path):
     out = run_python("""
         import json, resource, sys
@@ -593,3 +629,29 @@ def test_a_full_disk_503s_cold_results_and_the_server_keeps_serving(warm, tmp_pa
         assert srv.proc is not None and srv.proc.poll() is None
         assert internal_errors(srv) == []
         assert not any("worker stopped" in json.dumps(r) for r in srv.records())
+
+
+@pytest.mark.slow  # a real server on a warm cache (itself a server run): ~8 s
+def test_a_cache_made_read_only_while_serving_503s_a_cold_result_before_any_compute(warm, tmp_path):
+    """The server opened its cache writable; the folder turns read-only while it serves. A
+    cold result is a 503 with the reason before anything is computed: no compute process is
+    started for it (they start on the first cold computation). Writable again, it computes."""
+    assert read_only_works(tmp_path), ("cannot make a folder read-only for a child process "
+                                       "here (root without CAP_DAC_OVERRIDE to drop?)")
+    warm_cache, answers = warm
+    cache = copy_of(warm_cache, tmp_path)
+    try:
+        server = Server(cache, preexec=unprivileged())
+        with server as srv:
+            assert get(srv, "/api/pk", PK_OK).json() == answers["OK"]  # warm: no compute process
+            before = {p.pid for p in server.processes()}
+            set_writable(cache, False)
+            assert_clear_503(get(srv, "/api/pk", PK_QK), "read-only")
+            assert {p.pid for p in server.processes()} == before  # nothing spawned, loaded or computed
+            assert get(srv, "/api/pk", PK_OV).json() == answers["OV"]  # warm reads go on
+            set_writable(cache, True)
+            assert get(srv, "/api/pk", PK_QK).status_code == 200
+            assert {p.pid for p in server.processes()} > before  # a cold result does start one
+            assert internal_errors(srv) == []
+    finally:
+        set_writable(cache, True)

@@ -40,6 +40,7 @@ from headgraph.core.types import COMPUTE_VERSION
 from headgraph.server.cache.folders import open_cache
 from headgraph.server.cache.locks import DiskLock, KeyedLocks
 from headgraph.server.cache.values import BadValue, check_value, decode_value, encode_value
+from headgraph.server.cache.write_errors import probe_write
 from headgraph.server.errors import CacheUnavailable, one_line
 
 log = logging.getLogger("headgraph.store")
@@ -103,6 +104,14 @@ class Store:
     def read_only_reason(self) -> str | None:
         """Why new results cannot be stored now (read-only folder, full disk), else None."""
         return self.results.unavailable() or self.meta.unavailable()
+
+    def cannot_store(self) -> str | None:
+        """Why a result computed now could not be stored: ``read_only_reason``, or what a probe
+        write in the results folder finds (a folder made read-only or a disk filled since the
+        store opened shows only when a file is written); None when it could. Asked before a
+        cold computation (and before loading a model for one), so it is refused before it
+        runs, not after."""
+        return self.read_only_reason or probe_write(self.results.directory)
 
     # -- checked values -----------------------------------------------------------------
     def _raw(self, key: str) -> Any:
@@ -182,12 +191,12 @@ class Store:
     def get_or_compute(self, key: str, compute: Callable[[], T]) -> T:
         """Return the cached value of ``key`` or compute it exactly once across processes.
 
-        CacheUnavailable (nothing computed) when the cache cannot store new results, or
-        (after computing) when storing it fails for that reason."""
+        CacheUnavailable (nothing computed) when the cache cannot store new results
+        (``cannot_store``), or (after computing) when storing it fails for that reason."""
         value = self._load(key)
         if value is not _MISSING:
             return value
-        reason = self.read_only_reason
+        reason = self.cannot_store()
         if reason is not None:  # nothing computed could be kept: no lock, no work
             raise CacheUnavailable(reason)
         with self._local.hold(key):

@@ -2,8 +2,8 @@
 
 :func:`write_failure_reason` reads an exception chain (OSError errnos, SQLite result codes and
 messages) as a read-only folder, a full disk, an unwritable folder, a damaged index or a lock
-that was never released; :func:`diagnose` makes SQLite's bare "disk I/O error" precise with a
-probe write; :func:`is_corruption` tells a damaged index database (moved aside and rebuilt by
+that was never released; :func:`probe_write` asks a folder whether it can take a new file now;
+:func:`diagnose` makes SQLite's bare "disk I/O error" precise with such a probe; :func:`is_corruption` tells a damaged index database (moved aside and rebuilt by
 :func:`headgraph.server.cache.folders.open_cache`); :func:`scrub` takes absolute paths out of a
 message. Kept apart from the cache code that acts on these reasons.
 """
@@ -99,21 +99,33 @@ def write_failure_reason(err: BaseException) -> str | None:
     return None
 
 
-def diagnose(directory: str | Path, reason: str) -> str:
-    """``reason`` made precise where SQLite said only "disk I/O error" (it drops the errno):
-    a 64 KiB probe file written in ``directory`` tells a full disk (ENOSPC, EFBIG, EDQUOT)
-    or a read-only folder from other I/O errors."""
-    if not reason.startswith(_NOT_WRITABLE_PREFIX):
-        return reason
+PROBE_BYTES = 1 << 16
+
+
+def probe_write(directory: str | Path, *, sync: bool = False) -> str | None:
+    """Why ``directory`` cannot take a new file now (read-only, full disk, unwritable), or
+    None when a PROBE_BYTES probe file can be written there (and deleted). Cheap enough to ask
+    before a cold computation, so one whose result could not be kept is refused before it
+    runs; ``sync`` also fsyncs it (for filesystems that report a full disk only then)."""
     probe = Path(directory, f".write-probe-{os.getpid()}-{threading.get_ident()}")
     try:
         with open(probe, "wb") as f:
-            f.write(bytes(1 << 16))
+            f.write(bytes(PROBE_BYTES))
             f.flush()
-            os.fsync(f.fileno())
+            if sync:
+                os.fsync(f.fileno())
     except OSError as err:
-        return write_failure_reason(err) or reason
+        return write_failure_reason(err) or NOT_WRITABLE.format(err.strerror or type(err).__name__)
     finally:
         with contextlib.suppress(OSError):
             probe.unlink()
-    return reason
+    return None
+
+
+def diagnose(directory: str | Path, reason: str) -> str:
+    """``reason`` made precise where SQLite said only "disk I/O error" (it drops the errno):
+    a probe file written in ``directory`` (``probe_write``) tells a full disk (ENOSPC, EFBIG,
+    EDQUOT) or a read-only folder from other I/O errors."""
+    if not reason.startswith(_NOT_WRITABLE_PREFIX):
+        return reason
+    return probe_write(directory, sync=True) or reason

@@ -14,8 +14,8 @@ from fastapi import Depends, Header, Query, Request
 from fastapi.concurrency import run_in_threadpool
 
 from headgraph.server.cache.cold_miss import CACHE_ONLY, ColdMiss
-from headgraph.server.cache.store import Store
-from headgraph.server.errors import Unauthorized
+from headgraph.server.cache.store import Store, parse_key
+from headgraph.server.errors import CacheUnavailable, Unauthorized
 from headgraph.server.http.access import bearer, cold_work, token_matches
 from headgraph.server.models.catalog import ModelCatalog
 from headgraph.server.models.offered import BUILTIN_MODELS, ModelRef
@@ -117,7 +117,9 @@ async def cached_first(request: Request, fn: Callable[..., T], *args: Any, **kwa
     reads never queue behind cold computations waiting in the default pool); if something it
     needs is cold (ColdMiss), again computing it, inside ``access.cold_work``: 401 in lab mode
     without the token; over the client's cap of cold computations at once it waits in the
-    client's queue (429 only when that is full)."""
+    client's queue (429 only when that is full); a cold result the cache could not store
+    (``Store.cannot_store``) is a 503 before anything loads or computes. A cold model
+    identity alone is not refused: a read-only cache still serves its stored results."""
 
     def attempt(cache_only: bool) -> T:
         token = CACHE_ONLY.set(cache_only)
@@ -128,9 +130,14 @@ async def cached_first(request: Request, fn: Callable[..., T], *args: Any, **kwa
 
     try:
         return await anyio.to_thread.run_sync(attempt, True, limiter=_warm_limiter(request))
-    except ColdMiss:
-        pass
+    except ColdMiss as miss:
+        result = bool(miss.args) and parse_key(str(miss.args[0])) is not None  # not a model identity
     async with cold_work(request):
+        if result:  # a result to compute: 503 at once when it could not be stored (no model load)
+            store: Store = request.app.state.services.store
+            reason = await anyio.to_thread.run_sync(store.cannot_store, limiter=_warm_limiter(request))
+            if reason is not None:
+                raise CacheUnavailable(reason)
         return await run_in_threadpool(attempt, False)
 
 
