@@ -411,11 +411,13 @@ def test_the_api_client_acts_for_one_browser_user():
 
 def test_views_fill_as_their_own_results_are_cached():
     """Issue 17: a cold model showed nothing until the whole job ended. With a running job's
-    partial record each view renders once what it reads is cached; panels wait for the end."""
+    partial record each view renders once what it reads is cached; the panels once PK, CS
+    and the class overlay's pattern scores are (the rest they show when cached); a waiting
+    view names the stages it waits for."""
     from functools import partial as bind
 
     from headgraph.frontend.state.url import ViewState
-    from headgraph.frontend.state.readiness import needed_stages, view_params
+    from headgraph.frontend.state.readiness import needed_stages, view_params, waiting_for
 
     VS = bind(ViewState, model="demo", pairings=("OQ", "OK", "OV"), k=20)
 
@@ -444,7 +446,13 @@ def test_views_fill_as_their_own_results_are_cached():
     assert not view_params(ref, "reference", partial(plan.index("null OV")))
     assert view_params(ref, "reference", partial(plan.index("null OV") + 1))
     pair = VS(view="graph", pairing="OK", pair="L0H0,L1H0")
-    assert not view_params(pair, "pair-panel", partial(len(plan) - 1))  # waits for the job
+    assert not view_params(pair, "pair-panel", partial(plan.index("patterns")))
+    assert view_params(pair, "pair-panel", partial(plan.index("patterns") + 1))  # before z, nulls, tokens
+    assert view_params(VS(view="graph", head="L0H0", overlay=""), "head-panel", partial(plan.index("cs V") + 1))
+    assert waiting_for(z, partial(plan.index("z OQ")), "heatmap").startswith("waiting for z OK (")
+    assert waiting_for(graph, partial(3), "graph").startswith("waiting for pk OV, cs Q, cs K, cs V and 1 more (")
+    assert waiting_for(graph, partial(7), "graph").startswith("waiting for patterns (")
+    assert waiting_for(graph, None, "graph").startswith("waiting for the model's results")
     done = {"model": "demo", "token": "job1"}
     assert view_params(pair, "pair-panel", done)["ready"] == "job1"
     assert not view_params(heat, "heatmap", {**partial(len(plan)), "model": "other"})

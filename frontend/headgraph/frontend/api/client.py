@@ -164,12 +164,16 @@ class ApiClient:
         return self.get("/api/top", model=model, pairing=pairing, k=k, metric=metric)
 
     def pair(self, model: str, pairing: str, source: str, target: str,
-             labels: str | None = None) -> dict[str, Any]:
+             labels: str | None = None, partial: bool = False) -> dict[str, Any]:
+        """``partial``: while the model's job runs, what is cached ("pending" names the rest)."""
         return self.get("/api/pair", model=model, pairing=pairing, source=source, target=target,
-                        labels=labels)
+                        labels=labels, partial="true" if partial else None)
 
-    def head(self, model: str, head: str, labels: str | None = None, k: int = 5) -> dict[str, Any]:
-        return self.get("/api/head", model=model, head=head, labels=labels, k=k)
+    def head(self, model: str, head: str, labels: str | None = None, k: int = 5,
+             partial: bool = False) -> dict[str, Any]:
+        """``partial``: while the model's job runs, what is cached ("pending" names the rest)."""
+        return self.get("/api/head", model=model, head=head, labels=labels, k=k,
+                        partial="true" if partial else None)
 
     def graph(self, model: str, pairings: list[str], *, k: int | None = 20,
               threshold: float | None = None, threshold_on: str = "pk",

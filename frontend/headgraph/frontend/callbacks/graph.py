@@ -48,7 +48,7 @@ from headgraph.frontend.figures.graph_filters import (
 from headgraph.frontend.figures.graph_layers import EDGE_DRAW_LIMIT, layer_graph_figure, too_many_note
 from headgraph.frontend.figures.palette import JOINED
 from headgraph.frontend.figures.positions import grid_positions, positions
-from headgraph.frontend.state.readiness import view_params
+from headgraph.frontend.state.readiness import waiting_for, view_params
 from headgraph.frontend.state.url import (
     FDR_DEFAULT_Q,
     format_layers,
@@ -293,7 +293,9 @@ def shown_graph(client: Any, params: dict[str, Any]) -> dict[str, Any]:
                variant=lambda p: [ablation_digest(p), circuit_state(p)])
 def render_graph(search: str | None, ready: dict | None, label_sets: list | None) -> tuple:
     """The head graph of the URL's pairings, rule, metric, layout, overlay and selection."""
-    return graph_view(view_params(state_of(search, label_sets), "graph", ready), label_sets)
+    state = state_of(search, label_sets)
+    return graph_view(view_params(state, "graph", ready), label_sets,
+                      waiting=waiting_for(state, ready, "graph"))
 
 
 def search_classes(client: Any, params: dict[str, Any], nodes: list[dict[str, Any]],
@@ -315,11 +317,12 @@ def search_classes(client: Any, params: dict[str, Any], nodes: list[dict[str, An
     return out
 
 
-def graph_view(params: dict[str, Any] | None, label_sets: list[dict[str, Any]] | None = None) -> tuple:
+def graph_view(params: dict[str, Any] | None, label_sets: list[dict[str, Any]] | None = None,
+               waiting: str = WAITING) -> tuple:
     """(figure, summary, slider range, edge count, hubs) for graph params (None: waiting);
     ``label_sets``: the API's label-set list (the overlay's class order; read when None)."""
     if not params:
-        return (empty_figure(WAITING), [], no_update, None, None)
+        return (empty_figure(waiting), [], no_update, None, None)
     pairings = list(params["pairings"])
     if not pairings:
         return (empty_figure("pick at least one pairing (OQ / OK / OV) above"), [], no_update, "0", "")

@@ -20,7 +20,7 @@ from headgraph.frontend.callbacks.common import (
 from headgraph.frontend.callbacks.router import view_callback
 from headgraph.frontend.figures import empty_figure, head_grid_figure, score_heatmap
 from headgraph.frontend.figures.heatmaps import block_grid, grid_labels, layer_overview
-from headgraph.frontend.state.readiness import view_params
+from headgraph.frontend.state.readiness import waiting_for, view_params
 
 
 def metric_grid(client: ApiClient, model: str, pairing: str, metric: str) -> dict[str, Any]:
@@ -53,14 +53,17 @@ def hover_grids(client: ApiClient, model: str, pairing: str, metric: str) -> dic
 def render_heatmap(search: str | None, ready: dict | None, label_sets: list | None) -> tuple:
     """The full pair grid of the URL's pairing and metric (when the heatmap tab shows), its
     layer overview, or one layer block of it."""
-    return heatmap_view(view_params(state_of(search, label_sets), "heatmap", ready), label_sets)
+    state = state_of(search, label_sets)
+    return heatmap_view(view_params(state, "heatmap", ready), label_sets,
+                        waiting=waiting_for(state, ready, "heatmap"))
 
 
-def heatmap_view(params: dict[str, Any] | None, label_sets: list[dict[str, Any]] | None = None) -> tuple:
+def heatmap_view(params: dict[str, Any] | None, label_sets: list[dict[str, Any]] | None = None,
+                 waiting: str = WAITING) -> tuple:
     """(figure, summary chips, cell count) for heatmap params (None: a waiting note);
     ``label_sets``: the API's label-set list (the overlay's class order; read when None)."""
     if not params or not params.get("ready"):
-        return empty_figure(WAITING), [], None
+        return empty_figure(waiting), [], None
     client = api()
     model, pairing, metric = params["model"], params["pairing"], params["metric"]
     try:
@@ -93,13 +96,14 @@ def heatmap_view(params: dict[str, Any] | None, label_sets: list[dict[str, Any]]
                Output("head-grid-box", "style"))
 def render_head_grid(search: str | None, ready: dict | None, label_sets: list | None) -> tuple:
     """One head's outgoing / incoming scores (the selected head, else the pair's end)."""
-    return head_grid_view(view_params(state_of(search, label_sets), "head-grid", ready))
+    state = state_of(search, label_sets)
+    return head_grid_view(view_params(state, "head-grid", ready), waiting_for(state, ready, "head-grid"))
 
 
-def head_grid_view(params: dict[str, Any] | None) -> tuple:
+def head_grid_view(params: dict[str, Any] | None, waiting: str = WAITING) -> tuple:
     """(figure, summary chips, box style) for head-grid params (None: hidden)."""
     if not params or not params.get("ready"):
-        return empty_figure(WAITING, 300), [], {"display": "none"}
+        return empty_figure(waiting, 300), [], {"display": "none"}
     head = params.get("head")
     if not head:
         hint = "click a cell above, or a node in the head graph, to see one head's scores"

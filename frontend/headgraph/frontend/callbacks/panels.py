@@ -16,11 +16,10 @@ from headgraph.frontend.callbacks.common import api, error_note, state_of, with_
 from headgraph.frontend.callbacks.circuit_reads import circuit_state, pair_attribution
 from headgraph.frontend.callbacks.router import view_callback
 from headgraph.frontend.figures import PAIRING_COLORS, cosines_figure, empty_figure
-from headgraph.frontend.state.readiness import view_params
+from headgraph.frontend.state.readiness import view_params, waiting_for
 from headgraph.frontend.state.transitions import toggle_pin
 from headgraph.frontend.state.url import ViewState, to_query
 
-WAITING_PANEL = "waiting for the model's results…"
 
 
 def _num(v: Any, digits: int = 4) -> str:
@@ -207,6 +206,16 @@ def waiting(title: str, link: dcc.Link, note: Any) -> list[Any]:
     return [link, html.H3(title), note]
 
 
+def pending_note(data: dict[str, Any], id_: str) -> list[Any]:
+    """A panel opened while its model's job runs: which of its results are still to come
+    (the API's "pending"); nothing when complete."""
+    pending = list(data.get("pending") or [])
+    if not pending:
+        return []
+    return [html.P(f"still being computed by the model's job: {', '.join(pending)} (shown when done)",
+                   id=id_, className="note", **{"data-pending": ",".join(pending)})]
+
+
 STALE_JS = """
 function(search, headBody, pairBody) {
   const q = new URLSearchParams(search || "");
@@ -242,13 +251,14 @@ def render_head_panel(search: str | None, ready: dict | None, label_sets: list |
     link = close_link("head-close", state.with_(head=None))
     params = view_params(state, "head-panel", ready)
     if params is None:
-        return waiting(state.head, link, html.P(WAITING_PANEL))
+        return waiting(state.head, link, html.P(waiting_for(state, ready, "head-panel"), id="head-waiting"))
+    partial = bool((ready or {}).get("partial"))
     try:
-        data, _ = with_overlay(lambda labels: api().head(params["model"], params["head"], labels=labels),
-                               params.get("overlay"))
+        data, _ = with_overlay(lambda labels: api().head(params["model"], params["head"], labels=labels,
+                                                         partial=partial), params.get("overlay"))
     except ApiError as err:
         return waiting(state.head, link, error_note(err.message))
-    return head_body(data, state)
+    return head_body(data, state) + pending_note(data, "head-pending")
 
 
 @view_callback("pair-panel", Output("pair-panel-body", "children"), Output("cosines", "figure"),
@@ -262,14 +272,16 @@ def render_pair_panel(search: str | None, ready: dict | None, label_sets: list |
     link = close_link("pair-close", state.with_(pair=None))
     params = view_params(state, "pair-panel", ready)
     if params is None:
-        return waiting(f"{s} → {t}", link, html.P(WAITING_PANEL)), empty_figure("", 200)
+        note = html.P(waiting_for(state, ready, "pair-panel"), id="pair-waiting")
+        return waiting(f"{s} → {t}", link, note), empty_figure("", 200)
+    partial = bool((ready or {}).get("partial"))
     try:
-        data, _ = with_overlay(lambda labels: api().pair(params["model"], params["pairing"], s, t, labels=labels),
-                               params.get("overlay"))
+        data, _ = with_overlay(lambda labels: api().pair(params["model"], params["pairing"], s, t, labels=labels,
+                                                         partial=partial), params.get("overlay"))
     except ApiError as err:
         return waiting(f"{s} → {t}", link, error_note(err.message)), empty_figure(err.message, 200)
     body = pair_body(data, state)
     attribution = pair_attribution(params, s, t)  # the chosen task's circuit, when cached
     if attribution is not None:
         body.insert(4, attribution)
-    return body, cosines_figure(data)
+    return body + pending_note(data, "pair-pending"), cosines_figure(data)

@@ -17,7 +17,7 @@ from headgraph.frontend.figures import (
     null_summary,
     reference_figure,
 )
-from headgraph.frontend.state.readiness import view_params
+from headgraph.frontend.state.readiness import waiting_for, view_params
 
 
 @view_callback("reference", Output("kl-grid", "figure"), Output("ref-hist", "figure"),
@@ -25,13 +25,14 @@ from headgraph.frontend.state.readiness import view_params
                Output("reference-summary", "data-kl"), labels=False)
 def render_reference(search: str | None, ready: dict | None) -> tuple:
     """KL grid, PK histogram against the Haar density, and the anisotropic null."""
-    return reference_view(view_params(state_of(search), "reference", ready))
+    state = state_of(search)
+    return reference_view(view_params(state, "reference", ready), waiting_for(state, ready, "reference"))
 
 
-def reference_view(params: dict[str, Any] | None) -> tuple:
+def reference_view(params: dict[str, Any] | None, waiting: str = WAITING) -> tuple:
     """The three reference figures, summary and KL values for reference params (None: waiting)."""
     if not params:
-        return empty_figure(WAITING), empty_figure(WAITING), empty_figure(WAITING, 300), [], None
+        return empty_figure(waiting), empty_figure(waiting), empty_figure(waiting, 300), [], None
     pairing = params["pairing"]
     try:
         data = api().reference(params["model"])

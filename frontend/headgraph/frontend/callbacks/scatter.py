@@ -10,20 +10,21 @@ from headgraph.frontend.api.client import ApiError
 from headgraph.frontend.callbacks.common import WAITING, api, error_note, stat, state_of, vocab
 from headgraph.frontend.callbacks.router import view_callback
 from headgraph.frontend.figures import empty_figure, scatter_figure
-from headgraph.frontend.state.readiness import view_params
+from headgraph.frontend.state.readiness import waiting_for, view_params
 
 
 @view_callback("scatter", Output("scatter", "figure"), Output("scatter-summary", "children"),
                Output("scatter-summary", "data-points"), labels=False)
 def render_scatter(search: str | None, ready: dict | None) -> tuple:
     """PK against CS for every pair of the URL's pairing (O -> Q/K/V only)."""
-    return scatter_view(view_params(state_of(search), "scatter", ready))
+    state = state_of(search)
+    return scatter_view(view_params(state, "scatter", ready), waiting_for(state, ready, "scatter"))
 
 
-def scatter_view(params: dict[str, Any] | None) -> tuple:
+def scatter_view(params: dict[str, Any] | None, waiting: str = WAITING) -> tuple:
     """(figure, summary, point count) for scatter params (None: waiting)."""
     if not params:
-        return empty_figure(WAITING), [], None
+        return empty_figure(waiting), [], None
     pairing = params["pairing"]
     allowed = vocab().cs_pairings
     if pairing not in allowed:

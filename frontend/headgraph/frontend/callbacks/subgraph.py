@@ -19,7 +19,6 @@ from dash import Input, Output, State, ctx, html, no_update
 
 from headgraph.frontend.api.client import ApiError
 from headgraph.frontend.callbacks.common import (
-    WAITING,
     api,
     class_order,
     error_note,
@@ -45,7 +44,7 @@ from headgraph.frontend.figures.subgraph import (
     rank_on,
     subgraph_figure,
 )
-from headgraph.frontend.state.readiness import view_params
+from headgraph.frontend.state.readiness import waiting_for, view_params
 from headgraph.frontend.state.url import ViewState
 
 SUB_CAP = 500  # edges one subgraph view asks for (the API's default cap is lower)
@@ -80,9 +79,10 @@ def options_of(state_pins: list[str], groups: list[Any], labels: list[Any]) -> t
                Output("sub-select", "options"), Output("sub-label-target", "options"))
 def render_subgraph(search: str | None, ready: dict | None, label_sets: list | None) -> tuple:
     """The pinned heads' subgraph of the URL's model, pairings, metric, overlay, groups and labels."""
-    params = view_params(state_of(search, label_sets), "subgraph", ready)
+    state = state_of(search, label_sets)
+    params = view_params(state, "subgraph", ready)
     if not params:
-        return empty_figure(WAITING), [], no_update, no_update
+        return empty_figure(waiting_for(state, ready, "subgraph")), [], no_update, no_update
     ticks, targets = options_of(params["pins"], params["groups"], params["labels"])
     if not params["pins"]:
         return empty_figure(NO_PINS), [html.Span(NO_PINS, className="hint", id="sub-empty")], ticks, targets

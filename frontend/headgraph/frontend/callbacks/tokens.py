@@ -10,7 +10,7 @@ from headgraph.frontend.api.client import ApiError
 from headgraph.frontend.callbacks.common import WAITING, api, error_note, stat, state_of
 from headgraph.frontend.callbacks.router import view_callback
 from headgraph.frontend.figures import empty_figure, patterns_figure, token_grid_figure
-from headgraph.frontend.state.readiness import view_params
+from headgraph.frontend.state.readiness import waiting_for, view_params
 
 TOKENS_SHOWN = 5
 
@@ -19,13 +19,14 @@ TOKENS_SHOWN = 5
                Output("tokens-summary", "children"), Output("tokens-summary", "data-heads"))
 def render_tokens(search: str | None, ready: dict | None, label_sets: list | None) -> tuple:
     """Top tokens of the URL's role per head, and the attention-pattern scores."""
-    return tokens_view(view_params(state_of(search, label_sets), "tokens", ready))
+    state = state_of(search, label_sets)
+    return tokens_view(view_params(state, "tokens", ready), waiting_for(state, ready, "tokens"))
 
 
-def tokens_view(params: dict[str, Any] | None) -> tuple:
+def tokens_view(params: dict[str, Any] | None, waiting: str = WAITING) -> tuple:
     """(token grid, patterns figure, summary, head count) for tokens params (None: waiting)."""
     if not params:
-        return empty_figure(WAITING), empty_figure(WAITING, 260), [], None
+        return empty_figure(waiting), empty_figure(waiting, 260), [], None
     client = api()
     model, role = params["model"], params["role"]
     notes: list[Any] = []

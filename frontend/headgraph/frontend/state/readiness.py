@@ -61,9 +61,12 @@ def focus_head(state: ViewState) -> str | None:
 
 def needed_stages(state: ViewState, view: str) -> tuple[str, ...] | None:
     """Job stages (names, or prefixes ending in a blank) whose results ``view`` reads; None
-    for the panels, which read a bit of everything (they wait for the whole job)."""
+    for a view that waits for the whole job. The panels need PK and CS (and the class
+    overlay's pattern scores): the rest they show when cached, naming what is pending."""
     base = ("pk", "pk ", "cs ")
     overlay = ("patterns",) if state.overlay == PATTERN_OVERLAY else ()
+    if view in ("head-panel", "pair-panel"):
+        return base + overlay
     if view == "graph":
         scale = state.threshold_on if state.rule == "threshold" else state.rank_on
         extra = {"z": ("z ",), "fdr": ("null ",)}.get(scale, ())
@@ -99,6 +102,23 @@ def is_ready(state: ViewState, ready: dict[str, Any] | None, view: str | None = 
     required = [s for s in ready.get("plan") or ()
                 if any(s == n or (n.endswith(" ") and s.startswith(n)) for n in needs)]
     return bool(required) and all(s in done for s in required)
+
+
+def waiting_for(state: ViewState, ready: dict[str, Any] | None, view: str) -> str:
+    """What ``view`` waits for, in words: the stages of the model's running job it reads that
+    are not cached yet ("waiting for z OQ, z OK (being computed: see the progress bar)"), or
+    the model's results in general while there is no job record."""
+    if not (ready and ready.get("model") == state.model and ready.get("partial")):
+        return "waiting for the model's results (see the progress bar above)…"
+    needs = needed_stages(state, view)
+    done = set(ready.get("computed") or ())
+    plan = list(ready.get("plan") or ())
+    missing = [s for s in plan if s not in done and (needs is None or any(
+        s == n or (n.endswith(" ") and s.startswith(n)) for n in needs))]
+    if not missing:
+        return "waiting for the model's results (see the progress bar above)…"
+    shown = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
+    return f"waiting for {shown} (the model's job computes them: see the progress bar above)…"
 
 
 def ready_token(ready: dict[str, Any] | None) -> str | None:

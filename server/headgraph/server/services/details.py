@@ -6,8 +6,9 @@ the per-pair principal angles (core.scores.pk.pair_detail) are cached here.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -23,6 +24,7 @@ from headgraph.core.names import (
 )
 from headgraph.core.scores.ranking import kv_level_cs
 from headgraph.core.types import ModelInfo
+from headgraph.server.cache.cold_miss import CACHE_ONLY, ColdMiss
 from headgraph.server.computations.convert import axis_labels, jsonable, parse_node, role_is_grouped
 from headgraph.server.computations.data_pk import pair_data_pk
 from headgraph.server.compute.results import ResultCache
@@ -30,6 +32,33 @@ from headgraph.server.models.catalog import ModelCatalog
 from headgraph.server.models.offered import ModelRef
 from headgraph.server.services.labels import LabelService
 from headgraph.server.services.scores import ScoresService
+
+T = TypeVar("T")
+
+
+class Pending:
+    """The results a panel read while its model's job runs: the optional ones (tokens, pattern
+    scores, z, nulls) only when cached, each missing one named (``names``) instead of being
+    computed here, so a panel opens as soon as the job has PK and CS and says what it waits
+    for; ``partial`` False reads (and computes) everything."""
+
+    def __init__(self, partial: bool) -> None:
+        self.partial = partial
+        self.names: list[str] = []
+
+    def read(self, name: str, fn: Callable[[], T]) -> T | None:
+        """``fn()``; when partial and it needs a result not cached yet, None (``name`` noted)."""
+        if not self.partial:
+            return fn()
+        token = CACHE_ONLY.set(True)
+        try:
+            return fn()
+        except ColdMiss:
+            if name not in self.names:
+                self.names.append(name)
+            return None
+        finally:
+            CACHE_ONLY.reset(token)
 
 
 class DetailService:
@@ -49,12 +78,15 @@ class DetailService:
     def pair(self, ref: ModelRef, pairing: str, source: str, target: str,
              labels: str | None, k: int = 5, data_pk_sets: tuple[str, ...] = (),
              data_pk_unavailable: dict[str, str] | None = None,
-             similarity_kinds: tuple[str, ...] = ()) -> dict[str, Any]:
+             similarity_kinds: tuple[str, ...] = (), partial: bool = False) -> dict[str, Any]:
         """Everything about one head pair: PK with principal angles, CS, z, p-values, classes,
         tokens, the data-weighted PK of the prompt sets ``data_pk_sets`` (cached ones:
         server.computations.data_pk.cached_data_pk_sets), or why a set cannot be computed
         (``data_pk_unavailable``: data_pk_failures), and CKA / Procrustes of the kinds
-        ``similarity_kinds`` (cached forward grids: ScoresService.cached_similarity_kinds)."""
+        ``similarity_kinds`` (cached forward grids: ScoresService.cached_similarity_kinds).
+        ``partial``: z, p-values and tokens only when cached (:class:`Pending`), the missing
+        ones listed in "pending"."""
+        pending = Pending(partial)
         check_pairing(pairing)
         info = self.catalog.model_info(ref)
         s_role, t_role = pairing[0], pairing[1]
@@ -76,7 +108,8 @@ class DetailService:
         cs = self.scores.cs_for(ref, pairing) if forward else None
         if ps is not None:
             detail["valid"] = bool(ps.valid[sl, sh, tl, th])
-            detail["z"] = jsonable(float(self.scores.zscores(ref, pairing)[sl, sh, tl, th]))
+            z = pending.read(f"z {pairing}", lambda: self.scores.zscores(ref, pairing))
+            detail["z"] = None if z is None else jsonable(float(z[sl, sh, tl, th]))
         if cs is not None and ps is not None:
             # CS grids index query heads; a KV-group target (however the target was named)
             # gets the mean over its valid query heads, named in "cs_of" (core.scores.ranking.
@@ -93,8 +126,9 @@ class DetailService:
         detail.update(self._similarities(ref, pairing, (sl, sh, tl, th), forward, similarity_kinds))
         detail["p_haar"] = None
         detail["p_anisotropic"] = None
-        if forward and detail["valid"]:
-            null = self.scores.null(ref, pairing)
+        null = pending.read(f"null {pairing}", lambda: self.scores.null(ref, pairing)) \
+            if forward and detail["valid"] else None
+        if null is not None:
             detail["p_haar"] = jsonable(float(null["p_haar"][sl, sh, tl, th]))
             detail["p_anisotropic"] = jsonable(float(null["p"][sl, sh, tl, th]))
             detail["significant"] = bool(null["significant"][sl, sh, tl, th])
@@ -108,8 +142,9 @@ class DetailService:
         for side, name, role in (("source", names["source"], s_role),
                                  ("target", names["target"], t_role)):
             detail[f"{side}_class"] = _class_of(label_set, info, name)
-            detail[f"{side}_tokens"] = self._head_tokens(ref, info, role, name, k)
+            detail[f"{side}_tokens"] = self._head_tokens(ref, info, role, name, k, pending)
         detail["labels"] = None if label_set is None else label_set.name
+        detail["pending"] = pending.names
         detail["data_pk"] = pair_data_pk(self.cache, ref, pairing, sl, sh, tl, th, data_pk_sets)
         detail["data_pk_unavailable"] = data_pk_unavailable or None
         return detail
@@ -129,20 +164,24 @@ class DetailService:
         out["similarity_cached"] = read
         return out
 
-    def _head_tokens(self, ref: ModelRef, info: ModelInfo, role: str, name: str, k: int
-                     ) -> list[dict[str, Any]] | None:
+    def _head_tokens(self, ref: ModelRef, info: ModelInfo, role: str, name: str, k: int,
+                     pending: Pending) -> list[dict[str, Any]] | None:
         if info.d_vocab is None:
             return None
-        for h in self.scores.tokens(ref, role)["heads"]:
+        table = pending.read(f"tokens {role}", lambda: self.scores.tokens(ref, role))
+        for h in (table or {}).get("heads", ()):
             if h["name"] == name:
                 return h["tokens"][:k]
         return None
 
-    def head(self, ref: ModelRef, name: str, labels: str | None, k: int) -> dict[str, Any]:
-        """One head: class, ranks, top tokens per role, pattern scores and strongest partners."""
+    def head(self, ref: ModelRef, name: str, labels: str | None, k: int, partial: bool = False
+             ) -> dict[str, Any]:
+        """One head: class, ranks, top tokens per role, pattern scores and strongest partners
+        (``partial``: tokens and pattern scores only when cached, see :class:`Pending`)."""
         info = self.catalog.model_info(ref)
+        pending = Pending(partial)
         if HeadRef.parse(name).kv:
-            return self.kv_head(ref, info, name, labels, k)
+            return self.kv_head(ref, info, name, labels, k, pending)
         layer_pos, head = parse_node(name, "O", info)
         label = head_label(info.layer_indices[layer_pos], head)
         label_set = self.labels.label_set(labels, ref)
@@ -155,9 +194,9 @@ class DetailService:
             for role in ROLES:
                 pos, idx = parse_node(label, role, info)
                 node = axis_labels(info, role)[pos * info.heads_of(role) + idx]
-                tokens[role] = self._head_tokens(ref, info, role, node, k)
+                tokens[role] = self._head_tokens(ref, info, role, node, k, pending)
         out["tokens"] = tokens
-        patterns = self.scores.patterns_or_none(ref)
+        patterns = pending.read("patterns", lambda: self.scores.patterns_or_none(ref))
         out["patterns"] = None if patterns is None else {
             kind: grid[layer_pos][head] for kind, grid in patterns["scores"].items()}
         out["flags"] = _flags(patterns, label, None)
@@ -171,10 +210,11 @@ class DetailService:
                 "out": self._best(out_scores, ps.valid[layer_pos, head], info, pairing[1], k),
                 "in": self._best(in_scores, ps.valid[:, :, tgt_pos, tgt_idx], info, "O", k)}
         out["partners"] = partners
+        out["pending"] = pending.names
         return out
 
-    def kv_head(self, ref: ModelRef, info: ModelInfo, name: str, labels: str | None, k: int
-                ) -> dict[str, Any]:
+    def kv_head(self, ref: ModelRef, info: ModelInfo, name: str, labels: str | None, k: int,
+                pending: Pending) -> dict[str, Any]:
         """One KV group of a grouped-query model ("L6KV1"): the query heads it serves, their
         classes, the KV head's top tokens as K and V, and its strongest OK / OV sources.
 
@@ -192,9 +232,10 @@ class DetailService:
                                {h: label_set.class_of(h) for h in members},
                                "labels": None if label_set is None else label_set.name,
                                "patterns": None}
-        out["flags"] = _flags(self.scores.patterns_or_none(ref), label, members)
-        out["tokens"] = ({role: self._head_tokens(ref, info, role, label, k) for role in ("K", "V")}
-                         if info.d_vocab is not None else {})
+        out["flags"] = _flags(pending.read("patterns", lambda: self.scores.patterns_or_none(ref)),
+                              label, members)
+        out["tokens"] = ({role: self._head_tokens(ref, info, role, label, k, pending)
+                          for role in ("K", "V")} if info.d_vocab is not None else {})
         partners: dict[str, Any] = {}
         for pairing in GRAPH_PAIRINGS:
             if not role_is_grouped(info, pairing[1]):
@@ -203,6 +244,7 @@ class DetailService:
             partners[pairing] = {"out": [], "in": self._best(
                 ps.scores[:, :, layer_pos, group], ps.valid[:, :, layer_pos, group], info, "O", k)}
         out["partners"] = partners
+        out["pending"] = pending.names
         return out
 
     @staticmethod

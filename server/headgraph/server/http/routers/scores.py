@@ -34,7 +34,7 @@ from headgraph.server.http.params import (
     labels_query,
     similarity_query,
 )
-from headgraph.server.http.responses import warm_json
+from headgraph.server.http.responses import render_json, warm_json
 from headgraph.server.http.schemas.scores import HeadOut, PairOut, ScatterOut, ScoreGrid, TopPairs
 from headgraph.server.models.catalog import ModelCatalog
 from headgraph.server.models.offered import ModelRef
@@ -46,6 +46,11 @@ from headgraph.server.services.bounds import (
 )
 
 router = APIRouter(prefix="/api", tags=["scores"])
+
+
+PARTIAL_QUERY: Any = Query(
+    False, description="while the model's job runs: read tokens, pattern scores, z and p-values "
+                       "only when cached, naming the missing ones in 'pending' (never kept)")
 
 
 def pairing_query() -> Any:
@@ -137,6 +142,7 @@ async def pair(request: Request, *, ref: ModelDep, pairing: Pairing = pairing_qu
                source: str = head_query("L0H0"), target: str = head_query("L1H0"),
                labels: str | None = labels_query(),
                k: int = Query(5, ge=1, le=50, description="top tokens per head"),
+               partial: bool = PARTIAL_QUERY,
                details: DetailsDep, scores: ScoresDep) -> Any:
     def optional() -> tuple[tuple[str, ...], dict[str, str], tuple[str, ...]]:  # off the loop
         return (cached_data_pk_sets(details.cache, ref, pairing),  # never computes them
@@ -144,19 +150,27 @@ async def pair(request: Request, *, ref: ModelDep, pairing: Pairing = pairing_qu
                 scores.cached_similarity_kinds(ref, pairing))  # nor these
 
     sets, failures, sims = await run_in_threadpool(optional)
-    return await warm_json(request, PairOut, ref,
-                           lambda: details.pair(ref, pairing, source, target, labels, k, sets,
-                                                failures, sims),
-                           labels=labels, variant=("data_pk", sets, tuple(sorted(failures)), sims))
+
+    def build() -> Any:
+        return details.pair(ref, pairing, source, target, labels, k, sets, failures, sims, partial)
+
+    if partial:  # what is pending changes as the job runs: rendered anew every time
+        return await render_json(request, PairOut, build)
+    return await warm_json(request, PairOut, ref, build, labels=labels,
+                           variant=("data_pk", sets, tuple(sorted(failures)), sims))
 
 
 @router.get("/head", response_model=HeadOut, responses=ERRORS,
             summary="One head: class, top tokens per role, pattern scores, strongest partners")
 async def head(request: Request, *, ref: ModelDep, head: str = head_query("L0H0"),
                labels: str | None = labels_query(), k: int = Query(5, ge=1, le=50),
-               details: DetailsDep) -> Any:
-    return await warm_json(request, HeadOut, ref, lambda: details.head(ref, head, labels, k),
-                           labels=labels)
+               partial: bool = PARTIAL_QUERY, details: DetailsDep) -> Any:
+    def build() -> Any:
+        return details.head(ref, head, labels, k, partial)
+
+    if partial:  # what is pending changes as the job runs: rendered anew every time
+        return await render_json(request, HeadOut, build)
+    return await warm_json(request, HeadOut, ref, build, labels=labels)
 
 
 @router.get("/scatter", response_model=ScatterOut, responses=ERRORS,

@@ -107,6 +107,9 @@ class PairOut(BaseModel):
     p_floor: float | None = Field(None, description="the smallest Monte-Carlo p-value, "
                                   "1 / (null_samples + 1): a p-value there means no null sample "
                                   "reached the observed PK")
+    pending: list[str] = Field(default_factory=list, description=(
+        "with partial=true: the results not cached yet that this answer left out (job stages "
+        "such as 'tokens K', 'null OK', 'z OK', 'patterns'); empty when complete"))
     source_class: str | None = None
     target_class: str | None = None
     source_tokens: list[dict[str, Any]] | None = None
@@ -128,6 +131,9 @@ class HeadOut(BaseModel):
     head: str
     layer: int
     index: int
+    pending: list[str] = Field(default_factory=list, description=(
+        "with partial=true: the results not cached yet that this answer left out (job stages "
+        "such as 'tokens K', 'null OK', 'z OK', 'patterns'); empty when complete"))
     tokens: dict[str, Any]
     partners: dict[str, Any]
 
