@@ -242,6 +242,11 @@ def test_bad_inputs_are_4xx_with_messages(api, tmp_path):
     assert "outside the model root" in msg
     msg = err(api.get("/api/no/such/endpoint"), 404)
     assert "no API endpoint" in msg
+    assert api.get("/").headers["content-type"].startswith("text/html")  # the dashboard is on "/"
+    for path in ("/api", "/api/"):  # the API's root, with or without its slash: JSON, not the page
+        resp = api.get(path)
+        assert resp.headers["content-type"] == "application/json", (path, resp.text[:200])
+        assert "no API endpoint" in err(resp, 404)
     assert api.post("/api/pk").status_code in (404, 405)
 
 

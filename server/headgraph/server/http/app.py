@@ -81,8 +81,8 @@ API_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
 
 
 def add_api_fallback(app: FastAPI) -> None:
-    """Catch-all for /api/...: 405 (with Allow) for a known path asked with another method,
-    else a JSON 404; so the frontend mounted on "/" never answers an /api path with HTML."""
+    """Catch-all for /api and /api/...: 405 (with Allow) for a known path asked with another
+    method, else a JSON 404; so the frontend mounted on "/" never answers an /api path with HTML."""
 
     async def api_fallback(request: Request) -> JSONResponse:
         path = request.url.path
@@ -104,6 +104,7 @@ def add_api_fallback(app: FastAPI) -> None:
 
     app.add_api_route("/api/{rest:path}", api_fallback, methods=list(API_METHODS),
                       include_in_schema=False)
+    app.add_api_route("/api", api_fallback, methods=list(API_METHODS), include_in_schema=False)
 
 
 # Operations that read only what the server holds anyway (never compute, never 401/429/503).
