@@ -269,6 +269,9 @@ BAD_JSON = {
     "truncated": ('{"classes": {"L0H1": "A"', "line 1"),
     "not-utf8": (b'{"classes": {"L0H1": "\xff\xfe"}}', "UTF-8"),
     "nul-class": ('{"classes": {"L0H1": "A\\u0000B"}}', "control characters"),
+    "bidi-override-class": ('{"classes": {"L0H1": "A\\u202eB"}}', "bidirectional overrides"),
+    "bidi-isolate-class": ('{"classes": {"L0H1": "\\u2066A"}}', "bidirectional overrides"),
+    "c1-class": ('{"classes": {"L0H1": "A\\u0085B"}}', "control characters"),
 }
 
 

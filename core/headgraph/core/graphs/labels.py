@@ -27,6 +27,11 @@ from headgraph.core.types import ModelInfo
 # Lenient spellings of a query head accepted in uploaded label files: "l9h6", "9.6", "L3.H0".
 _LENIENT_HEAD_RE = re.compile(r"^\s*L?\s*(\d+)\s*(?:\.|H|\.H)\s*(\d+)\s*$", re.IGNORECASE)
 MAX_CLASS_CHARS = 200
+# What a class may not hold, as the inside of a regex character class: C0 and C1 controls, DEL,
+# and the bidirectional formatting controls (ALM, LRM, RLM, embeddings, overrides, isolates),
+# which reorder the text around them on screen so that one class could read as another.
+CLASS_FORBIDDEN = r"\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+_CLASS_FORBIDDEN = re.compile(f"[{CLASS_FORBIDDEN}]")
 # Classes label_set_from_scores knows, keyed by a normalised score name.
 PATTERN_CLASSES: dict[str, str] = {
     "previous_token": "Previous Token",
@@ -167,9 +172,9 @@ def _add(classes: dict[str, str], seen: dict[str, int], raw_head: Any, raw_cls: 
     if len(cls) > MAX_CLASS_CHARS:
         raise LabelSetError(f"class of {label} is longer than {MAX_CLASS_CHARS} characters",
                             line=line, where=where)
-    if any(ord(c) < 32 or ord(c) == 127 for c in cls):
+    if _CLASS_FORBIDDEN.search(cls):
         raise LabelSetError(f"class of {label} contains control characters (NUL, line breaks, "
-                            "...)", line=line, where=where)
+                            "bidirectional overrides, ...)", line=line, where=where)
     if label in seen:
         raise LabelSetError(f"duplicate head {label} (first given at {seen[label]})",
                             line=line, where=where)

@@ -11,6 +11,7 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, Field, StringConstraints, ValidationError
 
+from headgraph.core.graphs.labels import CLASS_FORBIDDEN
 from headgraph.server.errors import Invalid, NotFound, one_line
 from headgraph.server.http.deps import MODEL_PATTERN, TOKEN_PROTECTED, CatalogDep, LabelsDep, require_token
 from headgraph.server.http.responses import warm_json
@@ -27,7 +28,8 @@ router = APIRouter(prefix="/api/labels", tags=["labels"])
 MAX_UPLOAD = 1 << 20
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"
 HEAD_KEY_PATTERN = r"^L(0|[1-9][0-9]{0,3})H(0|[1-9][0-9]{0,3})$"
-CLASS_PATTERN = r"^[^\s\x00-\x1f\x7f](?:[^\x00-\x1f\x7f]{0,62}[^\s\x00-\x1f\x7f])?$"  # as core.graphs.labels: no C0 control or DEL
+# as core.graphs.labels: no control character (C0, C1, DEL) nor bidirectional control
+CLASS_PATTERN = rf"^[^\s{CLASS_FORBIDDEN}](?:[^{CLASS_FORBIDDEN}]{{0,62}}[^\s{CLASS_FORBIDDEN}])?$"
 HeadKey = Annotated[str, StringConstraints(pattern=HEAD_KEY_PATTERN)]
 ClassName = Annotated[str, StringConstraints(pattern=CLASS_PATTERN)]
 
