@@ -301,6 +301,30 @@ def test_bad_inputs_fail_cleanly(tmp_path):
     assert "--top" in proc.stderr
 
 
+def test_any_random_spec_works_at_the_terminal_without_being_listed(tmp_path):
+    """The CLI is local: a ``random:`` spec is a model without HEADGRAPH_MODELS naming it (the
+    server offers only the listed ones); its top pair's PK is that of the spec's weights
+    (float64, from their definition)."""
+    from headgraph.core.models.loading import load_model
+    from headgraph.server.errors import NotFound
+    from headgraph.server.models.offered import Registry
+    from headgraph.server.settings import Settings
+
+    spec = "random:gpt2-tiny@3"
+    assert spec not in os.environ.get("HEADGRAPH_MODELS", "")
+    proc = run_cli("export", spec, "--pairing", "OK", "--top", "5", "--format", "json", cache=tmp_path)
+    data = json.loads(proc.stdout)
+    assert data["model"] == spec and len(data["pairs"]) == 5
+    heads = load_model(spec, device="cpu").heads
+    top = data["pairs"][0]
+    (ls, hs), (lt, ht) = ([int(x) for x in n[1:].split("H")] for n in (top["source"], top["target"]))
+    out_basis = torch.linalg.svd(heads.W_O[ls, hs].double().T, full_matrices=False).U
+    key_basis = torch.linalg.svd(heads.W_K[lt, ht].double(), full_matrices=False).U
+    assert top["pk"] == pytest.approx(float((out_basis.T @ key_basis).square().sum()), abs=1e-4)
+    with pytest.raises(NotFound, match="unknown model"):  # a server still offers only its list
+        Registry(Settings.from_env({})).resolve(spec)
+
+
 def test_the_command_list_loads_without_torch():
     """Every ``headgraph`` call builds the parser of every command (plug-ins included): it must
     not import torch (seconds), which only the commands that compute need."""

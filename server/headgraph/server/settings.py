@@ -52,7 +52,8 @@ class Settings:
     models: registry names offered by GET /api/models ("demo" is always available).
     model_root: folder whose sub-folders (with config.json, or a .gguf) are local checkpoints;
         None allows no local paths in the server.
-    allow_any_path: let any local folder be a model (the CLI sets it; the server never does).
+    allow_any_path: let any local folder and any ``random:`` spec be a model (the CLI sets it;
+        the server never does: it offers the random specs named in ``models``).
     device: "auto" (cuda when present) | "cpu" | "cuda".
     api_token: when set, write/compute endpoints need ``Authorization: Bearer <token>``.
     workers: uvicorn worker processes for ``serve`` and compute threads per process.

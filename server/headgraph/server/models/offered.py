@@ -248,6 +248,8 @@ class Registry:
                 return ModelRef(model, str(path), "builtin", path)
         if model in self.settings.models:
             return listed_ref(model)
+        if self.settings.allow_any_path and model.startswith(RANDOM_PREFIX):
+            return listed_ref(model)  # the CLI: any random: spec, as any folder; a server lists them
         try:
             if model.startswith(LOCAL_PREFIX):
                 return self._resolve_local(model)
