@@ -40,11 +40,16 @@ def validation_text(report: dict[str, Any]) -> str:
             lines.append(f"  {d['metric_a']} - {d['metric_b']}: {diff} (paired, n = {d['n']}): "
                          + VERDICT_WORDS.get(d["verdict"], "undefined").format(a=d["metric_a"], b=d["metric_b"]))
     if report.get("precision"):
-        lines += ["", f"top-{report['k']} precision against the random-pair null (verified share, one-sided "
-                      "Fisher exact test):"]
-        lines += [f"  {r['metric']}: {r['verified']} of {r['k']} verified vs {r['null_verified']} of "
-                  f"{r['n_null']} random pairs (q = {r['quantile']:.4g}), p = {r['p_value']:.2g}"
-                  for r in report["precision"]]
+        lines += ["", f"top-{report['k']} precision against held-out random pairs (thresholds from one seeded half "
+                      "of the null, the other half judged; verified share, one-sided Fisher exact test):"]
+        for r in report["precision"]:
+            if r.get("verified") is None:
+                lines.append(f"  {r['metric']}: unresolved (q = {r['quantile']:.4g}: {r.get('n_calibration')} "
+                             "calibration pairs are too few), no verdict")
+                continue
+            lines.append(f"  {r['metric']}: {r['verified']} of {r['k']} verified vs {r['null_verified']} of "
+                         f"{r['n_null']} held-out random pairs (q = {r['quantile']:.4g}), p = {r['p_value']:.2g}, "
+                         f"achieved FWER {r.get('achieved_fwer') or 0:.2g}")
     return "\n".join(lines) + "\n"
 
 
