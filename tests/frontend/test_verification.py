@@ -16,6 +16,7 @@ from headgraph.frontend.api.client import ApiClient
 from headgraph.frontend.callbacks.graph import ablation_digest, graph_view
 from headgraph.frontend.callbacks.navigation import render_controls
 from headgraph.frontend.callbacks.verify import render_pair_ablation
+from headgraph.frontend.figures.verdicts import VERDICT_STYLES, verdict_line
 from headgraph.frontend.figures.graph_filters import (filter_layers, find_matches, keep_verified, verdict_counts,
                                               verdict_map, verify_k)
 from headgraph.frontend.state.url import default_state, parse_query, to_query
@@ -92,7 +93,7 @@ def test_verdicts_cover_the_top_edges_and_filter() -> None:
         {"source": "L5H1", "target": "L9H2", "pairing": "OQ", "verdict": "verified"},
         {"source": "L3H0", "target": "L5H1", "pairing": "OQ", "verdict": "no effect"}]}])
     assert verdict_counts(NODE_LINK["edges"], verdicts) == {"verified": 1, "no effect": 1, "not measured": 1,
-                                                             "null not computed": 0}
+                                                             "null not computed": 0, "null too small": 0}
     only = keep_verified(NODE_LINK, verdicts)
     assert [e["target"] for e in only["edges"]] == ["L9H2"] and {n["id"] for n in only["nodes"]} == {"L5H1", "L9H2"}
 
@@ -131,27 +132,25 @@ def test_graph_colours_edges_by_the_cached_verdicts(in_app: None, api: ApiClient
     served = api.ablation("demo", "OK", top=k, cached=True)
     expected = {(e["source"], e["target"], "OK"): e["verdict"] for e in served["edges"]}
     assert edge_verdicts(fig) == expected
-    # The null measured every one of the demo's 64 forward OK pairs, so every shown edge has a
-    # verdict, decided for the graph's ten edges together (q = 1 - 0.05 / 20).
+    # The null measured every one of the demo's 64 forward OK pairs, so every shown edge is judged
+    # for the graph's ten edges together (q = 1 - 0.05 / 20); 54 null pairs halved cannot resolve
+    # that quantile, so the verdict is refused: "null too small", drawn faint like "not measured".
     assert "not measured" not in expected.values() and {e["verdict"] for e in measured["edges"]} <= {
-        "verified", "no effect"}
+        "verified", "no effect", "null too small"}
     assert served["verdict_rule"]["quantile"] == pytest.approx(1 - 0.05 / 20)
-    # The demo's previous-token head L0H0 -> layer-1 induction heads: verified, drawn solid and bold.
-    assert {v for (s, _t, _p), v in expected.items() if s == "L0H0"} == {"verified"}
+    assert set(expected.values()) == {"null too small"}
     lines = {tr.meta: tr.line for tr in fig.data if tr.mode == "lines" and tr.meta}
-    assert lines["verified"].width > lines["no effect"].width and lines["verified"].dash == "solid"
-    counts = {v: list(expected.values()).count(v) for v in set(expected.values())}
-    names = {"verified": "verified: above the random-pair null (q=0.9975)",
-             "no effect": "no effect: not above the random-pair null (q=0.9975)"}
-    legend = {tr.name for tr in fig.data if tr.showlegend and str(tr.name).startswith(tuple(names.values()))}
-    assert legend == {f"{names[v]} ({n})" for v, n in counts.items()}
-    for verdict, n in counts.items():
-        assert getattr(find(chips, "stat-" + verdict.replace(" ", "-")), "data-value") == str(n)
-    # "verified only" hides the rest.
+    assert lines["null too small"].width == VERDICT_STYLES["not measured"][0]
+    legend = {tr.name for tr in fig.data if tr.showlegend and str(tr.name).startswith("null too small")}
+    assert legend == {f"null too small ({k})"}
+    assert getattr(find(chips, "stat-null-too-small"), "data-value") == str(k)
+    # A verified edge is drawn solid and bold (the style, independent of the demo's null).
+    bold, faint = verdict_line("OK", 0.3, "verified", False), verdict_line("OK", 0.3, "no effect", False)
+    assert bold["width"] > faint["width"] and bold["dash"] == "solid" and faint["dash"] == "dash"
+    # "verified only" hides the rest: nothing is verified here.
     fig, chips, *_ = graph_view(graph_params(search.replace("colour", "verified")))
-    assert set(edge_verdicts(fig).values()) == {"verified"}
-    assert len(edge_verdicts(fig)) == counts["verified"]
-    assert getattr(find(chips, "stat-shown-edges"), "data-value") == str(counts["verified"])
+    assert set(edge_verdicts(fig).values()) <= {"verified"}
+    assert getattr(find(chips, "stat-shown-edges"), "data-value") == "0"
 
 
 def test_pair_panel_reads_the_verdict_and_offers_the_button(in_app: None, api: ApiClient,
@@ -165,7 +164,7 @@ def test_pair_panel_reads_the_verdict_and_offers_the_button(in_app: None, api: A
     assert getattr(find(body, "pair-verdict"), "data-verdict") == one["verdict"]
     # The verdict says what it means: above the random-pair null at a stated quantile (one edge, two sets).
     rule = find(body, "pair-verdict-rule")
-    assert "random-pair null (q=0.975" in rule.children and one["verdict_note"] in rule.children
+    assert "random-pair null is too small to resolve q=0.975" in rule.children and one["verdict_note"] in rule.children
     assert float(getattr(rule, "data-quantile")) == pytest.approx(1 - 0.05 / 2)
     assert float(getattr(find(body, "pair-effect-text"), "data-value")) == pytest.approx(one["effect_text"])
     assert float(getattr(find(body, "pair-effect-random"), "data-value")) == pytest.approx(one["effect_random"])
@@ -231,5 +230,5 @@ def test_verifying_the_top_edges_steps_one_pairing_at_a_time(api: ApiClient, com
     served = [e["verdict"] for p in ("OK", "OV")
               for e in api.get("/api/ablation", model="demo", pairing=p, top=2, cached="true")["edges"]]
     assert "not measured" not in served and queue["verdicts"] == served
-    assert note.children.endswith(f"{served.count('verified')} verified, {served.count('no effect')} no effect")
+    assert f"{served.count('verified')} verified, {served.count('no effect')} no effect" in note.children
     assert verify_top_step(3, queue) == (no_update,) * 10  # a finished queue does nothing more

@@ -189,5 +189,7 @@ def verify_top_step(ticks: int | None, queue: dict[str, Any] | None) -> tuple:
         return no_update, queue, *queue_progress(queue), no_update, int(ticks or 0) + 1
     verdicts = queue["verdicts"]
     text = (f"measured the top {', '.join(f'{k} {p}' for p, k in queue['per'])} edges by PK: "
-            f"{verdicts.count('verified')} verified, {verdicts.count('no effect')} no effect")
+            f"{verdicts.count('verified')} verified, {verdicts.count('no effect')} no effect"
+            + (f", {verdicts.count('null too small')} without a verdict (the random-pair null is too small)"
+               if "null too small" in verdicts else ""))
     return measured, queue, *queue_progress(queue), html.Span(text, id="verify-top-done"), no_update
