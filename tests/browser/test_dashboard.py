@@ -481,11 +481,11 @@ def test_pair_panel_verifies_an_edge_by_ablation(server: Server, page: Page) -> 
     page.locator("#pair-verdict-rule").wait_for(timeout=60_000)  # measured, with its random-pair null
     served = api(server, "/api/ablation", model="demo", pairing="OK", edge=f"L0H0,{target}", cached="true")
     row = served["edges"][0]
-    # One edge is judged at q = 1 - 0.05 / 2 against the other 63 pairs (the demo's other L0H0
-    # edges among them), so the verdict is whatever that null gives; the panel shows it and says so.
-    assert row["verdict"] in ("verified", "no effect")
+    # One edge is judged at q = 1 - 0.05 / 2 against the other 63 pairs, half of them calibrating:
+    # too few for that quantile, so the verdict is refused; the panel shows it and says so.
+    assert row["verdict"] in ("verified", "no effect", "null too small")
     assert page.locator("#pair-verdict").get_attribute("data-verdict") == row["verdict"]
-    assert "random-pair null (q=0.975" in page.locator("#pair-verdict-rule").inner_text()
+    assert "q=0.975" in page.locator("#pair-verdict-rule").inner_text()
     assert float(page.locator("#pair-effect-text").get_attribute("data-value") or "nan") == \
         pytest.approx(row["effect_text"])
     assert float(page.locator("#pair-effect-random").get_attribute("data-value") or "nan") == \
@@ -493,8 +493,8 @@ def test_pair_panel_verifies_an_edge_by_ablation(server: Server, page: Page) -> 
     assert not page.locator("#verify-edge-btn").is_visible()
 
 
-def test_graph_colours_edges_verified_after_verification(server: Server, page: Page) -> None:
-    k = 10  # all eight L0H0 -> layer-1 edges tested together: the null holds none of them
+def test_graph_draws_the_verdicts_after_verification(server: Server, page: Page) -> None:
+    k = 10  # all eight L0H0 -> layer-1 edges tested together; the demo's null (54 pairs) is too small
     page.goto(server.url + f"/?model=demo&view=graph&pairings=OK&k={k}&overlay=&verification=colour")
 
     def shown(f: dict[str, Any]) -> dict[tuple[str, str], str]:
@@ -518,13 +518,14 @@ def test_graph_colours_edges_verified_after_verification(server: Server, page: P
     assert "not measured" not in after.values()
     fig = wait_figure(page, "graph", lambda f: shown(f) == after)
     induction = {e: v for e, v in after.items() if e[0] == "L0H0" and e[1].startswith("L1H")}
-    assert induction and set(induction.values()) == {"verified"}
-    assert stat(page, "verified") == str(list(after.values()).count("verified"))
+    # q = 0.9975 needs 400 calibration pairs (90 for a tail fit); the demo's 27 cannot resolve it
+    assert induction and set(induction.values()) == {"null too small"}
+    assert stat(page, "null-too-small") == str(list(after.values()).count("null too small"))
     legend = page.locator("#graph .legend .legendtext")
-    wait_until(lambda: f"verified: above the random-pair null (q=0.9975) ({stat(page, 'verified')})"
+    wait_until(lambda: f"null too small ({stat(page, 'null-too-small')})"
                in legend.all_text_contents(), 20, message="verdict legend", page=page)
-    bold = [t for t in fig["data"] if t.get("mode") == "lines" and t.get("meta") == "verified"]
-    assert bold and all(t["line"]["dash"] == "solid" for t in bold)
+    faint = [t for t in fig["data"] if t.get("mode") == "lines" and t.get("meta") == "null too small"]
+    assert faint and all(t["line"]["width"] <= 1.0 for t in faint)
 
 
 def test_layer_range_and_head_search_in_the_url(server: Server, page: Page) -> None:
