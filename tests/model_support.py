@@ -83,3 +83,81 @@ def heads_from_tensors(W_Q: torch.Tensor, W_K: torch.Tensor, W_V: torch.Tensor, 
                      processing="raw", source="config")
     fp = weights_fingerprint([W_Q, W_K, W_V, W_O], processing="raw")
     return HeadWeights(info=info, W_Q=W_Q, W_K=W_K, W_V=W_V, W_O=W_O, W_U=None, fingerprint=fp)
+
+
+def _add_gguf_tokenizer(w: Any) -> int:
+    """The tests' byte-level BPE tokenizer (``byte_bpe_tokenizer``, 300 tokens) as a GGUF
+    "gpt2" tokenizer in writer ``w``; its vocabulary size."""
+    import json
+
+    tok = byte_bpe_tokenizer()
+    model = json.loads(tok.backend_tokenizer.to_str())["model"]
+    tokens = [t for t, _ in sorted(model["vocab"].items(), key=lambda kv: kv[1])]
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model["merges"]]
+    w.add_tokenizer_model("gpt2")
+    w.add_token_list(tokens)
+    w.add_token_types([1] * len(tokens))
+    w.add_token_merges(merges)
+    w.add_bos_token_id(tok.bos_token_id)
+    w.add_eos_token_id(tok.eos_token_id)
+    return len(tokens)
+
+
+def write_tiny_gguf(path: Path, arch: str, *, layers: int = 2, heads: int = 4,
+                    kv_heads: int = 2, width: int = 32, ff: int = 64, seed: int = 0) -> Path:
+    """A tiny random float32 GGUF of llama.cpp architecture ``arch`` (llama; qwen2 with q/k/v
+    biases; qwen3 and gemma3 with q/k norms; gemma2 and gemma3 with post-norms), written
+    tensor by tensor as llama.cpp names them, with the tests' byte-level BPE tokenizer."""
+    import gguf
+    import numpy as np
+
+    g = torch.Generator().manual_seed(seed)
+    w = gguf.GGUFWriter(str(path), arch)
+    vocab = _add_gguf_tokenizer(w)
+    d_head = width // heads
+    w.add_block_count(layers)
+    w.add_context_length(128)
+    w.add_embedding_length(width)
+    w.add_feed_forward_length(ff)
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv_heads)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_rope_freq_base(10000.0)
+    w.add_vocab_size(vocab)
+    w.add_key_length(d_head)
+    w.add_value_length(d_head)
+
+    def rand(name: str, *shape: int) -> None:
+        w.add_tensor(name, (torch.randn(*shape, generator=g) * 0.2).numpy().astype(np.float32))
+
+    def ones(name: str, n: int) -> None:
+        w.add_tensor(name, np.ones(n, np.float32))
+
+    rand("token_embd.weight", vocab, width)
+    for i in range(layers):
+        ones(f"blk.{i}.attn_norm.weight", width)
+        rand(f"blk.{i}.attn_q.weight", heads * d_head, width)
+        rand(f"blk.{i}.attn_k.weight", kv_heads * d_head, width)
+        rand(f"blk.{i}.attn_v.weight", kv_heads * d_head, width)
+        rand(f"blk.{i}.attn_output.weight", width, heads * d_head)
+        if arch == "qwen2":
+            rand(f"blk.{i}.attn_q.bias", heads * d_head)
+            rand(f"blk.{i}.attn_k.bias", kv_heads * d_head)
+            rand(f"blk.{i}.attn_v.bias", kv_heads * d_head)
+        if arch in ("qwen3", "gemma3"):
+            ones(f"blk.{i}.attn_q_norm.weight", d_head)
+            ones(f"blk.{i}.attn_k_norm.weight", d_head)
+        if arch in ("gemma2", "gemma3"):
+            ones(f"blk.{i}.post_attention_norm.weight", width)
+            ones(f"blk.{i}.post_ffw_norm.weight", width)
+        ones(f"blk.{i}.ffn_norm.weight", width)
+        rand(f"blk.{i}.ffn_gate.weight", ff, width)
+        rand(f"blk.{i}.ffn_up.weight", ff, width)
+        rand(f"blk.{i}.ffn_down.weight", width, ff)
+    ones("output_norm.weight", width)
+    rand("output.weight", vocab, width)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path

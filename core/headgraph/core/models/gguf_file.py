@@ -124,6 +124,15 @@ def gguf_parameters(path: str | os.PathLike[str], *, shown: str) -> int:
     return sum(int(t.n_elements) for t in _reader(Path(path), shown).tensors)
 
 
+def gguf_metadata(path: Path, *, shown: str, prefixes: tuple[str, ...] = ("general.",)) -> dict[str, Any]:
+    """The file's metadata whose keys start with ``prefixes`` or with its architecture's name
+    (``llama.``, ``qwen3.``): key -> value (lists and strings as stored; no tokenizer arrays)."""
+    reader = _reader(path, shown)
+    arch = _field(reader, "general.architecture")
+    keep = prefixes + ((f"{arch}.",) if isinstance(arch, str) else ())
+    return {key: _field(reader, key) for key in reader.fields if key.startswith(keep)}
+
+
 def _field(reader: Any, key: str) -> Any:
     """The value of a metadata key (None when absent)."""
     field = reader.fields.get(key)

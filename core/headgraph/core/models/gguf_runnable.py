@@ -36,6 +36,29 @@ def transformers_supports(architecture: str) -> bool:
     return architecture in GGUF_SUPPORTED_ARCHITECTURES
 
 
+def complete_config(config: Any, file: str | os.PathLike[str], *, shown: str) -> Any:
+    """What transformers' GGUF config conversion leaves out, filled from the file itself:
+    ``architectures`` (the causal-LM class of the config's model type: TransformerLens picks
+    its adapter by it, so a Gemma-3 GGUF could not be wrapped) and ``head_dim`` from the file's
+    ``{arch}.attention.key_length`` where the conversion kept the model type's default (a
+    Qwen3 GGUF with 8-wide heads was built with 128-wide ones). Returns ``config``."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    from headgraph.core.models.gguf_file import gguf_metadata
+
+    if not getattr(config, "architectures", None):
+        cls = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(getattr(config, "model_type", ""))
+        if isinstance(cls, str):
+            config.architectures = [cls]
+    meta = gguf_metadata(Path(file), shown=shown)
+    arch = meta.get("general.architecture")
+    key_length = meta.get(f"{arch}.attention.key_length")
+    if isinstance(key_length, int) and key_length > 0 and hasattr(config, "head_dim") \
+            and config.head_dim != key_length:
+        config.head_dim = key_length
+    return config
+
+
 def boot_gguf_bridge(file: str | os.PathLike[str], *, device: str | torch.device = "cpu",
                      tokenizer: Any | None = None, shown: str | None = None) -> Any:
     """The whole GGUF ``file`` dequantized by transformers (float32, eager attention) and
@@ -43,7 +66,7 @@ def boot_gguf_bridge(file: str | os.PathLike[str], *, device: str | torch.device
     file (default: transformers builds it from the file). UnsupportedModel on failure,
     naming ``shown`` only (never the path)."""
     from transformer_lens.model_bridge import TransformerBridge
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     shown = shown or Path(file).name
     real = os.path.realpath(file)
@@ -51,9 +74,12 @@ def boot_gguf_bridge(file: str | os.PathLike[str], *, device: str | torch.device
         with tempfile.TemporaryDirectory(prefix="headgraph-gguf-") as folder:
             link = Path(folder) / "model.gguf"
             link.symlink_to(real)
+            config = AutoConfig.from_pretrained(folder, gguf_file=link.name, local_files_only=True,
+                                                trust_remote_code=False)
+            complete_config(config, file, shown=shown)
             model = AutoModelForCausalLM.from_pretrained(
-                folder, gguf_file=link.name, dtype=torch.float32, local_files_only=True,
-                attn_implementation="eager", trust_remote_code=False)
+                folder, gguf_file=link.name, config=config, dtype=torch.float32,
+                local_files_only=True, attn_implementation="eager", trust_remote_code=False)
             if tokenizer is None:
                 tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=link.name,
                                                           local_files_only=True,
@@ -163,4 +189,4 @@ class LazyGGUFSource:
         return self._source().attention_patterns(tokens, attention_mask=attention_mask)
 
 
-__all__ = ["LazyGGUFSource", "boot_gguf_bridge", "transformers_supports"]
+__all__ = ["LazyGGUFSource", "boot_gguf_bridge", "complete_config", "transformers_supports"]

@@ -1,0 +1,35 @@
+"""A GGUF of every llama.cpp family whose attention headgraph reads runs: tiny random GGUFs
+(llama; qwen2 with q/k/v biases; qwen3 and gemma3 with q/k norms; gemma2 and gemma3 with
+post-norms) written as llama.cpp names their tensors. transformers' GGUF config conversion
+leaves out what TransformerLens needs (the causal-LM class: a Gemma-3 GGUF was refused "Could
+not determine supported architecture") and the file's head width (a Qwen3 GGUF was built with
+128-wide heads): headgraph fills both from the file, and the runnable model's per-head
+weights equal those PK read from the file by headgraph's own reader."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from headgraph.core.models.loading import load_model
+
+from model_support import write_tiny_gguf
+
+FAMILIES = ("llama", "qwen2", "qwen3", "gemma2", "gemma3")
+
+
+@pytest.mark.parametrize("arch", FAMILIES)
+def test_a_gguf_of_each_family_runs_with_the_weights_pk_reads(arch, tmp_path):
+    path = write_tiny_gguf(tmp_path / f"{arch}.gguf", arch, seed=7)
+    lm = load_model(str(path), device="cpu")
+    assert lm.info.architecture == arch and lm.patterns is not None
+    ids, mask = lm.patterns.tokenize(["When Mary and John went to the store, John gave"])
+    pats = lm.patterns.attention_patterns(ids, mask)
+    assert pats.shape[:3] == (2, 1, 4) and pats.shape[-1] == pats.shape[-2] == ids.shape[-1]
+    assert torch.allclose(pats.sum(-1), torch.ones(()), atol=1e-5)  # each query row a distribution
+    blocks = list(lm.patterns.bridge.blocks_with("attn"))
+    for name in ("W_Q", "W_K", "W_V", "W_O"):
+        ran = torch.stack([getattr(b.attn, name).detach() for _, b in blocks])
+        read = getattr(lm.heads, name)
+        assert ran.shape == read.shape, (name, ran.shape, read.shape)
+        assert torch.allclose(ran, read.to(ran.dtype), atol=1e-6), name
