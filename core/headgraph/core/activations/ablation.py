@@ -4,9 +4,10 @@ An edge runs from a source head S (layer a) to a target T (layer b > a) through 
 inputs P in {Q, K, V}. Its **path-ablation effect** mean-ablates S's output on T's P-input
 only: T's layer sees the residual x for its other two inputs and x + delta for input P, where
 
-    delta = (mean_z_S - z_S) @ W_O[S]
+    delta = (mean_z_S - z_S) @ W_O[S]   (times the layer's residual multiplier, if any)
 
-is the change of S's contribution to the residual stream (mean_z_S: S's output z averaged
+is the change of S's contribution to the residual stream (core.activations.conformance checks
+on the model's own forward that this is what its attention adds) (mean_z_S: S's output z averaged
 over every real position of every prompt of the set). **Resample ablation**
 (``ablation="resample"``) replaces mean_z_S by S's output on a different prompt at the same
 position (a corrupted input): prompt i takes prompt i + 1's z_S (the last takes the first's),
@@ -275,7 +276,8 @@ def edge_statistics(runner: Runner, edges: Sequence[Edge], ids: torch.Tensor,
         for (sl, sh, tl, path), members in groups.items():
             z = clean.z[sl][..., sh, :]
             new = resampled[(sl, sh)][s:t] if resampled else means[(sl, sh)]
-            delta = (new - z) @ runner.W_O[sl, sh]  # [b, T, d]
+            # S's write as the model adds it: times the layer's residual multiplier, if any
+            delta = (new - z) @ runner.W_O[sl, sh] * float(runner.write_scale[sl])  # [b, T, d]
             delta = delta * m[..., None].to(delta.dtype)
             if runner.ln_kind is not None:
                 delta = _through_norm(runner, delta, clean.scale[tl], tl)

@@ -9,7 +9,8 @@ head S (layer a, output o_S = z_S W_O[S] in the residual stream, per position) a
     out_share[S, T] = tr(U_T^T C_S U_T) / tr(C_S)
     in_share[S, T]  = tr(U_T^T C_S U_T) / tr(U_T^T C_X(b) U_T)
 
-C_S: covariance of o_S over the set's positions; C_X(b): covariance of the residual stream
+C_S: covariance of o_S over the set's positions (o_S times the layer's residual multiplier
+where the model applies one: core.activations.conformance); C_X(b): covariance of the residual stream
 entering layer b (what T's norm reads). out_share is in [0, 1]: the share of S's output
 variance inside T's read subspace; a Haar-random rank-r plane gets r / d_model in
 expectation (``out_share_baseline``). in_share is the share of the variance T reads that S's
@@ -227,23 +228,28 @@ def activation_covariances(model: Any, *, prompt_set: str = "text",
 
 # -- the scores --------------------------------------------------------------------------------
 
-def output_factors(cov_z: torch.Tensor, W_O: torch.Tensor) -> torch.Tensor:
-    """X = W_O^T F [L, H, d_model, d_head] (float64) with Sigma_z = F F^T [L, H, dh, dh], so
-    X X^T = C_S, the covariance of the head's output z W_O (eigen-factor, negative
-    eigenvalues from rounding clipped to 0)."""
+def output_factors(cov_z: torch.Tensor, W_O: torch.Tensor,
+                   write_scale: torch.Tensor | None = None) -> torch.Tensor:
+    """X = s W_O^T F [L, H, d_model, d_head] (float64) with Sigma_z = F F^T [L, H, dh, dh], so
+    X X^T = C_S, the covariance of the head's output s z W_O (eigen-factor, negative
+    eigenvalues from rounding clipped to 0); ``write_scale`` s [L]: the factor the model
+    applies to each layer's attention output (core.activations.conformance; default 1)."""
     evals, evecs = torch.linalg.eigh(cov_z.double())
     factor = evecs * evals.clamp(min=0).sqrt()[..., None, :]
     out = factor.new_empty(*W_O.shape[:2], W_O.shape[3], W_O.shape[2])
     for layer in range(W_O.shape[0]):  # a layer's float64 copy of W_O at a time
         torch.matmul(W_O[layer].double().transpose(-2, -1), factor[layer], out=out[layer])
+        if write_scale is not None and float(write_scale[layer]) != 1:
+            out[layer].mul_(float(write_scale[layer]))
     return out
 
 
 def data_weighted_pk(cov: ActivationCovariances, W_O: torch.Tensor, bases: RoleBases,
-                     pairing: str) -> DataPK:
+                     pairing: str, write_scale: torch.Tensor | None = None) -> DataPK:
     """Data-weighted PK of one pairing from covariances, the source heads' W_O [L, H, dh, d]
     (the weights that produced the outputs) and the targets' PK read bases (U [L, H_t, d, r],
-    zero columns past each measured rank); see the module docstring."""
+    zero columns past each measured rank); ``write_scale`` [L]: the model's factor on each
+    layer's attention output (a residual multiplier; default 1). See the module docstring."""
     check_pairing(pairing)
     if bases.role != pairing[1]:
         raise InvalidInput(f"pairing {pairing} reads through {pairing[1]}, got bases of role "
@@ -255,7 +261,7 @@ def data_weighted_pk(cov: ActivationCovariances, W_O: torch.Tensor, bases: RoleB
     U = bases.U.to(device=cov.z.device, dtype=torch.float64)
     if U.shape[0] != L or U.shape[2] != d:
         raise InvalidInput(f"bases {tuple(U.shape)} do not match W_O {tuple(W_O.shape)}")
-    X = output_factors(cov.z, W_O.to(cov.z.device))
+    X = output_factors(cov.z, W_O.to(cov.z.device), write_scale)
     num = pairwise_sq_overlap(X, U, order="forward")  # [L, H, L, Ht] tr(U^T C_S U)
     src_var = X.square().sum((-2, -1))  # [L, H] tr(C_S)
     in_var = cov.resid.diagonal(dim1=-2, dim2=-1).sum(-1)  # [L] tr(C_X)
@@ -316,7 +322,8 @@ def data_pk(model: Any, pairings: Sequence[str] = DATA_PK_PAIRINGS, *,
                                  induction_length=induction_length,
                                  induction_batch=induction_batch, seed=seed,
                                  batch_size=batch_size, half=half, progress=progress)
-    return {p: data_weighted_pk(cov, runner.W_O, role_bases(heads, p[1]), p) for p in pairings}
+    return {p: data_weighted_pk(cov, runner.W_O, role_bases(heads, p[1]), p, runner.write_scale)
+            for p in pairings}
 
 
 __all__ = ["DATA_PK_PAIRINGS", "DATA_PK_PROMPT_SETS", "HALVES", "METHOD", "ActivationCovariances",

@@ -18,11 +18,8 @@ from typing import Any
 
 import torch
 
+from headgraph.core.activations.conformance import StopForward, head_write_scale, post_attention_norm
 from headgraph.core.errors import UnsupportedModel
-
-
-class StopForward(Exception):
-    """Raised by a hook to end a forward once the patched layer is measured."""
 
 
 @dataclass
@@ -41,6 +38,7 @@ class Runner:
     W_K: torch.Tensor  # [L, Hkv, d, dh]
     W_V: torch.Tensor
     W_O: torch.Tensor  # [L, H, dh, d]
+    write_scale: torch.Tensor  # [L] float64: what the model multiplies each head's z W_O by
     ln_kind: str | None  # "LN" | "RMS" | None
     ln_w: torch.Tensor | None  # [L, d]
     source: Any  # what tokenizes and draws random tokens (core.activations.patterns helpers)
@@ -80,6 +78,7 @@ class DemoRunner(Runner):
         self.layer_indices = tuple(model.layer_indices)
         self.W_Q, self.W_K, self.W_V, self.W_O = (t.detach() for t in (
             model.W_Q, model.W_K, model.W_V, model.W_O))
+        self.write_scale = torch.ones(len(self.layer_indices), dtype=torch.float64)
         self.ln_kind = "LN" if model.cfg.layer_norm else None
         self.ln_w = model.ln_w.detach() if model.cfg.layer_norm else None
 
@@ -138,6 +137,8 @@ class BridgeRunner(Runner):
                 f"path ablation and data-weighted PK: {post} (a norm between the heads and the "
                 "residual stream, as in Gemma 2/3, GLM-4 and OLMo 2), so a head's write is not "
                 "(mean z - z) W_O; refused rather than a wrong number")
+        # The model's own forward must add what the head writes say (times a layer's scale).
+        self.write_scale = head_write_scale(bridge, self.layer_indices, self.W_O)
         kind = str(getattr(bridge.cfg, "normalization_type", None) or "")
         self.ln_kind = "LN" if kind.startswith("LN") else "RMS" if kind.startswith("RMS") else None
         if self.ln_kind is None:
@@ -277,27 +278,6 @@ class BridgeRunner(Runner):
         if "out" not in got:
             raise UnsupportedModel(f"the bridge did not fire {measured}")
         return got["out"]
-
-
-def post_attention_norm(bridge: Any) -> str | None:
-    """Where a bridge's attention output passes a norm before the residual add ("blocks.3 has
-    a post-attention norm (ln1_post)"), else None: a block declaring ``ln1_post``, or whose
-    ``hook_attn_out`` is read after a submodule other than ``attn``."""
-    for i, block in enumerate(getattr(bridge, "blocks", ())):
-        submodules = getattr(block, "submodules", None)
-        if not isinstance(submodules, dict) or "attn" not in submodules:
-            continue
-        if "ln1_post" in submodules:
-            return f"blocks.{i} has a post-attention norm (ln1_post)"
-        aliases = getattr(block, "hook_aliases", None)
-        target = aliases.get("hook_attn_out") if isinstance(aliases, dict) else None
-        for candidate in [target] if isinstance(target, str) else list(target or []):
-            owner = candidate.split(".", 1)[0]
-            if owner in submodules and owner != "attn":
-                return f"blocks.{i} writes its attention output through {owner}"
-            if owner in submodules:
-                break
-    return None
 
 
 def ablation_runner(model: Any) -> Runner:

@@ -229,6 +229,23 @@ class BridgeCircuitModel(CircuitModel):
             raise UnsupportedModel("only some blocks have a post-attention norm")
         self.post_gain = None
         self._checked = False
+        if not self.post_norm:  # (post-norm writes are handled here, through their scale)
+            self._check_writes()
+
+    def _check_writes(self) -> None:
+        """The model's own forward must add the heads' z @ W_O to the residual unchanged
+        (core.activations.conformance): a residual multiplier scales MLP writes too, and a
+        non-conforming block has no per-head writes; both are refused, naming the feature."""
+        from headgraph.core.activations.conformance import write_conformance
+
+        check = write_conformance(self.bridge, self.layer_indices, self.W_O)
+        if check.refusal is not None:
+            raise UnsupportedModel(f"task circuits: {check.refusal}; refused rather than a "
+                                   "wrong number")
+        if bool((check.scale != 1).any()):
+            raise UnsupportedModel(f"task circuits: {', '.join(check.features)} (the model "
+                                   "scales attention and MLP outputs before the residual add; "
+                                   "circuit writes are not scaled yet)")
 
     def norm(self, layer: int, x: torch.Tensor) -> torch.Tensor:
         return self._norms[layer](x)

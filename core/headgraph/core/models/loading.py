@@ -62,6 +62,7 @@ from headgraph.core.models.norm_fold import (
     demo_norm_gains,
     fold_norm_gains,
 )
+from headgraph.core.models.model_kind import config_refusal, model_kind, wrapping_refusal
 from headgraph.core.models.model_root import check_model_folder, check_root, quoted, scrubbed
 from headgraph.core.models.random_weights import (
     RANDOM_PREFIX,
@@ -162,6 +163,15 @@ def _file_errors() -> tuple[type[BaseException], ...]:
 
 
 _FILE_ERRORS = _file_errors()
+
+
+def _wrap_error(err: BaseException, config: Any) -> str:
+    """What a failed ``boot_transformers`` says, in one line ("no adapter for X" rather than
+    the list of every adapter)."""
+    if str(err).startswith("Could not determine supported architecture"):
+        arch = (getattr(config, "architectures", None) or ["this architecture"])[0]
+        return f"it has no adapter for {arch}"
+    return f"{type(err).__name__}: {_one_line(err)}"
 
 
 def _one_line(err: BaseException, limit: int = 200) -> str:
@@ -345,8 +355,11 @@ def _from_bridge(bridge: Any, *, name: str, source: str, processing: str, device
     try:
         heads = heads_from_bridge(bridge, name=name, source=source, processing=processing,
                                   device=device)
-    except ValueError as err:  # torch shape errors from an unusual bridge
-        raise UnsupportedModel(f"{name}: {err}") from err
+    except HeadgraphError:
+        raise
+    except Exception as err:  # torch shape errors, assertions from an unusual bridge
+        raise UnsupportedModel(f"{name}: per-head weights cannot be read from this bridge "
+                               f"({type(err).__name__}: {_one_line(err)})") from err
     tokenizer = tokenizer if tokenizer is not None else bridge.tokenizer
     heads.tokenizer = tokenizer
     patterns = BridgePatternSource(bridge, tokenizer) if tokenizer is not None else None
@@ -376,7 +389,13 @@ def _load_folder_in(folder: Path, *, name: str, source: str, device: str, proces
 
     if is_demo_folder(folder):
         return _load_demo_folder(folder, name=name, device=device, processing=processing)
-    check_config_shapes(_config_json(folder, name), shown=f"{name}/config.json")
+    raw = _config_json(folder, name)
+    check_config_shapes(raw, shown=f"{name}/config.json")
+    # Encoder-only checkpoints load as encoders (weights, bidirectional patterns); the
+    # activation stages refuse them (core.activations.conformance).
+    refusal = config_refusal(raw) if model_kind(raw) == "encoder-decoder" else wrapping_refusal(raw)
+    if refusal is not None:
+        raise UnsupportedModel(f"{name}: {refusal}")
     if streaming is None:
         streaming = too_big_for_memory(folder, dtype)
     if streaming:
@@ -396,9 +415,11 @@ def _load_folder_in(folder: Path, *, name: str, source: str, device: str, proces
     try:
         tokenizer = _own_tokenizer(folder) if has_tokenizer(folder) else byte_level_tokenizer()
         bridge = _boot(str(folder), device=device, dtype=dtype, tokenizer=tokenizer)
-    except (OSError, ValueError, KeyError, RuntimeError, NotImplementedError) as err:
+    except HeadgraphError:
+        raise
+    except Exception as err:  # whatever wrapping raises (assertions, split sizes): a refusal
         raise UnsupportedModel(f"{name}: TransformerLens could not load this checkpoint "
-                               f"({type(err).__name__}: {err})") from err
+                               f"({type(err).__name__}: {_one_line(err)})") from err
     return _from_bridge(bridge, name=name, source=source, processing=processing, device=device,
                         tokenizer=tokenizer)
 
@@ -437,13 +458,18 @@ def _load_random(spec: str, *, device: str, processing: str, dtype: torch.dtype,
             return LoadedModel(heads=heads, patterns=model, tokenizer=model, info=heads.info)
         check_config_shapes(raw, shown=f"{body} (config)")
         config = hf_config(cfg_file)
+    refusal = config_refusal(config.to_dict())  # an encoder built "as a causal LM" is not one
+    if refusal is not None:
+        raise UnsupportedModel(f"{spec}: {refusal}")
     hf_model = random_causal_lm(config, seed=seed, name=spec, device=device, dtype=dtype)
     tokenizer = byte_level_tokenizer() if config.vocab_size >= 257 else None
     try:
         bridge = _boot(spec, device=device, dtype=dtype, hf_model=hf_model, tokenizer=tokenizer)
-    except (OSError, ValueError, KeyError, RuntimeError, NotImplementedError) as err:
+    except HeadgraphError:
+        raise
+    except Exception as err:  # whatever wrapping raises (assertions, split sizes): a refusal
         raise UnsupportedModel(f"{spec}: TransformerLens could not wrap this model "
-                               f"({type(err).__name__}: {err})") from err
+                               f"({_wrap_error(err, config)})") from err
     return _from_bridge(bridge, name=spec, source="config", processing=processing, device=device,
                         tokenizer=tokenizer)
 

@@ -92,8 +92,13 @@ class BridgePatternSource(TokenizedSource):
         kwargs = {}
         if attention_mask is not None:
             kwargs["attention_mask"] = attention_mask.to(tokens.device).long()
-        _, cache = self.bridge.run_with_cache(
-            tokens, names_filter=lambda n: n.endswith("hook_pattern"), **kwargs)
+        try:
+            _, cache = self.bridge.run_with_cache(
+                tokens, names_filter=lambda n: n.endswith("hook_pattern"), **kwargs)
+        except (AttributeError, AssertionError, NotImplementedError, TypeError) as err:
+            raise UnsupportedModel(f"TransformerLens cannot run this model's forward "
+                                   f"({type(err).__name__}: {' '.join(str(err).split())[:200]})"
+                                   ) from err
         try:
             pats = [cache[f"blocks.{i}.attn.hook_pattern"] for i in self.layer_indices]
         except KeyError as err:
