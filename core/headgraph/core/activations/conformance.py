@@ -63,7 +63,8 @@ def write_conformance(bridge: Any, layer_indices: tuple[int, ...], W_O: torch.Te
     """Fit each attention layer's real residual contribution to its summed head writes
     (module docstring); ``layer_indices`` the blocks with attention, ``W_O`` [L, H, dh, d]
     the bridge's per-head output weights. Cached per bridge and weights."""
-    key = (tuple(layer_indices), tuple(W_O.shape), float(W_O.double().sum()))
+    # which tensor, and whether it was written since (no float64 copy of a big model's W_O)
+    key = (tuple(layer_indices), tuple(W_O.shape), W_O.data_ptr(), W_O._version)
     hit = _CACHE.get(bridge)
     if hit is not None and hit[0] == key:
         return hit[1]
