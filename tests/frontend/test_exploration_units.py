@@ -27,7 +27,7 @@ from headgraph.frontend.callbacks import graph as graph_callbacks
 from headgraph.frontend.callbacks.graph import all_head_nodes, graph_view
 from headgraph.frontend.callbacks.heatmap import heatmap_view
 from headgraph.frontend.figures.common import PAIRING_COLORS
-from headgraph.frontend.figures.graph import ARROW_PX, LABEL_ALL_MAX, LABEL_TOP_EDGES, graph_figure
+from headgraph.frontend.figures.graph import ARROW_PX, BACKDROP_SIZE, LABEL_ALL_MAX, LABEL_TOP_EDGES, graph_figure
 from headgraph.frontend.figures.graph_filters import find_matches, verdict_map
 from headgraph.frontend.figures.graph_layers import layer_graph_figure
 from headgraph.frontend.figures.palette import CLASS_PALETTE, NO_CLASS_COLOR, class_palette, label_set_order
@@ -246,7 +246,7 @@ def test_kv_groups_sit_on_their_layers_row_between_their_query_heads() -> None:
 
 
 @pytest.mark.parametrize("layout", ["grid", "force"])
-def test_every_edge_has_an_arrowhead_short_of_its_target(api: ApiClient, computed: list[str], layout: str) -> None:
+def test_every_edge_has_an_arrowhead_on_its_targets_rim(api: ApiClient, computed: list[str], layout: str) -> None:
     data = api.graph("demo", ["OQ", "OK", "OV"], k=20)
     info = api.model_info("demo")["info"]
     pos = grid_positions(data["graph"], info["layer_indices"]) if layout == "grid" else force_positions(data["graph"])
@@ -257,6 +257,8 @@ def test_every_edge_has_an_arrowhead_short_of_its_target(api: ApiClient, compute
             assert t.marker.angleref == "previous" and t.hoverinfo == "skip"
             for i, size in enumerate(t.marker.size):
                 if size == ARROW_PX:
+                    # the tip stands off the target's centre by its radius, in pixels (at any zoom)
+                    assert t.marker.standoff[i] > BACKDROP_SIZE / 2
                     tips.append(((t.x[i - 1], t.y[i - 1]), (t.x[i], t.y[i])))
     assert len(tips) == len(data["graph"]["edges"])
     for e in data["graph"]["edges"]:
@@ -465,3 +467,27 @@ def test_the_server_picks_heads_to_pin_a_neighbourhood_or_a_layer_ranges_top_edg
     assert set(action["heads"]) == {h for e in top["edges"] for h in (e["source"], e["target"])}
     no, refusal = click("sub-pin-neighbourhood-btn", "L9H9", 1, None, 10, search)  # no such head: the API's 422
     assert no is dash.no_update and "not pinned" in str(refusal)
+
+
+def test_free_layout_edges_meet_their_nodes_whatever_the_layout_spans() -> None:
+    """In a free (force) layout each pairing's edges sit SHIFT_PX pixels aside of the line
+    between their nodes (at the narrowest plot), not a share of the layout's span: one node far
+    out put every edge tens of pixels off its nodes; arrowheads stand off by the target's radius."""
+    from headgraph.frontend.figures.graph import MARGIN_Y_PX, MIN_PLOT_WIDTH_PX, SHIFT_PX
+
+    names = [f"L1H{h}" for h in range(4)] + ["L0H0", "L0H1"]
+    pos = {n: (0.3 * (i % 3), 0.3 * (i // 3)) for i, n in enumerate(names[:-1])}
+    pos["L0H1"] = (20.0, 20.0)  # far out
+    nodes = [{"id": n, "layer": int(n[1]), "head": int(n[-1]), "degree": 2} for n in names]
+    edges = [{"source": s, "target": t, "pairing": p, "score": 1.0, "opacity": 1.0}
+             for s in ("L0H0", "L0H1") for t in names[:4] for p in ("OQ", "OK", "OV")]
+    fig = graph_figure({"graph": {"nodes": nodes, "edges": edges}, "pairings": ["OQ", "OK", "OV"],
+                        "layer_indices": [0, 1]}, pos, layout="force")
+    xs, ys = [x for x, _ in pos.values()], [y for _, y in pos.values()]
+    px = min(600 - MARGIN_Y_PX, MIN_PLOT_WIDTH_PX) / (1.1 * max(max(xs) - min(xs), max(ys) - min(ys)))
+    ends = [(x, y) for tr in fig.data if tr.mode == "lines" and tr.name and "(" in tr.name
+            for x, y in zip(tr.x, tr.y) if x is not None]
+    assert len(ends) == 2 * len(edges)
+    for x, y in ends:  # every end of a drawn edge lies SHIFT_PX (or less) from some node's centre
+        nearest = min(math.hypot(x - nx, y - ny) for nx, ny in pos.values()) * px
+        assert nearest <= SHIFT_PX + 1e-6, nearest

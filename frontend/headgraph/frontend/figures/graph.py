@@ -31,6 +31,7 @@ LABEL_ALL_MAX = 48   # up to this many nodes every node is labelled
 LABEL_TOP_EDGES = 3  # above it: the endpoints of each pairing's this-many strongest edges
 HOVER_EDGES = 3      # a node's hover: its strongest incoming / outgoing edges per pairing
 ARROW_PX = 9         # arrowhead marker size
+SHIFT_PX = 4         # a free layout's sideways gap between the pairings' edges of one head pair
 
 # Pixels. Plotly hovers, among the markers under the pointer, the one with the smallest radius,
 # so markers must not cover each other's centres: node sizes are capped below a row's height,
@@ -167,19 +168,6 @@ def edge_lists(edges: Sequence[dict[str, Any]], verdicts: dict[EdgeKey, dict[str
     return out
 
 
-def arrow_end(a: tuple[float, float], b: tuple[float, float], gap_px: float,
-              scale: tuple[float, float]) -> tuple[float, float]:
-    """The point ``gap_px`` pixels before ``b`` on segment a-b (where the target's arrowhead
-    goes, outside its node), never past the segment's middle."""
-    sx, sy = scale
-    dx, dy = b[0] - a[0], b[1] - a[1]
-    length = math.hypot(dx * sx, dy * sy)
-    if length <= 0:
-        return b
-    t = min(0.5, gap_px / length)
-    return (b[0] - t * dx, b[1] - t * dy)
-
-
 def graph_figure(data: dict[str, Any], pos: Positions, *, layout: str,
                  classes: dict[str, str] | None = None, all_heads: Sequence[str] = (),
                  head_pos: Positions | None = None, selected: str | None = None,
@@ -206,15 +194,17 @@ def graph_figure(data: dict[str, Any], pos: Positions, *, layout: str,
     nodes = g.get("nodes", [])
     edges = g.get("edges", g.get("links", []))
     classes = classes or {}
-    span = max((abs(x) for p in pos.values() for x in p), default=1.0) or 1.0
     shift = {"OQ": -1, "OK": 0, "OV": 1}
-    step = 0.045 * (1.0 if layout == "grid" else span)
     height = grid_height(head_pos or pos) if layout == "grid" else 600
     scale = _pixel_scale(head_pos or pos, height, layout)
+    # pairings drawn apart sideways: a share of a grid column, or SHIFT_PX in a free layout
+    # (a share of its span put edges tens of pixels off their nodes when one node lay far out)
+    step = 0.045 if layout == "grid" else SHIFT_PX / scale[0]
     fig = go.Figure()
     # Edges: one trace per (pairing, opacity bucket) keeps the trace count bounded.
     buckets: dict[tuple[str, int, bool, str], tuple[list[float | None], list[float | None]]] = {}
-    arrows: dict[tuple[str, int, bool, str], tuple[list[float | None], list[float | None]]] = {}
+    # arrowheads: the edge's points and each tip's standoff (px) from the target's centre
+    arrows: dict[tuple[str, int, bool, str], tuple[list[float | None], list[float | None], list[float]]] = {}
     mids: dict[str, dict[str, list[Any]]] = {}
     in_circuit: tuple[list[float | None], list[float | None]] = ([], [])
     # Click handles sit at a fraction of the edge that depends on the source node, so edges that
@@ -240,10 +230,10 @@ def graph_figure(data: dict[str, Any], pos: Positions, *, layout: str,
         xs, ys = buckets.setdefault((p, alpha_bucket, sink, verdict), ([], []))
         xs += [a[0], b[0], None]
         ys += [a[1], b[1], None]
-        ax, ay = arrows.setdefault((p, alpha_bucket, sink, verdict), ([], []))
-        tip = arrow_end(a, b, obstacles.get(t, BACKDROP_SIZE / 2) + ARROW_PX / 2 + 1, scale)
-        ax += [a[0], tip[0], None]
-        ay += [a[1], tip[1], None]
+        ax, ay, off = arrows.setdefault((p, alpha_bucket, sink, verdict), ([], [], []))
+        ax += [a[0], b[0], None]
+        ay += [a[1], b[1], None]
+        off += [0.0, obstacles.get(t, BACKDROP_SIZE / 2) + 1, 0.0]  # the tip on the node's rim
         m = mids.setdefault(p, {"x": [], "y": [], "size": [], "custom": [], "text": []})
         m["x"].append(handles.x[i])
         m["y"].append(handles.y[i])
@@ -274,13 +264,15 @@ def graph_figure(data: dict[str, Any], pos: Positions, *, layout: str,
                 continue
             line = (dict(color=pairing_color(p, bucket / 10), width=2.2, dash="dot" if sink else "solid")
                     if verdicts is None else verdict_line(p, bucket / 10, verdict, sink))
-            # Arrowheads at the targets: markers at the end of an invisible copy of each edge
-            # that stops short of its target's node (angleref "previous": along the edge).
-            ax, ay = arrows[(bp, bucket, sink, verdict)]
+            # Arrowheads at the targets: markers at the end of an invisible copy of each edge,
+            # along it (angleref "previous"), stood off from the target's centre by its radius
+            # in pixels whatever the zoom or the layout's scale.
+            ax, ay, off = arrows[(bp, bucket, sink, verdict)]
             fig.add_trace(go.Scatter(x=ax, y=ay, mode="lines+markers", hoverinfo="skip",
                                      line=dict(color="rgba(0,0,0,0)", width=0),
                                      marker=dict(symbol="arrow", angleref="previous", color=line["color"],
-                                                 size=[0, ARROW_PX, 0] * (len(ax) // 3), line=dict(width=0)),
+                                                 size=[0, ARROW_PX, 0] * (len(ax) // 3), standoff=off,
+                                                 line=dict(width=0)),
                                      name=f"{p} arrows", legendgroup=p, showlegend=False))
             fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", hoverinfo="skip", line=line,
                                      name=f"{p} ({counts.get(p, '')})", legendgroup=p,
