@@ -491,3 +491,21 @@ def test_free_layout_edges_meet_their_nodes_whatever_the_layout_spans() -> None:
     for x, y in ends:  # every end of a drawn edge lies SHIFT_PX (or less) from some node's centre
         nearest = min(math.hypot(x - nx, y - ny) for nx, ny in pos.values()) * px
         assert nearest <= SHIFT_PX + 1e-6, nearest
+
+
+def test_a_group_pairs_edge_values_do_not_overlap() -> None:
+    """The OQ, OK and OV values of one pair of nodes (two groups' summed edges) are written
+    apart along the edge (at 0.3, 0.5 and 0.7 of it), at least a text line apart in pixels;
+    they were stacked at its middle ("2.25 ×210.5 ×2…")."""
+    from headgraph.frontend.figures.subgraph import subgraph_figure
+
+    nodes = [{"id": "G:a", "label": "a", "name": "a", "kind": "group", "layer": 0, "head": 0, "degree": 3},
+             {"id": "G:b", "label": "b", "name": "b", "kind": "group", "layer": 1, "head": 0, "degree": 3}]
+    edges = [{"source": "G:a", "target": "G:b", "pairing": p, "value": v, "score": v, "count": 2, "rank": 1,
+              "opacity": 1.0} for p, v in (("OQ", 2.25), ("OK", 10.5), ("OV", 3.5))]
+    fig = subgraph_figure({"nodes": nodes, "edges": edges}, rank_on_="pk")
+    values = next(tr for tr in fig.data if tr.meta == "edge-values")
+    assert list(values.text) == ["2.25 ×2", "10.5 ×2", "3.5 ×2"]
+    px_per_row = (fig.layout.height - 160) / 1  # two layers: one row apart
+    ys = sorted(float(y) for y in values.y)
+    assert min(b - a for a, b in zip(ys, ys[1:])) * px_per_row >= 20  # 9-px text, well apart
