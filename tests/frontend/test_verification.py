@@ -232,3 +232,19 @@ def test_verifying_the_top_edges_steps_one_pairing_at_a_time(api: ApiClient, com
     assert "not measured" not in served and queue["verdicts"] == served
     assert f"{served.count('verified')} verified, {served.count('no effect')} no effect" in note.children
     assert verify_top_step(3, queue) == (no_update,) * 10  # a finished queue does nothing more
+
+
+def test_the_verification_queue_shows_a_moving_bar_while_a_pairing_is_measured():
+    """While a pairing is measured (no finer count: minutes on a real model) a stripe sweeps
+    the bar (class "indeterminate") beside the share of pairings done; done, it stops."""
+    from headgraph.frontend.callbacks.verify import queue_progress
+
+    queue = {"per": [["OQ", 20], ["OK", 20], ["OV", 20]], "done": 0}
+    style, bar, label, state, frac, busy, cls = queue_progress(queue)
+    assert style == {"display": "flex"} and frac == "0.000"
+    assert state == "running" and busy and "indeterminate" in cls.split()
+    assert label == "measuring the top 20 OQ edges (1 of 3)…" and bar == {"width": "0.0%"}
+    *_, state, frac, busy, cls = queue_progress({**queue, "done": 3})
+    assert state == "done" and not busy and cls == "progress" and frac == "1.000"
+    *_, state, _, busy, cls = queue_progress({**queue, "done": 1}, failed=True)
+    assert state == "failed" and not busy and cls == "progress"

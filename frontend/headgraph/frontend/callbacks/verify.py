@@ -126,12 +126,14 @@ def queue_outputs(again: bool = False) -> list[Output]:
     return [Output(cid, prop, allow_duplicate=again) for cid, prop in (
         ("verify-top-queue", "data"), ("verify-top-progress", "style"), ("verify-top-bar", "style"),
         ("verify-top-label", "children"), ("verify-top-progress", "data-state"),
-        ("verify-top-progress", "data-fraction"), ("verify-top-btn", "disabled"))]
+        ("verify-top-progress", "data-fraction"), ("verify-top-btn", "disabled"),
+        ("verify-top-progress", "className"))]
 
 
 def queue_progress(queue: dict[str, Any], failed: bool = False) -> tuple:
-    """(style, bar style, label, state, fraction, button disabled) of the verification queue
-    ``{"per": [[pairing, k], ...], "done": n, ...}``: one step per pairing."""
+    """(style, bar style, label, state, fraction, button disabled, class) of the verification
+    queue ``{"per": [[pairing, k], ...], "done": n, ...}``: one step per pairing; while a
+    pairing is measured (minutes on a real model, no finer count) a stripe sweeps the bar."""
     per, done = queue["per"], int(queue["done"])
     frac = done / len(per)
     finished = failed or done >= len(per)
@@ -142,7 +144,8 @@ def queue_progress(queue: dict[str, Any], failed: bool = False) -> tuple:
     else:
         pairing, k = per[done]
         label, state = f"measuring the top {k} {pairing} edges ({done + 1} of {len(per)})…", "running"
-    return ({"display": "flex"}, {"width": f"{frac * 100:.1f}%"}, label, state, f"{frac:.3f}", not finished)
+    return ({"display": "flex"}, {"width": f"{frac * 100:.1f}%"}, label, state, f"{frac:.3f}", not finished,
+            "progress" if finished else "progress indeterminate")
 
 
 @callback(*queue_outputs(), Output("verify-top-msg", "children"),
@@ -153,11 +156,11 @@ def verify_top(n_clicks: int | None, search: str | None, ticks: int | None) -> t
     50 each: the edges the graph's verdicts read) and arm the tick; ``verify_top_step``
     measures them one pairing per tick, so the progress bar moves between pairings."""
     if not n_clicks:
-        return (no_update,) * 9
+        return (no_update,) * 10
     state = state_of(search)
     per = verify_k(state.pairings, state.rule, state.k, graph_edge_counts(state))
     if not per:
-        return (no_update,) * 7 + ("no edges to verify", no_update)
+        return (no_update,) * 8 + ("no edges to verify", no_update)
     queue = {"model": state.model, "per": [[p, k] for p, k in per.items()], "done": 0, "verdicts": []}
     return queue, *queue_progress(queue), "", int(ticks or 0) + 1
 
@@ -173,7 +176,7 @@ def verify_top_step(ticks: int | None, queue: dict[str, Any] | None) -> tuple:
     the callback it triggers would not trigger it again); the last step redraws the verdicts
     and says what was found."""
     if not queue or int(queue["done"]) >= len(queue["per"]):
-        return (no_update,) * 10
+        return (no_update,) * 11
     model, (pairing, k) = queue["model"], queue["per"][int(queue["done"])]
     measured = {"model": model, "at": time.time()}
     try:
