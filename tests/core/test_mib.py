@@ -9,7 +9,15 @@ import numpy as np
 import pytest
 
 from headgraph.core.circuits.attribution import attribute
-from headgraph.core.circuits.mib import MIB_FRACTIONS, cpr_cmd, from_mib, mib_sizes, to_mib
+from headgraph.core.circuits.faithfulness import faithfulness
+from headgraph.core.circuits.mib import (
+    MIB_FRACTIONS,
+    cpr_cmd,
+    curve_scores,
+    from_mib,
+    mib_sizes,
+    to_mib,
+)
 from headgraph.core.circuits.tasks import induction
 from headgraph.core.errors import InvalidInput
 from headgraph.core.models.demo import load_demo_model
@@ -43,10 +51,30 @@ def test_mib_sizes_floor_like_mib():
     assert mib_sizes(257) == tuple(int(p * 257) for p in MIB_FRACTIONS)
 
 
-def test_demo_circuit_round_trip():
+@pytest.fixture(scope="module")
+def demo_eap():
     demo = load_demo_model()
     task = induction(demo, n=4)
-    att = attribute(demo, task, method="eap")
+    return demo, task, attribute(demo, task, method="eap")
+
+
+def test_demo_curve_on_mibs_grid(demo_eap):
+    demo, task, att = demo_eap
+    grid = mib_sizes(att.n_edges)
+    curve = faithfulness(demo, task, att, extra=grid)
+    assert set(grid) <= set(curve.sizes)
+    r = curve_scores(curve.sizes, curve.metrics, curve.clean, curve.total_edges)
+    assert r is not None
+    at = dict(zip(curve.sizes, curve.metrics, strict=True))
+    f = np.array([(at[n] - at[0]) / (curve.clean - at[0]) for n in grid])
+    assert f[-1] == pytest.approx(1, abs=1e-6)  # every edge kept: the clean run
+    assert r.cpr == pytest.approx(float(np.trapezoid(f, MIB_FRACTIONS)), rel=1e-12)
+    assert r.cmd == pytest.approx(float(np.trapezoid(np.abs(1 - f), MIB_FRACTIONS)), rel=1e-12)
+    assert 0 < r.cpr < 1
+
+
+def test_demo_circuit_round_trip(demo_eap):
+    _, _, att = demo_eap
     edges = att.edge_dicts(att.order())
     d = to_mib(edges, n_layers=2, n_heads=8, n_kv_heads=8, size=20)
     d = json.loads(json.dumps(d))  # through a file's text

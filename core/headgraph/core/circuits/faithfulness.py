@@ -223,19 +223,21 @@ def _mask(attribution: CircuitAttribution, edges: torch.Tensor) -> torch.Tensor:
 
 def faithfulness(model: Any, task: Task, attribution: CircuitAttribution, *,
                  sizes: Sequence[int] | None = None, share: float = DEFAULT_SHARE,
-                 refine: int = 6, batch_size: int = 8, progress: Progress | None = None
-                 ) -> FaithfulnessCurve:
+                 refine: int = 6, batch_size: int = 8, progress: Progress | None = None,
+                 extra: Sequence[int] = ()) -> FaithfulnessCurve:
     """The faithfulness curve of ``attribution``'s top-n circuits on ``task`` (module
     docstring); ``sizes``: the n values (default: default_sizes of all edges, then up to
     ``refine`` bisection steps below the first size reaching ``share``, so the circuit size
-    is the smallest n found reaching it, recovery taken as rising between curve points)."""
+    is the smallest n found reaching it, recovery taken as rising between curve points);
+    ``extra``: more n values measured with them (MIB's grid, core.circuits.mib.mib_sizes)."""
     cm = circuit_model(model)
     if attribution.task_hash != task.content_hash():
         raise InvalidInput("the attribution was computed on another task")
     if not 0 < share <= 1:
         raise InvalidInput(f"share must be in (0, 1], got {share!r}")
     total = attribution.n_edges
-    ns = default_sizes(total) if sizes is None else tuple(sorted({int(n) for n in sizes}))
+    ns = default_sizes(total) if sizes is None else tuple(int(n) for n in sizes)
+    ns = tuple(sorted({*ns, *(int(n) for n in extra)}))
     if not ns or ns[0] < 0 or ns[-1] > total:
         raise InvalidInput(f"circuit sizes must lie in 0..{total}")
     data = _Batches(cm, task, batch_size)

@@ -89,6 +89,27 @@ def mib_sizes(total: int, fractions: Sequence[float] = MIB_FRACTIONS) -> tuple[i
     return tuple(int(p * total) for p in fractions)
 
 
+def curve_scores(sizes: Sequence[int], metrics: Sequence[float], clean: float, total: int
+                 ) -> AreaScores | None:
+    """CPR and CMD on MIB's grid of a measured curve (``metrics[i]``: the mean metric with
+    the top ``sizes[i]`` of ``total`` edges kept), normalised as MIB: ``f = (M(n) - M(0)) /
+    (clean - M(0))``, M(0) the measured circuit of no edges. None when n = 0 or a grid size
+    is not on the curve, or clean equals M(0).
+
+    >>> r = curve_scores([0, 1, 2, 5, 10], [0.0, 1.0, 2.0, 2.0, 2.0], 2.0, 10)
+    >>> round(r.cpr, 4), round(r.cmd, 4)
+    (0.8875, 0.1115)
+    >>> curve_scores([0, 1, 2, 5, 10], [0.0, 1.0, 2.0, 2.0, 2.0], 2.0, 1000) is None
+    True
+    """
+    at = {int(n): float(m) for n, m in zip(sizes, metrics, strict=True)}
+    grid = mib_sizes(total)
+    if 0 not in at or any(n not in at for n in grid) or clean == at[0]:
+        return None
+    empty = at[0]
+    return cpr_cmd(MIB_FRACTIONS, [(at[n] - empty) / (clean - empty) for n in grid])
+
+
 # -- names -----------------------------------------------------------------------------------------
 
 def _mib_writer(kind: str, layer: int | None, head: int | None) -> str:
@@ -291,5 +312,5 @@ def from_mib(data: Any, *, n_kv_heads: int | None = None,
         MibEdge(w, r, p, s, k) for (w, r), (p, s, k) in merged.items()))
 
 
-__all__ = ["MIB_FRACTIONS", "AreaScores", "MibCircuit", "MibEdge", "cpr_cmd", "from_mib",
+__all__ = ["MIB_FRACTIONS", "AreaScores", "MibCircuit", "MibEdge", "cpr_cmd", "curve_scores", "from_mib",
            "mib_sizes", "to_mib"]
