@@ -10,6 +10,7 @@ import base64
 import json
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from dash import no_update
@@ -141,6 +142,12 @@ def test_the_metric_table_and_curve_carry_the_apis_numbers(in_app: None, api: Ap
     assert getattr(find(chips, "stat-task-circuit-size"), "data-value") == str(size)
     spearman = data["patching"]["spearman"]
     assert getattr(find(chips, "stat-task-spearman"), "data-value") == str(spearman)
+    mib = data["mib"]  # MIB's areas over its grid of edge fractions, by numpy's trapezoid
+    at = dict(zip(f["sizes"], f["metrics"]))
+    fm = np.array([(at[n] - at[0]) / (f["clean"] - at[0]) for n in mib["sizes"]])
+    assert mib["cpr"] == pytest.approx(float(np.trapezoid(fm, mib["fractions"])), abs=1e-9)
+    assert getattr(find(chips, "stat-task-cpr"), "data-value") == str(mib["cpr"])
+    assert getattr(find(chips, "stat-task-cmd"), "data-value") == str(mib["cmd"])
     assert [find(body, f"task-words-{i}").children for i in range(3)] == task_words(data)
     assert f"{data['patching']['n_edges']} edges: Spearman ρ = {spearman:.3f}" in task_words(data)[2]
     check_circuit_on_the_head_graph(api, data, graph)

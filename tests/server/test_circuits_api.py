@@ -10,10 +10,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+import numpy as np
 import pytest
 
 from headgraph.core.circuits.attribution import attribute
 from headgraph.core.circuits.faithfulness import faithfulness
+from headgraph.core.circuits.mib import from_mib
 from headgraph.core.circuits.tasks import induction, parse_jsonl
 from headgraph.core.models.demo import load_demo_model
 
@@ -121,6 +123,14 @@ def test_circuit_cold_needs_the_token_then_reads_anonymously(http, demo):
     assert direct.recovered[0] == pytest.approx(curve["recovered"][curve["sizes"].index(size)],
                                                 abs=1e-6)
     assert body["patching"]["n_edges"] == 24 and body["patching"]["spearman"] is not None
+    # MIB's CPR / CMD: the curve measured at int(fraction * 257) edges, trapezoid over fractions
+    mib, at = body["mib"], dict(zip(curve["sizes"], curve["metrics"]))
+    assert mib["sizes"] == [int(p * 257) for p in mib["fractions"]] and mib["fractions"][-1] == 1
+    f = np.array([(at[n] - at[0]) / (curve["clean"] - at[0]) for n in mib["sizes"]])
+    assert mib["faithfulness"] == pytest.approx(f.tolist(), abs=1e-9)
+    assert mib["cpr"] == pytest.approx(float(np.trapezoid(f, mib["fractions"])), abs=1e-9)
+    assert mib["cmd"] == pytest.approx(float(np.trapezoid(np.abs(1 - f), mib["fractions"])),
+                                       abs=1e-9)
     assert ok(http.get("/api/circuit", params=params)) == body  # cached: anonymous reads it
     # edge= looks single edges up: their rank among all edges, as core orders them.
     full = att.order().tolist()
@@ -159,16 +169,28 @@ def test_cli_circuit_of_a_file(tmp_path, capsys):
     path = tmp_path / "my-task.jsonl"
     path.write_bytes(jsonl(ROW, ROW2))
     code = main(["circuit", "demo", "--task", str(path), "--method", "eap", "--top", "5",
-                 "--json", "--cache-dir", str(tmp_path / "cache")])
+                 "--json", "--mib", str(tmp_path / "mib.json"), "--mib-size", "7",
+                 "--cache-dir", str(tmp_path / "cache")])
     assert code == 0
     captured = capsys.readouterr()
     body = json.loads(captured.out)  # stdout: the one JSON object; the progress bar on stderr
     assert body["task"]["name"] == "my-task" and len(body["edges"]) == 5
+    assert body["mib"] is not None and body["mib"]["cmd"] >= 0
+    # the MIB file: every edge (the demo has no grouped KV heads), its top 7 in the circuit
+    exported = from_mib(json.loads((tmp_path / "mib.json").read_text()))
+    assert len(exported.edges) == body["n_edges"] and len(exported.circuit) == 7
+    top = {(e["writer"], e["reader"]) for e in body["edges"]}
+    assert top <= {(e.writer, e.reader) for e in exported.circuit}
     assert all(stage in captured.err for stage in ("attribution", "faithfulness", "patching", "100%"))
     assert main(["circuit", "demo", "--task", str(path), "--method", "eap", "--top", "3",
                  "--cache-dir", str(tmp_path / "cache")]) == 0
     text = capsys.readouterr().out
     assert "circuit:" in text and "Spearman" in text and text.count("logits") >= 1
+    assert "MIB (fractions 0.1%..100% of edges): CPR" in text
+    assert main(["circuit", "demo", "--task", str(path), "--method", "eap", "--mib",
+                 str(tmp_path / "m.json"), "--mib-size", "9999", "--cache-dir",
+                 str(tmp_path / "cache")]) == 2
+    assert "size must be in 0.." in capsys.readouterr().err
     bad = tmp_path / "bad.jsonl"
     bad.write_bytes(jsonl({**ROW, "corrupt": "t01"}))
     assert main(["circuit", "demo", "--task", str(bad), "--cache-dir", str(tmp_path / "c")]) == 2

@@ -71,9 +71,12 @@ def circuit_table(data: dict[str, Any]) -> html.Table:
 
 def summary(data: dict[str, Any]) -> list[Any]:
     """Summary chips: the task metric first (clean, corrupt, accuracies, gap, able), then the
-    circuit (its size, the stated share, the edges scored) and the EAP vs patching Spearman."""
+    circuit (its size, the stated share, the edges scored), the EAP vs patching Spearman and
+    MIB's CPR (area under the faithfulness curve over 0.1 %..100 % of edges, higher is better)
+    and CMD (area under |1 - faithfulness|, lower is better)."""
     m = data.get("metrics") or {}
     p = data.get("patching") or {}
+    mib = data.get("mib") or {}
     return [stat("task", (data.get("task") or {}).get("name"), "task-name"),
             stat("clean metric", m.get("clean"), "task-clean", "{:.3f}"),
             stat("corrupt metric", m.get("corrupt"), "task-corrupt", "{:.3f}"),
@@ -84,7 +87,9 @@ def summary(data: dict[str, Any]) -> list[Any]:
             stat("share", data.get("share"), "task-share", "{:g}"),
             stat("edges scored", data.get("n_edges"), "task-n-edges"),
             stat("Spearman vs patching", p.get("spearman") if p.get("n_edges") else None, "task-spearman",
-                 "{:.3f}")]
+                 "{:.3f}"),
+            stat("MIB CPR ↑", mib.get("cpr"), "task-cpr", "{:.3f}"),
+            stat("MIB CMD ↓", mib.get("cmd"), "task-cmd", "{:.3f}")]
 
 
 @view_callback("task", Output("task-curve", "figure"), Output("task-summary", "children"),

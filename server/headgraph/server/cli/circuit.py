@@ -2,7 +2,8 @@
 
 Prints the task metric (clean, corrupt, accuracy; whether the model does the task), the
 strongest edges by attribution, the circuit size reaching the stated share of the metric
-gap, the faithfulness curve and the EAP vs patching Spearman. Cached like GET /api/circuit.
+gap, the faithfulness curve, MIB's CPR and CMD and the EAP vs patching Spearman; ``--mib``
+writes the circuit as a MIB circuit-track file. Cached like GET /api/circuit.
 """
 
 from __future__ import annotations
@@ -52,6 +53,11 @@ def circuit_text(r: dict[str, Any]) -> str:
                  f"circuit: no top-n of the {r['n_edges']} edges recovers {r['share']:.0%}")
     lines.append("faithfulness (top-n edges kept, the others corrupt): " + ", ".join(
         f"{n}: {_num(x, '{:.2f}')}" for n, x in zip(f["sizes"], f["recovered"])))
+    mib = r.get("mib")
+    if mib is not None:
+        lines.append(f"MIB (fractions 0.1%..100% of edges): CPR {_num(mib['cpr'])} (higher is "
+                     f"better, 0.999 at most for f <= 1), CMD {_num(mib['cmd'])} (lower is "
+                     "better)")
     lines.append(f"EAP vs real edge patching on {p['n_edges']} edges: Spearman "
                  f"{_num(p['spearman'])}")
     rows = [(str(e["rank"]), e["writer"], e["reader"], f"{e['score']:+.4f}",
@@ -85,6 +91,12 @@ def add_parser(sub: Any) -> None:
     c.add_argument("--top", type=int, default=DEFAULT_CLI_TOP,
                    help=f"edges listed, strongest first (1..{TOP_MAX})")
     c.add_argument("--json", action="store_true", help="one JSON object instead of the text")
+    c.add_argument("--mib", metavar="PATH",
+                   help="also write the circuit as a MIB circuit-track JSON file (every edge's "
+                        "score; grouped-query K / V scores split equally per query head; the "
+                        "circuit's edges in_graph)")
+    c.add_argument("--mib-size", type=int, default=None, metavar="N",
+                   help="with --mib: the top N edges in_graph (default: the circuit size)")
     c.add_argument("-q", "--quiet", action="store_true",
                    help="no progress bar (stderr: stage and share of the run done)")
     cache_opt(c)
@@ -130,6 +142,13 @@ def run(args: argparse.Namespace) -> int:
         with listening(progress):
             report = services.circuits.answer(ref, name, args.method, steps, args.top, jsonl=jsonl,
                                               pairs=args.pairs)
+        if args.mib:
+            mib = services.circuits.mib_file(ref, name, args.method, steps, size=args.mib_size,
+                                             jsonl=jsonl, pairs=args.pairs)
+            try:
+                Path(args.mib).expanduser().write_text(json.dumps(mib))
+            except OSError as err:
+                return fail(f"cannot write {args.mib}: {err.strerror or err}")
     finally:
         bar.close()
     sys.stdout.write(json.dumps(report) + "\n" if args.json else circuit_text(report))

@@ -3,7 +3,8 @@
 ``circuit`` runs one task on one model's runnable copy: the task's metrics, every edge's
 attribution (EAP or EAP-IG), the faithfulness curve of the top-n circuits (real
 intervention, corrupt ablation) and EAP against real single-edge patching on a sample of
-edges (Spearman), reporting its stage and fraction while it runs (server.compute.progress:
+edges (Spearman), the curve measured on MIB's grid of edge fractions too (core.circuits.mib:
+CPR and CMD), reporting its stage and fraction while it runs (server.compute.progress:
 GET /api/circuit/progress reads them). Its key is the whole model (the store key's model fingerprint), the task's
 name and content (``bundled-n32-seed0`` for a bundled task, whose prompts are a function of
 the name and the model's tokenizer; the sha256 of the JSONL for an uploaded one), the method
@@ -38,6 +39,7 @@ PATCHED_EDGES = 24  # edges checked by real patching (Spearman against EAP)
 CIRCUIT_SHARE = 0.8  # the share of the metric gap the shown circuit recovers
 DEFAULT_TOP = 50
 TOP_MAX = 2000
+PAYLOAD_VERSION = 2  # in the cache key: 2 = the curve on MIB's grid and "mib" (CPR, CMD)
 TASK_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"
 
 
@@ -94,8 +96,9 @@ def stage_weights(steps: int) -> tuple[float, float, float]:
     """Shares of a circuit's run (attribution, faithfulness, patching check), from the
     forwards each takes: attribution two forwards and ``steps`` forward + backward pairs per
     batch; the faithfulness curve and the patching check two forwards, then one patched
-    forward (about 1.5 plain ones) per curve point (~22 on a real model) or checked edge."""
-    units = (2 + 3 * steps, 2 + 1.5 * 22, 2 + 1.5 * PATCHED_EDGES)
+    forward (about 1.5 plain ones) per curve point (~27 on a real model, MIB's grid
+    included) or checked edge."""
+    units = (2 + 3 * steps, 2 + 1.5 * 27, 2 + 1.5 * PATCHED_EDGES)
     total = sum(units)
     return units[0] / total, units[1] / total, units[2] / total
 
@@ -119,6 +122,7 @@ def circuit(src: Inputs, *, task: str, jsonl: str | None, method: str, steps: in
 
     from headgraph.core.circuits.attribution import attribute
     from headgraph.core.circuits.faithfulness import faithfulness, patching_check
+    from headgraph.core.circuits.mib import curve_scores, mib_sizes
     from headgraph.server.computations.convert import jsonable
 
     from headgraph.server.compute.progress import report
@@ -132,8 +136,9 @@ def circuit(src: Inputs, *, task: str, jsonl: str | None, method: str, steps: in
     att_w, faith_w, patch_w = stage_weights(steps)
     att = attribute(source, t, method=method, steps=steps,
                     progress=_stage("attribution", 0.0, att_w))
-    curve = faithfulness(source, t, att, share=CIRCUIT_SHARE,
+    curve = faithfulness(source, t, att, share=CIRCUIT_SHARE, extra=mib_sizes(att.n_edges),
                          progress=_stage("faithfulness", att_w, faith_w))
+    mib = curve_scores(curve.sizes, curve.metrics, curve.clean, curve.total_edges)
     check = patching_check(source, t, att, n=PATCHED_EDGES,
                            progress=_stage("patching", att_w + faith_w, patch_w))
     report("store", 1.0, "keeping the result", force=True)
@@ -147,12 +152,15 @@ def circuit(src: Inputs, *, task: str, jsonl: str | None, method: str, steps: in
             "edge_writer": att.writer[order].numpy().astype(np.int32),
             "edge_reader": att.reader[order].numpy().astype(np.int32),
             "edge_score": att.scores[order].numpy().astype(np.float64),
-            "faithfulness": jsonable(curve.to_dict()), "patching": jsonable(check.to_dict())}
+            "faithfulness": jsonable(curve.to_dict()), "patching": jsonable(check.to_dict()),
+            "mib": None if mib is None else jsonable(
+                {**mib.to_dict(), "sizes": list(mib_sizes(att.n_edges))})}
 
 
 def _key(p: dict[str, Any]) -> dict[str, Any]:
     return {"task": p["task"], "content": task_content(p["task"], p["jsonl"], p["pairs"]),
-            "method": p["method"], "steps": p["steps"] if p["method"] == "eap-ig" else 1}
+            "method": p["method"], "steps": p["steps"] if p["method"] == "eap-ig" else 1,
+            "payload": PAYLOAD_VERSION}
 
 
 def circuit_computations() -> list[Computation]:

@@ -172,19 +172,7 @@ class CircuitService:
         check_pairs(pairs)
         if isinstance(top, bool) or not isinstance(top, int) or not 1 <= top <= TOP_MAX:
             raise Invalid(f"top must be in 1..{TOP_MAX}, got {top!r}")
-        if jsonl is None:
-            name, jsonl = self.task_source(task)
-        else:
-            from headgraph.core.circuits.tasks import read_jsonl
-
-            name = check_task_name(task)
-            read_jsonl(jsonl)
-        try:
-            r = self.cache.get(ref, "circuit", task=name, jsonl=jsonl, method=method,
-                               steps=steps if method == "eap-ig" else 1,
-                               pairs=pairs if jsonl is None else BUNDLED_PAIRS)
-        except InvalidInput as err:  # a row this model's tokenizer cannot take
-            raise Invalid(f"task {name!r} on {ref.id}: {err}") from None
+        r = self._result(ref, task, method, steps, jsonl, pairs)
         size = r["faithfulness"]["circuit_size"]
         n_circuit = size if size is not None and size <= TOP_MAX else 0
         shown = max(top, n_circuit)
@@ -198,7 +186,52 @@ class CircuitService:
                 "layer_indices": r["layer_indices"], "share": CIRCUIT_SHARE,
                 "circuit_size": size, "edges": edges[:top],
                 "circuit": [e for e in edges if e["in_circuit"]][:TOP_MAX],
-                "faithfulness": r["faithfulness"], "patching": r["patching"], "lookup": found}
+                "faithfulness": r["faithfulness"], "patching": r["patching"],
+                "mib": r.get("mib"), "lookup": found}
+
+    def _result(self, ref: ModelRef, task: str, method: str, steps: int, jsonl: str | None,
+                pairs: int) -> dict[str, Any]:
+        """The cached (or computed) ``circuit`` payload of a stored task or of ``jsonl``."""
+        check_method(method)
+        check_steps(steps)
+        check_pairs(pairs)
+        if jsonl is None:
+            name, jsonl = self.task_source(task)
+        else:
+            from headgraph.core.circuits.tasks import read_jsonl
+
+            name = check_task_name(task)
+            read_jsonl(jsonl)
+        try:
+            return self.cache.get(ref, "circuit", task=name, jsonl=jsonl, method=method,
+                                  steps=steps if method == "eap-ig" else 1,
+                                  pairs=pairs if jsonl is None else BUNDLED_PAIRS)
+        except InvalidInput as err:  # a row this model's tokenizer cannot take
+            raise Invalid(f"task {name!r} on {ref.id}: {err}") from None
+
+    def mib_file(self, ref: ModelRef, task: str, method: str = DEFAULT_METHOD,
+                 steps: int = DEFAULT_STEPS, *, size: int | None = None,
+                 jsonl: str | None = None, pairs: int = BUNDLED_PAIRS) -> dict[str, Any]:
+        """The circuit as a MIB circuit file (core.circuits.mib.to_mib: every edge's score,
+        grouped-query K / V scores split equally per query head; the top ``size`` edges in the
+        circuit, default the circuit_size of the answer, none when no top-n reaches the
+        share)."""
+        from headgraph.core.circuits.mib import to_mib
+
+        r = self._result(ref, task, method, steps, jsonl, pairs)
+        n = r["n_edges"]
+        if size is None:
+            size = r["faithfulness"]["circuit_size"] or 0
+        if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= n:
+            raise Invalid(f"size must be in 0..{n}, got {size!r}")
+        readers = r["readers"]
+        n_heads = sum(1 for x in readers if x["kind"] == "Q" and x["layer"] == 0)
+        n_kv = sum(1 for x in readers if x["kind"] == "K" and x["layer"] == 0)
+        try:
+            return to_mib(self._edges(r, n), n_layers=len(r["layer_indices"]), n_heads=n_heads,
+                          n_kv_heads=n_kv, size=size)
+        except InvalidInput as err:
+            raise Invalid(str(err)) from None
 
     @staticmethod
     def _lookup(r: dict[str, Any], wanted: Sequence[str], size: int | None) -> list[dict[str, Any]]:

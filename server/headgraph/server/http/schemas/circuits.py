@@ -65,6 +65,20 @@ class FaithfulnessOut(BaseModel):
                                       "writer's corrupt output (real intervention)")
 
 
+class MibOut(BaseModel):
+    cpr: float | None = Field(description="MIB's circuit performance ratio: area under the "
+                                          "faithfulness f at fractions 0.001..1 of all edges "
+                                          "(trapezoid, x the fraction; 0.999 when f = 1 "
+                                          "throughout); higher is better")
+    cmd: float | None = Field(description="MIB's circuit-model distance: area under |1 - f| "
+                                          "over the same fractions; lower is better")
+    fractions: list[float] = Field(description="MIB's grid: 0.001, 0.002, 0.005, ..., 0.5, 1")
+    sizes: list[int] = Field(description="edges kept at each fraction: int(fraction * "
+                                         "n_edges), as MIB")
+    faithfulness: list[float | None] = Field(description="f = (M(top-n) - M(no edge)) / "
+                                                         "(clean - M(no edge)) at each size")
+
+
 class PatchedEdge(BaseModel):
     writer: str
     reader: str
@@ -97,6 +111,9 @@ class CircuitOut(BaseModel):
     circuit: list[CircuitEdge] = Field(description="the circuit's edges (the top circuit_size)")
     faithfulness: FaithfulnessOut
     patching: PatchingOut
+    mib: MibOut | None = Field(None, description="MIB scores (Mueller et al. 2025) of the "
+                                                 "ranking; null when the clean and no-edge "
+                                                 "metrics are equal")
     lookup: list[CircuitEdge] = Field(default_factory=list,
                                       description="the edges asked for by edge= (rank among "
                                                   "all edges); an edge the graph lacks is left "
