@@ -144,6 +144,25 @@ def test_circuit_cold_needs_the_token_then_reads_anonymously(http, demo):
     err(http.get("/api/circuit", params={**params, "edge": "L0H0"}), 422)
 
 
+def test_mib_export_of_a_computed_circuit(http):
+    """GET /api/circuit/mib: the cached circuit of the test above in MIB's JSON, read back by
+    core.circuits.mib; never computing (404 for parameters not computed)."""
+    params = {"model": "demo", "task": "induction", "method": "eap-ig", "steps": 2}
+    body = ok(http.get("/api/circuit", params={**params, "top": 257}))  # cached: anonymous
+    exported = ok(http.get("/api/circuit/mib", params=params))
+    assert exported["cfg"]["n_layers"] == 2 and exported["cfg"]["n_heads"] == 8
+    back = from_mib(exported)
+    got = {(e.writer, e.reader): (e.score, e.in_graph) for e in back.edges}
+    want = {(e["writer"], e["reader"]): (e["score"], e["in_circuit"]) for e in body["edges"]}
+    assert set(got) == set(want) and len(got) == body["n_edges"]
+    for k, (score, kept) in want.items():
+        assert got[k][0] == pytest.approx(score, rel=1e-12) and got[k][1] == kept
+    few = from_mib(ok(http.get("/api/circuit/mib", params={**params, "size": 3})))
+    assert len(few.circuit) == 3
+    assert "not computed yet" in err(http.get("/api/circuit/mib", params={**params, "steps": 3}), 404)
+    err(http.get("/api/circuit/mib", params={**params, "size": 9999}), 422)
+
+
 def test_circuit_of_an_uploaded_task_and_unknown_names(http, demo):
     params = {"model": "demo", "task": "mine", "method": "eap"}
     body = ok(http.get("/api/circuit", params=params, headers=SIGNED))

@@ -190,8 +190,9 @@ class CircuitService:
                 "mib": r.get("mib"), "lookup": found}
 
     def _result(self, ref: ModelRef, task: str, method: str, steps: int, jsonl: str | None,
-                pairs: int) -> dict[str, Any]:
-        """The cached (or computed) ``circuit`` payload of a stored task or of ``jsonl``."""
+                pairs: int, *, cached_only: bool = False) -> dict[str, Any]:
+        """The cached (or computed) ``circuit`` payload of a stored task or of ``jsonl``;
+        ``cached_only``: NotFound instead of computing."""
         check_method(method)
         check_steps(steps)
         check_pairs(pairs)
@@ -202,23 +203,28 @@ class CircuitService:
 
             name = check_task_name(task)
             read_jsonl(jsonl)
+        params = {"task": name, "jsonl": jsonl, "method": method,
+                  "steps": steps if method == "eap-ig" else 1,
+                  "pairs": pairs if jsonl is None else BUNDLED_PAIRS}
+        if cached_only and not self.cache.has(ref, "circuit", **params):
+            raise NotFound(f"the {method} circuit of {name!r} on {ref.id} is not computed yet: "
+                           "ask GET /api/circuit with the same parameters first")
         try:
-            return self.cache.get(ref, "circuit", task=name, jsonl=jsonl, method=method,
-                                  steps=steps if method == "eap-ig" else 1,
-                                  pairs=pairs if jsonl is None else BUNDLED_PAIRS)
+            return self.cache.get(ref, "circuit", **params)
         except InvalidInput as err:  # a row this model's tokenizer cannot take
             raise Invalid(f"task {name!r} on {ref.id}: {err}") from None
 
     def mib_file(self, ref: ModelRef, task: str, method: str = DEFAULT_METHOD,
                  steps: int = DEFAULT_STEPS, *, size: int | None = None,
-                 jsonl: str | None = None, pairs: int = BUNDLED_PAIRS) -> dict[str, Any]:
+                 jsonl: str | None = None, pairs: int = BUNDLED_PAIRS,
+                 cached_only: bool = False) -> dict[str, Any]:
         """The circuit as a MIB circuit file (core.circuits.mib.to_mib: every edge's score,
         grouped-query K / V scores split equally per query head; the top ``size`` edges in the
         circuit, default the circuit_size of the answer, none when no top-n reaches the
-        share)."""
+        share). ``cached_only``: NotFound when not computed (the HTTP export never computes)."""
         from headgraph.core.circuits.mib import to_mib
 
-        r = self._result(ref, task, method, steps, jsonl, pairs)
+        r = self._result(ref, task, method, steps, jsonl, pairs, cached_only=cached_only)
         n = r["n_edges"]
         if size is None:
             size = r["faithfulness"]["circuit_size"] or 0

@@ -8,7 +8,8 @@ tokens), a bad row a 422 naming its line, and nothing stored; in lab mode it nee
 token. A cold circuit is computed like every other result (a compute process, once; in lab
 mode only with the token) and cached under the model, the task's content, the method and
 the steps; GET /api/circuit/progress says meanwhile where it is (stage and fraction), and
-``edge=`` looks up single edges' scores and ranks (the dashboard's pair panel).
+``edge=`` looks up single edges' scores and ranks (the dashboard's pair panel); GET
+/api/circuit/mib exports a computed circuit as a MIB circuit-track file (core.circuits.mib).
 """
 
 from __future__ import annotations
@@ -41,7 +42,13 @@ from headgraph.server.http.deps import (
 )
 from headgraph.server.http.params import ERRORS
 from headgraph.server.http.responses import warm_json
-from headgraph.server.http.schemas.circuits import CircuitOut, CircuitProgressOut, TaskList, TaskSummary
+from headgraph.server.http.schemas.circuits import (
+    CircuitOut,
+    CircuitProgressOut,
+    MibFileOut,
+    TaskList,
+    TaskSummary,
+)
 from headgraph.server.http.schemas.common import ErrorBody
 from headgraph.server.services.circuits import MAX_TASK_BYTES, CircuitService
 
@@ -138,6 +145,27 @@ async def get_circuit(request: Request, *, ref: ModelDep,
     return await warm_json(request, CircuitOut, ref,
                            lambda: circuits.answer(ref, task, method, steps, top, lookup=edge,
                                                    pairs=pairs),
+                           variant=variant)
+
+
+@router.get("/circuit/mib", response_model=MibFileOut, responses=ERRORS,
+            summary="A computed circuit as a MIB circuit-track file (never computes)")
+async def circuit_mib(request: Request, *, ref: ModelDep,
+                      task: str = Query("induction", pattern=TASK_NAME_PATTERN),
+                      method: str = Query(DEFAULT_METHOD, pattern=METHOD_PATTERN),
+                      steps: int = Query(DEFAULT_STEPS, ge=1, le=MAX_STEPS),
+                      pairs: int = Query(BUNDLED_PAIRS, ge=MIN_PAIRS, le=BUNDLED_PAIRS,
+                                         description=PAIRS_HELP),
+                      size: int | None = Query(None, ge=0, description="the top n edges "
+                                               "in_graph (default: the circuit size)"),
+                      circuits: CircuitsDep) -> Any:
+    """Every edge's score and the circuit in MIB's JSON (EAP-IG's Graph.to_json); 404 until
+    GET /api/circuit has computed it with the same parameters."""
+    _, jsonl = await run_in_threadpool(circuits.task_source, task)
+    variant = None if jsonl is None else circuits_content(jsonl)
+    return await warm_json(request, MibFileOut, ref,
+                           lambda: circuits.mib_file(ref, task, method, steps, size=size,
+                                                     pairs=pairs, cached_only=True),
                            variant=variant)
 
 

@@ -79,6 +79,26 @@ class MibOut(BaseModel):
                                                          "(clean - M(no edge)) at each size")
 
 
+class MibNode(BaseModel):
+    in_graph: bool
+
+
+class MibEdge(BaseModel):
+    score: float
+    in_graph: bool
+
+
+class MibFileOut(BaseModel):
+    cfg: dict[str, Any] = Field(description="n_layers, n_heads, parallel_attn_mlp (false), "
+                                            "n_key_value_heads")
+    nodes: dict[str, MibNode] = Field(description="'input', 'a{L}.h{H}' (one per query head), "
+                                                  "'m{L}', 'logits'")
+    edges: dict[str, MibEdge] = Field(description="'a0.h1->a3.h2<q>' (<k>, <v>; none into "
+                                                  "m{L} or logits): score (a KV head's K / V "
+                                                  "score divided equally among its query "
+                                                  "heads) and in_graph")
+
+
 class PatchedEdge(BaseModel):
     writer: str
     reader: str
