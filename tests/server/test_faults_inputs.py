@@ -171,14 +171,23 @@ def test_inside_the_root_a_missing_folder_is_404_naming_the_relative_path(api, l
 
 @pytest.mark.parametrize("name", REFUSED)
 @pytest.mark.slow  # on this module's real server (a uvicorn start and cold computes, ~15 s a module)
-def test_folders_reading_outside_the_root_are_refused_and_not_listed(api, layout, name):
+def test_folders_reading_outside_the_root_are_refused_and_listed_as_not_offered(api, layout, name):
+    """Refused when asked for (403), and listed as "not offered" with the reason (never left
+    out without a word, never offered), the reason naming no server path."""
     _, root, _ = layout
     for model in (f"local:{name}", str(root / name)):
         body = error(api.get("/api/models/info", params={"model": model}))
         assert body["status"] == 403 and body["type"] == "PathNotAllowed", body
         assert "outside the model root" in body["message"] or "plain file names" in body["message"]
-    listed = {m["id"] for m in api.get("/api/models").json()["models"]}
-    assert f"local:{name}" not in listed and "local:tiny" in listed
+    listed = {m["id"]: m for m in api.get("/api/models").json()["models"]}
+    assert listed["local:tiny"]["status"] == "available"
+    if name == "danglinglink":  # a link to nothing is no model at all: nothing to list
+        assert f"local:{name}" not in listed
+        return
+    refused = listed[f"local:{name}"]
+    assert refused["status"] == "not offered" and refused["info"] is None, refused
+    assert "outside the model root" in refused["message"] or "plain file names" in refused["message"]
+    assert str(root) not in refused["message"]
 
 
 @pytest.mark.slow  # on this module's real server (a uvicorn start and cold computes, ~15 s a module)
