@@ -428,3 +428,15 @@ def test_plugins_broken_and_shadowing_are_skipped(tmp_path: Path, monkeypatch: p
     with pytest.raises(SystemExit):
         parser.parse_args(["broken"])
     assert cli.main(["cache", "info", "--cache-dir", str(tmp_path / "cache")]) == 0
+
+
+def test_the_index_counts_every_verdict_kind(tmp_path) -> None:
+    """The findings index counts each verdict of a page's table, "not supported over the
+    trivial baselines" included (it was left out of the count)."""
+    from headgraph.frontend.report.markdown import MARK, index_page
+
+    rows = [f"| claim {i} | {mark} | evidence |" for i, mark in enumerate(MARK.values())]
+    (tmp_path / "m.md").write_text("\n".join(["| claim | verdict | evidence |", "|---|---|---|", *rows, ""]))
+    line = index_page(tmp_path).strip().splitlines()[-1]
+    assert line == ("- [m](m.md): 1 holds, 1 partly holds, 1 does not hold, 1 not applicable here, "
+                    "1 not supported over the trivial baselines")

@@ -297,7 +297,7 @@ def association_text(val: dict[str, Any]) -> str:
     return ("What a metric says beyond how loud its source is and how near its layers are: the partial "
             "Spearman ρ with the effect given the source's variance share and the layer gap, and ρ with the "
             "effect divided by the source's variance share:\n\n"
-            + table(("prompts", "metric", "ρ", "partial ρ | source variance, layer gap", "ρ with effect / source variance"),
+            + table(("prompts", "metric", "ρ", "partial ρ given source variance and layer gap", "ρ with effect / source variance"),
                     rows))
 
 
@@ -390,7 +390,7 @@ def index_page(folder: Path) -> str:
         if page.name == "README.md":
             continue
         text = page.read_text(encoding="utf-8")
-        marks = re.findall(r"^\| [^|]+ \| (✅ holds|◐ partly holds|❌ does not hold|– not applicable here) \|",
+        marks = re.findall(r"^\| [^|]+ \| (" + "|".join(map(re.escape, MARK.values())) + r") \|",
                            text, flags=re.M)
         counts = {m: marks.count(m) for m in MARK.values() if marks.count(m)}
         summary = ", ".join(f"{n} {m.split(' ', 1)[1]}" for m, n in counts.items())
