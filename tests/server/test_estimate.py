@@ -108,3 +108,35 @@ def test_the_machine_rate_is_a_measured_matrix_product_speed():
     rate = estimate.machine_rate()
     assert 1e7 < rate < 1e14
     assert estimate.machine_rate() == rate  # cached for the process
+
+
+def test_a_stage_already_cached_is_no_speed_measurement(tmp_path):
+    """A job over a model whose results are all cached (the same job run twice) finds every
+    stage cached: none counts as work, so none pulls the measured speed up or the share done
+    forward before the work it stands for (the share stays 0 until the end)."""
+    from headgraph.server.services.jobs import run_compute
+    from headgraph.server.services.wiring import build_services
+    from headgraph.server.settings import Settings
+
+    services = build_services(Settings(cache_dir=tmp_path / "cache", device="cpu"), inline=True)
+    try:
+        ref = services.catalog.resolve("demo")
+        seen: list[tuple[str, float]] = []
+        timings: list[object] = []
+
+        def progress(stage: str, fraction: float, message: str) -> None:
+            seen.append((stage, fraction))
+
+        def finished(done, planned, unavailable, timing) -> None:
+            timings.append(timing)
+
+        run_compute(services.scores, services.catalog, ref, ["OQ", "OK", "OV"], progress)
+        first = [f for s, f in seen if s not in ("load", "done")]
+        assert first[-1] > 0  # the first run worked
+        seen.clear()
+        run_compute(services.scores, services.catalog, ref, ["OQ", "OK", "OV"], progress, finished)
+        again = [f for s, f in seen if s not in ("load", "done")]
+        assert again and all(f == 0.0 for f in again), again
+        assert seen[-1] == ("done", 1.0)
+    finally:
+        services.close()

@@ -178,10 +178,11 @@ class JobEstimate:
 
 
 @functools.lru_cache(maxsize=1)
-def machine_rate(n: int = 384, repeats: int = 5) -> float:
+def machine_rate(n: int = 384, repeats: int = 20) -> float:
     """PK multiply-adds per second to expect on this machine before a job has shown its own:
     the best of ``repeats`` float32 ``n``-cubed products (torch, this process's threads; a few
-    milliseconds) times PK_SHARE_OF_GEMM. Measured once per process."""
+    milliseconds each, so on busy cores some run unpreempted) times PK_SHARE_OF_GEMM.
+    Measured once per process."""
     import torch
 
     a, b = torch.randn(n, n), torch.randn(n, n)

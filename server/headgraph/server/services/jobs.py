@@ -32,6 +32,7 @@ from typing import Any
 
 from headgraph.core.errors import HeadgraphError
 from headgraph.core.names import DEFAULT_K
+from headgraph.server.cache.cold_miss import CACHE_ONLY, ColdMiss
 from headgraph.server.cache.locks import DiskLock
 from headgraph.server.cache.store import Store
 from headgraph.server.computations.data_pk import DATA_PK_PROMPTS
@@ -246,7 +247,9 @@ def run_compute(scores: ScoresService, catalog: ModelCatalog, ref: ModelRef, pai
         started = time.perf_counter()
         try:
             with background(cost=estimate.costs.get(stage, 0.0)):  # compute.lanes
-                worked = thunk() is not False
+                # a stage already cached says nothing of this machine's speed: it leaves the
+                # estimate's total (its reads are not work) instead of making the rest look fast
+                worked = not cached(thunk) and thunk() is not False
         except (HeadgraphError, ApiError) as err:
             log.warning("%s: stage %s unavailable: %s: %s", ref.id, stage, type(err).__name__, one_line(err))
             unavailable[stage] = one_line(err, 300) or type(err).__name__
@@ -259,6 +262,19 @@ def run_compute(scores: ScoresService, catalog: ModelCatalog, ref: ModelRef, pai
                      Timing(dict(estimate.seconds), estimate.remaining_s()))
     progress("done", 1.0, done_message(done, unavailable))
     return done, unavailable
+
+
+def cached(thunk: Callable[[], Any]) -> bool:
+    """Whether ``thunk`` (a job stage) finds everything it reads cached: run in cache-only
+    mode, it either completes from the cache (True) or meets a cold result (False)."""
+    token = CACHE_ONLY.set(True)
+    try:
+        thunk()
+    except ColdMiss:
+        return False
+    finally:
+        CACHE_ONLY.reset(token)
+    return True
 
 
 def done_message(done: list[str], unavailable: dict[str, str]) -> str:
