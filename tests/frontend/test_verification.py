@@ -201,11 +201,11 @@ def test_verifying_without_the_lab_token_shows_the_apis_refusal(tmp_path) -> Non
         # stops the queue (progress "failed", button enabled again) and shows the message.
         queue, *bar, note, arm = verify_top(1, "?model=demo&view=graph&pairings=OQ,OK&k=3&verification=colour", 4)
         assert queue["per"] == [["OQ", 3], ["OK", 3]] and queue["done"] == 0 and note == ""
-        assert bar[3:] == ["running", "0.000", True] and "top 3 OQ edges (1 of 2)" in bar[2]
+        assert bar[3:] == ["running", "0.000", True, "progress indeterminate"] and "top 3 OQ edges (1 of 2)" in bar[2]
         assert arm == 5  # the tick fires once more, for the first step
         token, queue2, *bar, note, arm = verify_top_step(5, queue)
         assert token is no_update and queue2 is no_update and arm is no_update  # stopped
-        assert bar[3:] == ["failed", "0.000", False]
+        assert bar[3:] == ["failed", "0.000", False, "progress"]
         assert note.children == refused.json()["error"]["message"]
 
 
@@ -219,19 +219,20 @@ def test_verifying_the_top_edges_steps_one_pairing_at_a_time(api: ApiClient, com
     from headgraph.frontend.callbacks.verify import verify_top, verify_top_step
 
     queue, *bar, note, arm = verify_top(1, "?model=demo&view=graph&pairings=OK,OV&k=2&verification=colour", None)
-    assert queue["per"] == [["OK", 2], ["OV", 2]] and bar[3:] == ["running", "0.000", True] and arm == 1
+    assert queue["per"] == [["OK", 2], ["OV", 2]] and bar[3:] == ["running", "0.000", True, "progress indeterminate"]
+    assert arm == 1
     token, queue, *bar, note, arm = verify_top_step(1, queue)
     assert token is no_update and note is no_update and queue["done"] == 1
     assert arm == 2  # re-armed for the next pairing
-    assert bar[3:] == ["running", "0.500", True] and bar[1] == {"width": "50.0%"}
+    assert bar[3:] == ["running", "0.500", True, "progress indeterminate"] and bar[1] == {"width": "50.0%"}
     assert "top 2 OV edges (2 of 2)" in bar[2]
     token, queue, *bar, note, arm = verify_top_step(2, queue)
-    assert token["model"] == "demo" and bar[3:] == ["done", "1.000", False] and arm is no_update
+    assert token["model"] == "demo" and bar[3:] == ["done", "1.000", False, "progress"] and arm is no_update
     served = [e["verdict"] for p in ("OK", "OV")
               for e in api.get("/api/ablation", model="demo", pairing=p, top=2, cached="true")["edges"]]
     assert "not measured" not in served and queue["verdicts"] == served
     assert f"{served.count('verified')} verified, {served.count('no effect')} no effect" in note.children
-    assert verify_top_step(3, queue) == (no_update,) * 10  # a finished queue does nothing more
+    assert verify_top_step(3, queue) == (no_update,) * 11  # a finished queue does nothing more
 
 
 def test_the_verification_queue_shows_a_moving_bar_while_a_pairing_is_measured():
