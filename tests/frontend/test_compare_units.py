@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from headgraph.core.models.series import demo_series
 from headgraph.core.names import vocabulary
-from headgraph.frontend.callbacks.compare import compare_view, download_timeline, timeline_view
+from dash import no_update
+
+from headgraph.frontend.callbacks.compare import compare_view, download_timeline, keep_slider, timeline_view
 from headgraph.frontend.state.url import parse_query, to_query
 from headgraph.frontend.state.readiness import view_params
 from headgraph.frontend.state.transitions import next_state
@@ -86,3 +88,18 @@ def test_timeline_view_draws_the_api_answer(http, in_app) -> None:
     default = timeline_view(view_params(parse_query("?view=timeline&k=5", v), "timeline", None))
     assert default[3].value == len(SERIES) - 1 and f"step {LAST.step}" in default[1].layout.title.text
 
+
+
+def test_a_render_answered_after_the_slider_moved_leaves_it_where_the_user_put_it(http, in_app) -> None:
+    """A render asked for while the slider showed the last step must not put it back there once
+    the user moved it (its new slider would write that step to the URL); a page whose slider shows
+    other steps or another position gets the new one."""
+    v = vocab()
+    outputs = timeline_view(view_params(parse_query("?view=timeline&series=demo-series&k=5", v), "timeline", None))
+    slider = outputs[3]
+    as_sent = {str(k): m for k, m in slider.marks.items()}  # the browser's marks: string keys
+    kept = keep_slider(outputs, slider.value, as_sent)
+    assert kept[3] is no_update and kept[:3] == outputs[:3] and kept[4:] == outputs[4:]
+    assert keep_slider(outputs, 0, as_sent)[3] is slider  # back to a URL's other position
+    assert keep_slider(outputs, None, None)[3] is slider  # the layout's empty slider
+    assert keep_slider(outputs, slider.value, {"0": "1", "1": "2"})[3] is slider  # another series

@@ -104,10 +104,24 @@ def _series_suggestions() -> list[Any]:
     return [html.Option(value=n) for n in names]
 
 
+def keep_slider(outputs: tuple, value: Any, marks: Any) -> tuple:
+    """The timeline's outputs with the checkpoint slider left as the page has it when it already
+    shows these steps at this position: a render asked for before the user moved the slider, and
+    answered after, must not move it back (its new slider would write its position to the URL)."""
+    slider = outputs[3]
+    if slider is no_update or not isinstance(slider, dcc.Slider):
+        return outputs
+    new_marks = {str(k): v for k, v in (getattr(slider, "marks", None) or {}).items()}
+    old_marks = {str(k): v for k, v in (marks or {}).items()}
+    if new_marks and new_marks == old_marks and getattr(slider, "value", None) == value:
+        return (*outputs[:3], no_update, *outputs[4:])
+    return outputs
+
+
 @view_callback("timeline", Output("timeline", "figure"), Output("timeline-grid", "figure"),
                Output("timeline-summary", "children"), Output("step-slider-box", "children"),
                Output("series-list", "children"),
-               labels=False)
+               labels=False, settle=(keep_slider, (State("step-slider", "value"), State("step-slider", "marks"))))
 def render_timeline(search: str | None, ready: dict | None) -> tuple:
     """The URL's series: trajectories and the shown checkpoint's grid."""
     return timeline_view(view_params(state_of(search), "timeline", ready))

@@ -121,22 +121,37 @@ def mark_error() -> None:
 
 
 def view_callback(view: str, *outputs: Output, labels: bool = True, triggers: tuple[Input, ...] = (),
-                  variant: Callable[[dict[str, Any]], Any] | None = None
+                  variant: Callable[[dict[str, Any]], Any] | None = None,
+                  settle: tuple[Callable[..., tuple], tuple[State, ...]] | None = None
                   ) -> Callable[[Callable[..., tuple]], Callable[..., tuple]]:
     """Register ``func(search, ready[, label_sets]) -> tuple of outputs`` as ``view``'s callback,
     fed by the router's stores and skipped when its parameters are those last rendered.
     ``triggers``: more inputs that make it look again (their values are not passed);
-    ``variant``: see render_key. Returns ``func`` unchanged (tests call it directly)."""
+    ``variant``: see render_key; ``settle``: ``(fn, states)``, ``fn(outputs, *state values)``
+    gives the outputs sent, computed or replayed, against the page as it was when the render
+    was asked for (a control it would redraw unchanged is left alone). Returns ``func``
+    unchanged (tests call it directly)."""
     def decorate(func: Callable[..., tuple]) -> Callable[..., tuple]:
         inputs = [Input(f"in-{view}-search", "data"), Input(f"in-{view}-ready", "data")]
         if labels:
             inputs.append(Input(f"in-{view}-labels", "data"))
         n_given = len(inputs)
         inputs += list(triggers)
+        finish, states = settle if settle is not None else (None, ())
+        n_states = len(states)
 
         def routed(*args: Any) -> tuple:
+            seen: tuple[Any, ...] = ()
+            if n_states:
+                args, seen = args[:-n_states], args[-n_states:]
             *given, rendered = args
             given = given[:n_given]
+            result = _render(given, rendered)
+            if finish is None or result[-1] is no_update:
+                return result
+            return (*finish(result[:-1], *seen), result[-1])
+
+        def _render(given: list[Any], rendered: Any) -> tuple:
             key = render_key(view, given[0], given[1], given[2] if labels else None, variant)
             if key == rendered:
                 return tuple([no_update] * (len(outputs) + 1))
@@ -153,6 +168,6 @@ def view_callback(view: str, *outputs: Output, labels: bool = True, triggers: tu
 
         routed.__name__ = f"routed_{func.__name__}"
         callback(*outputs, Output(f"in-{view}-rendered", "data"), *inputs,
-                 State(f"in-{view}-rendered", "data"), prevent_initial_call=True)(routed)
+                 State(f"in-{view}-rendered", "data"), *states, prevent_initial_call=True)(routed)
         return func
     return decorate
