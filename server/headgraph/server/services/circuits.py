@@ -189,6 +189,13 @@ class CircuitService:
                 "faithfulness": r["faithfulness"], "patching": r["patching"],
                 "mib": r.get("mib"), "lookup": found}
 
+    def result(self, ref: ModelRef, task: str, method: str = DEFAULT_METHOD,
+               steps: int = DEFAULT_STEPS, *, jsonl: str | None = None,
+               pairs: int = BUNDLED_PAIRS) -> dict[str, Any]:
+        """The whole cached (or computed) ``circuit`` payload (every edge, strongest first):
+        what a recovery table against the circuit reads (services.recovery)."""
+        return self._result(ref, task, method, steps, jsonl, pairs)
+
     def _result(self, ref: ModelRef, task: str, method: str, steps: int, jsonl: str | None,
                 pairs: int, *, cached_only: bool = False) -> dict[str, Any]:
         """The cached (or computed) ``circuit`` payload of a stored task or of ``jsonl``;

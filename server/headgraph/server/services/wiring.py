@@ -111,13 +111,14 @@ def build_services(settings: Settings, *, inline: bool = False, store: Store | N
     graphs = GraphService(cache, labels)
     details = DetailService(catalog, scores, labels, cache)
     shown = Shown(graphs=graphs, details=details, views=views)
+    circuits = CircuitService(store, cache, catalog)
     return Services(
         settings=settings, store=store, computations=computations, pool=pool, catalog=catalog,
         cache=cache, scores=scores, labels=labels, views=views, graphs=graphs, details=details,
         ablation=AblationService(scores, views, catalog), data_pk=DataPKService(scores, catalog),
         validation=ValidationService(scores),
         jobs=JobManager(scores, catalog, store, settings.workers, shown),
-        recovery=RecoveryService(scores, labels), circuits=CircuitService(store, cache, catalog),
+        recovery=RecoveryService(scores, labels, circuits), circuits=circuits,
         subgraphs=SubgraphService(scores, catalog))
 
 
