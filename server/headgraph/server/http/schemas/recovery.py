@@ -21,9 +21,31 @@ class MetricRow(BaseModel):
     top: list[str] = Field(description="the metric's top-k edges, best first")
 
 
+class CircuitReference(BaseModel):
+    source: str = Field(description="task (a task circuit), mib (a MIB circuit file) or headgraph "
+                                    "(headgraph's circuit answer as a file)")
+    task: str | None = None
+    content: str | None = Field(None, description="what the task's prompts are (the circuit's cache key)")
+    method: str | None = Field(None, description="eap or eap-ig")
+    steps: int | None = None
+    file: str | None = None
+    sha256: str | None = None
+    n_edges: int = Field(description="the circuit's ranked edges, every kind")
+    size: int = Field(description="edges in the circuit the reference is taken from")
+    rule: str = Field(description="how the size was chosen, in words")
+    share: float | None = Field(None, description="the share of the metric gap the curve's circuit reaches")
+    recovered: float | None = Field(None, description="the share of the gap recovered at this size "
+                                                      "(when on the faithfulness curve)")
+    n_head_edges: int = Field(description="head -> head edges (Q, K or V) in the circuit")
+    n_reference_edges: int = Field(description="of them into the pairing's input: the reference")
+
+
 class RecoveryOut(BaseModel):
     model: str
-    labels: str = Field(description="the label set whose heads are the reference")
+    labels: str | None = Field(description="the label set whose heads are the reference (null for a circuit)")
+    reference: str = Field("", description="the reference in words (a circuit's: its size rule)")
+    circuit: CircuitReference | None = Field(None, description="the circuit the reference edges come from")
+    reference_edges: list[str] = Field([], description="a circuit's reference edges (grid cells)")
     pairing: str
     k: int
     n_valid: int = Field(description="valid forward pairs of the pairing")
