@@ -170,7 +170,7 @@ def test_a_mib_file_as_the_circuit(tmp_path, capsys, ref, model_root):
     assert main(["recovery", "demo", "--circuit", str(path), "--pairing", "OV", "--cache-dir", cache]) != 0
     assert "no OV head -> head edge" in capsys.readouterr().err
     assert main(["recovery", "demo", "--circuit", str(path), "--method", "eap", "--cache-dir", cache]) != 0
-    assert "apply to --task" in capsys.readouterr().err
+    assert "only with --task" in capsys.readouterr().err
     (tmp_path / "bad.json").write_text("{not json")
     assert main(["recovery", "demo", "--circuit", str(tmp_path / "bad.json"), "--cache-dir", cache]) != 0
     assert "not JSON" in capsys.readouterr().err
@@ -231,7 +231,7 @@ def test_api_task_reference_and_its_errors(api):
     assert "exactly one" in err(get(), 422)
     assert "unknown task" in err(get(task="no-such-task"), 404)
     assert "1..257" in err(get(task="induction", edges=100000), 422)
-    assert "apply to a task circuit" in err(get(labels="patterns", edges=10), 422)
+    assert "only with a task circuit" in err(get(labels="patterns", edges=10), 422)
     assert get(task="induction", method="bogus").status_code == 422
     assert get(task="induction", edges=0).status_code == 422
     assert get(task="induction", pairing="QK").status_code == 422

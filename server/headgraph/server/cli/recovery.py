@@ -126,11 +126,11 @@ def run(args: argparse.Namespace) -> int:
     if args.labels is not None:
         extra = [f"--{n}" for n in ("method", "steps", "pairs", "edges") if getattr(args, n) is not None]
         if extra:
-            return fail(f"{', '.join(extra)} apply to --task or --circuit, not to --labels")
+            return fail(f"{', '.join(extra)}: only with --task or --circuit, not with --labels")
     if args.circuit is not None:
         extra = [f"--{n}" for n in ("method", "steps", "pairs") if getattr(args, n) is not None]
         if extra:
-            return fail(f"{', '.join(extra)} apply to --task, not to --circuit (the file is the circuit)")
+            return fail(f"{', '.join(extra)}: only with --task, not with --circuit (the file is the circuit)")
     if args.steps is not None and not 1 <= args.steps <= MAX_STEPS:
         return fail(f"--steps must be in 1..{MAX_STEPS}, got {args.steps}")
     if args.pairs is not None and not MIN_PAIRS <= args.pairs <= BUNDLED_PAIRS:

@@ -71,7 +71,7 @@ async def recovery(request: Request, *, ref: ModelDep,
         extra = [n for n, v in (("method", method), ("steps", steps), ("pairs", pairs),
                                 ("edges", edges)) if v is not None]
         if extra:
-            raise Invalid(f"{', '.join(extra)} apply to a task circuit (task=), not to a label set")
+            raise Invalid(f"{', '.join(extra)}: only with a task circuit (task=), not with a label set")
         return await warm_json(request, RecoveryOut, ref,
                                lambda: recovery.answer(ref, pairing, labels, k), labels=labels)
     assert task is not None
