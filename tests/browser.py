@@ -121,7 +121,7 @@ def click_point(page: Any, graph_id: str, x: float, y: float, *, expect: Any = N
                 raise
 
 
-def controls_settled(page: Any, timeout_ms: int = 30_000) -> None:
+def controls_settled(page: Any, timeout_ms: int = 60_000) -> None:
     """Wait until the controls show the page's current URL (they are rebuilt from it on every
     change, so typing into a control that is about to be replaced would be lost)."""
     page.wait_for_function(
