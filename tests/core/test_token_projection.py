@@ -55,13 +55,17 @@ def test_top_k_matches_a_float64_full_sort(tile_elements):
     clear[:, 1:] &= np.abs(gaps) > 1e-5
     clear[:, :-1] &= np.abs(gaps) > 1e-5
     assert np.array_equal(got_i.numpy()[clear], want_i[clear])
-    # float64 in, float64 out: then every id equals, exact ties ordered by lower id
+    # float64 in, float64 out: every id equals but among identical token vectors, which sit
+    # together (their scores equal to rounding)
     s64, i64 = subspace_token_scores(U, W.double(), 40, tile_elements=tile_elements)
     assert s64.dtype == torch.float64
     np.testing.assert_allclose(s64.numpy(), want_s, atol=1e-12)
-    assert np.array_equal(i64.numpy(), want_i)
-    row = i64[0].tolist()  # the 31 tied tokens sit together, lower id first
-    assert row[row.index(7): row.index(7) + 31] == [7, *range(100, 130)]
+    same = {7, *range(100, 130)}
+    outside = ~np.isin(want_i, list(same))
+    assert np.array_equal(i64.numpy()[outside], want_i[outside])
+    row = i64[0].tolist()
+    start = min(row.index(t) for t in same)
+    assert set(row[start: start + 31]) == same
 
 
 def test_running_top_k_keeps_every_tie_in_id_order():

@@ -25,7 +25,7 @@ TILE_ELEMENTS = 1 << 24
 
 class RunningTopK:
     """The k best (score, token id) per row over vocabulary tiles fed in id order: best first,
-    ties by lower id (as one stable descending sort of the whole row would give).
+    equal scores by lower id (as one stable descending sort of the whole row would give).
 
     Each ``add`` keeps only the tile's entries at or above the row's current k-th best (a
     partial selection, ``torch.topk``), so a tile costs O(tile) and never a full sort.
@@ -78,19 +78,21 @@ def _vocab_mean(W: torch.Tensor, tile: int) -> torch.Tensor:
 
 
 def _tiles(W: torch.Tensor, rows: int, dtype: torch.dtype, tile_elements: int):
-    """(first id, centred tile C [d, c] in ``dtype``, ||ũ_t||^2 [c]) over the vocabulary."""
+    """(first id, centred token vectors [c, d] in ``dtype``, row-major, ||ũ_t||^2 [c]) over
+    the vocabulary (a tied unembedding's tile is a contiguous block of the embedding)."""
     tile = max(1, tile_elements // max(rows, 1))
-    mean = _vocab_mean(W, max(tile, 4096)).to(dtype)[:, None]
+    mean = _vocab_mean(W, max(tile, 4096)).to(dtype)[None, :]
     for v0 in range(0, W.shape[1], tile):
-        C = W[:, v0: v0 + tile].to(dtype) - mean
-        yield v0, C, C.square().sum(dim=0)
+        Ct = (W[:, v0: v0 + tile].T.to(dtype) - mean).contiguous()
+        yield v0, Ct, Ct.square().sum(dim=1)
 
 
-def _fraction(inside_sq: torch.Tensor, total: torch.Tensor) -> torch.Tensor:
-    """sqrt(inside / total), 0 where the token vector is 0, at most 1 (rounding)."""
-    tiny = torch.finfo(inside_sq.dtype).tiny
-    return torch.where(total > 0, (inside_sq / total.clamp_min(tiny)).sqrt(),
-                       torch.zeros_like(inside_sq)).clamp(max=1.0)
+def _fraction(inside: torch.Tensor, total: torch.Tensor) -> torch.Tensor:
+    """inside / sqrt(total) (a norm over the norm of the token vector), 0 where the token vector
+    is 0, at most 1 (rounding)."""
+    tiny = torch.finfo(inside.dtype).tiny
+    return torch.where(total > 0, inside / total.clamp_min(tiny).sqrt(),
+                       torch.zeros_like(inside)).clamp(max=1.0)
 
 
 def subspace_token_scores(U: torch.Tensor, W_U: torch.Tensor, k: int,
@@ -98,18 +100,20 @@ def subspace_token_scores(U: torch.Tensor, W_U: torch.Tensor, k: int,
     """Top-k (scores, token ids) of ``score(t)`` for every basis in ``U`` [N, d_model, r].
 
     One product per vocabulary tile for all N bases at once; returns [N, k] each, best first
-    (ties: lower token id first). Works on U's device; computes in float32 (float64 if either
+    (equal scores: lower token id first; identical token vectors may differ in the last bit,
+    as the product rounds each row of a tile its own way). Works on U's device; computes in float32 (float64 if either
     input is); W_U [d_model, V] stays in its dtype (tiles are converted, no full copy).
     """
     dtype = _compute_dtype(U, W_U)
     U = U.to(dtype)
     W = W_U.to(U.device)
     N, d, r = U.shape
-    Ut = U.transpose(1, 2).reshape(N * r, d)
+    Uc = U.permute(1, 0, 2).reshape(d, N * r)  # [d, N * r]: bases side by side
     top = RunningTopK(N, min(int(k), W.shape[1]), dtype, U.device)
-    for v0, C, total in _tiles(W, N * r, dtype, tile_elements):
-        inside = (Ut @ C).view(N, r, -1).square().sum(dim=1)  # [N, c] = ||U^T ũ_t||^2
-        top.add(_fraction(inside, total), v0)
+    for v0, Ct, total in _tiles(W, N * r, dtype, tile_elements):
+        # [c, N] = ||U^T ũ_t|| in one fused reduction over each basis's contiguous columns
+        inside = torch.linalg.vector_norm((Ct @ Uc).view(-1, N, r), dim=-1)
+        top.add(_fraction(inside.T, total), v0)
     return top.scores, top.ids
 
 
@@ -127,11 +131,13 @@ def nested_token_scores(Q: torch.Tensor, W_U: torch.Tensor, k: int, ranks: list[
     W = W_U.to(Q.device)
     S, d, R = Q.shape
     at = torch.tensor([int(r) - 1 for r in ranks], dtype=torch.long, device=Q.device)
-    Qt = Q.transpose(1, 2).reshape(S * R, d)
+    Qc = Q.permute(1, 0, 2).reshape(d, S * R)
     top = RunningTopK(S * len(ranks), min(int(k), W.shape[1]), dtype, Q.device)
-    for v0, C, total in _tiles(W, S * R, dtype, tile_elements):
-        sq = (Qt @ C).view(S, R, -1).square()
-        inside = sq.sum(dim=1, keepdim=True) if len(ranks) == 1 and ranks[0] == R else \
-            sq.cumsum(dim=1).index_select(1, at)  # [S, n_ranks, c]
-        top.add(_fraction(inside, total).reshape(S * len(ranks), -1), v0)
+    for v0, Ct, total in _tiles(W, S * R, dtype, tile_elements):
+        P = (Ct @ Qc).view(-1, S, R)
+        if len(ranks) == 1 and ranks[0] == R:
+            inside = torch.linalg.vector_norm(P, dim=-1)[:, :, None]  # [c, S, 1]
+        else:  # [c, S, n_ranks]: cumulative squared projections read at each rank
+            inside = P.square().cumsum(dim=-1).index_select(2, at).sqrt()
+        top.add(_fraction(inside.permute(1, 2, 0).reshape(S * len(ranks), -1), total), v0)
     return top.scores.view(S, len(ranks), -1)
