@@ -26,20 +26,24 @@ import torch
 
 from headgraph.core.errors import InvalidInput, UnsupportedModel
 from headgraph.core.names import check_role, head_label
-from headgraph.core.readout.baselines import (BASELINE_METHODS, BASELINE_QUANTILE, BASELINE_RULE,
-                                              BASELINE_SAMPLES, BASELINE_SEED, UNEMBEDDING_SAMPLES,
-                                              TokenBaseline, baseline_flags, haar_gaussians,
-                                              token_baseline, token_baselines, unembedding_factor)
-from headgraph.core.readout.projection import TILE_ELEMENTS, subspace_token_scores
+# re-exported: the baselines and the scorer live in their own modules
+from headgraph.core.readout.baselines import BASELINE_METHODS as BASELINE_METHODS
+from headgraph.core.readout.baselines import BASELINE_QUANTILE as BASELINE_QUANTILE
+from headgraph.core.readout.baselines import BASELINE_RULE as BASELINE_RULE
+from headgraph.core.readout.baselines import BASELINE_SAMPLES as BASELINE_SAMPLES
+from headgraph.core.readout.baselines import BASELINE_SEED as BASELINE_SEED
+from headgraph.core.readout.baselines import UNEMBEDDING_SAMPLES as UNEMBEDDING_SAMPLES
+from headgraph.core.readout.baselines import TokenBaseline as TokenBaseline
+from headgraph.core.readout.baselines import baseline_flags as baseline_flags
+from headgraph.core.readout.baselines import haar_gaussians as haar_gaussians
+from headgraph.core.readout.baselines import token_baseline as token_baseline
+from headgraph.core.readout.baselines import token_baselines as token_baselines
+from headgraph.core.readout.baselines import unembedding_factor as unembedding_factor
+from headgraph.core.readout.projection import TILE_ELEMENTS as TILE_ELEMENTS
+from headgraph.core.readout.projection import subspace_token_scores as subspace_token_scores
 from headgraph.core.readout.token_text import decode_tokens, visible
 from headgraph.core.scores.subspaces import layer_bases
 from headgraph.core.types import HeadWeights
-
-__all__ = ["BASELINE_METHODS", "BASELINE_QUANTILE", "BASELINE_RULE", "BASELINE_SAMPLES",
-           "BASELINE_SEED", "FORMULA", "TILE_ELEMENTS", "UNEMBEDDING_SAMPLES", "TokenBaseline",
-           "TokenTable", "baseline_flags", "haar_gaussians", "slice_token_payload",
-           "subspace_token_scores", "token_baseline", "token_baselines", "top_tokens",
-           "unembedding_factor"]
 
 FORMULA = ("score(t) = ||U^T (u_t - mean_t u_t)|| / ||u_t - mean_t u_t||, "
            "U orthonormal basis of the head-role subspace")
