@@ -88,6 +88,27 @@ def test_a_waiter_whose_client_went_away_leaves_the_queue():
     run(scenario())
 
 
+def test_the_listing_names_each_clients_work_as_a_person_reads_it():
+    async def scenario() -> None:
+        limiter = ColdLimiter(per_client=1, queue_per_client=4)
+        await limiter.enter("a", "GET /api/graph?x", label="graph · demo")
+        waiting = asyncio.create_task(limiter.enter("a", "GET /api/scatter?y", poll_s=0.01,
+                                                    label="scatter · demo · OK"))
+        unnamed = asyncio.create_task(limiter.enter("a", "GET /api/pk?z", poll_s=0.01))
+        await asyncio.sleep(0.05)
+        assert limiter.listing("a") == (["graph · demo"], ["scatter · demo · OK", "GET /api/pk?z"])
+        assert limiter.listing("b") == ([], [])
+        limiter.leave("a", "GET /api/graph?x")
+        await waiting
+        assert limiter.listing("a") == (["scatter · demo · OK"], ["GET /api/pk?z"])
+        limiter.leave("a", "GET /api/scatter?y")
+        await unnamed
+        limiter.leave("a", "GET /api/pk?z")
+        assert limiter.listing("a") == ([], [])
+
+    run(scenario())
+
+
 @pytest.mark.parametrize(("inherited", "expected"), [(0, 10), (3, 10), (12, 12)])
 def test_compute_processes_run_at_an_absolute_nice_level(inherited, expected):
     """A compute process asks for nice 10: under a server started at nice 0 or 3 it runs at 10,

@@ -113,13 +113,17 @@ def test_a_client_runs_one_cold_computation_at_a_time_and_queues_the_next(lab):
     time.sleep(1.0)  # the second is in the queue now (the queue holds one)
     refused: list[httpx.Response] = []
     cached_ok = []
+    listed: list[dict[str, object]] = []  # GET /api/queue while the first ran
     with httpx.Client(base_url=lab.url, headers=AUTH, timeout=120) as c:
         while first.is_alive():
             third = c.get("/api/pk", params={"model": lab.big, "pairing": "OV", "metric": "z"})
+            queue = c.get("/api/queue").json()
             if first.is_alive():  # the first was running before and after this answer
                 refused.append(third)
+                listed.append(queue)
                 cached_ok.append(c.get("/api/pk", params=warm).status_code == 200)
             time.sleep(0.05)
+        after = c.get("/api/queue").json()
     for t in (first, queued, again):
         t.join()
     assert answers["first"].status_code == 200, answers["first"].text
@@ -129,6 +133,10 @@ def test_a_client_runs_one_cold_computation_at_a_time_and_queues_the_next(lab):
     assert all(r.status_code == 429 for r in refused), [r.text[:200] for r in refused]
     assert "waiting" in message(refused[0]) and "retry" in message(refused[0])
     assert all(cached_ok)  # a cached read takes no cold slot
+    # The client's queue as the page shows it: the first running, the second next in line.
+    assert listed and all(q["running"] == [f"reference · {lab.big}"] for q in listed), listed[:3]
+    assert all(q["queued"] == [f"pk · {lab.big} · VO"] and q["per_client"] == 1 for q in listed)
+    assert after["queued"] == [] and httpx.get(lab.url + "/api/queue", timeout=60).json()["running"] == []
     retry = httpx.get(lab.url + "/api/pk", params={"model": lab.big, "pairing": "OV", "metric": "z"},
                       headers=AUTH, timeout=300)
     assert retry.status_code == 200  # the slot is free again

@@ -23,6 +23,7 @@ from headgraph.frontend.callbacks import (  # noqa: F401
     model,
     navigation,
     panels,
+    queue,
     recovery,
     reference,
     router,

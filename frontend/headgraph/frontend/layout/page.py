@@ -71,6 +71,7 @@ def model_bar(auth: tuple[str, str] | None = None) -> html.Div:
             html.Div([html.Div(id="progress-bar", className="progress-fill", style={"width": "0%"}),
                       html.Span(id="progress-label", className="progress-label")],
                      id="progress", className="progress", style={"display": "none"}),
+            html.Div(id="queue-note", className="queue-note", style={"display": "none"}),
         ], className="model-controls"),
         html.Div([
             dcc.Input(id="share-url", readOnly=True, value="", className="share-url", debounce=True),
@@ -246,6 +247,7 @@ def build_layout(labels: Any = None, ready: Any = None, view: str | None = None,
         dcc.Store(id="auth-store"),
         dcc.Store(id="ablation-token"),  # changes when the page measured edges (callbacks/verify.py)
         dcc.Interval(id="job-poll", interval=700, disabled=True),
+        dcc.Interval(id="queue-poll", interval=2500),  # callbacks/queue.py
         *[dcc.Store(id=f"in-{v}-{part}") for v in ROUTED_VIEWS for part in ROUTED_PARTS],  # callbacks/router.py
         model_bar(auth),
         html.Nav(tab_links(None), id="view-tabs", className="tabs"),

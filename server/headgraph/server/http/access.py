@@ -76,6 +76,7 @@ class ColdLimiter:
         self.queue_per_client = max(0, queue_per_client)
         self._running: dict[str, dict[str, int]] = {}  # client -> work -> requests holding it
         self._queued: dict[str, list[_Waiter]] = {}  # client -> waiters, first come first
+        self._labels: dict[str, str] = {}  # work -> what a person reads of it ("scatter · demo · OK")
 
     def running(self, client: str) -> int:
         """Distinct pieces of work ``client`` has running."""
@@ -94,6 +95,15 @@ class ColdLimiter:
                 return i
         return None
 
+    def listing(self, client: str) -> tuple[list[str], list[str]]:
+        """(running, queued) of ``client``: each piece of work as a person reads it, the queue
+        first in line first."""
+        def label(work: str) -> str:
+            return self._labels.get(work, work)
+
+        return ([label(w) for w in self._running.get(client, {})],
+                [label(w.work) for w in self._queued.get(client, [])])
+
     def _join_running(self, client: str, work: str) -> bool:
         held = self._running.get(client)
         if held is not None and work in held:
@@ -102,10 +112,14 @@ class ColdLimiter:
         return False
 
     async def enter(self, client: str, work: str,
-                    gone: Callable[[], Awaitable[bool]] | None = None, poll_s: float = 1.0) -> None:
+                    gone: Callable[[], Awaitable[bool]] | None = None, poll_s: float = 1.0,
+                    label: str = "") -> None:
         """Take (or join) a slot for ``work``; wait in the client's queue when all are taken.
         TooManyRequests when the queue is full; ``gone()`` is asked every ``poll_s`` while
-        waiting and, once true, the request leaves the queue (ClientGone)."""
+        waiting and, once true, the request leaves the queue (ClientGone). ``label``: what
+        ``listing`` shows of the work."""
+        if label:
+            self._labels[work] = label
         if self._join_running(client, work):
             return
         queue = self._queued.setdefault(client, [])
@@ -167,6 +181,11 @@ class ColdLimiter:
             self._running.pop(client, None)
         if not self._queued.get(client):
             self._queued.pop(client, None)
+        if len(self._labels) > 4 * (sum(map(len, self._running.values()))
+                                    + sum(map(len, self._queued.values())) + 64):
+            live = {w for held in self._running.values() for w in held}
+            live |= {w.work for queue in self._queued.values() for w in queue}
+            self._labels = {w: t for w, t in self._labels.items() if w in live}
 
 
 @dataclass(eq=False)
@@ -185,6 +204,19 @@ class ClientGone(ApiError):
     status = 499
 
 
+LABEL_PARAMS = ("model", "a", "b", "series", "pairing", "pairings", "kind", "task", "method", "head", "pair",
+                "edge")
+
+
+def work_label(request: Request) -> str:
+    """What a person reads of a cold request: the resource and its main parameters
+    ("scatter · smollm2 · OK"), at most 120 characters."""
+    params = request.query_params
+    parts = [request.url.path.removeprefix("/api/") or request.url.path]
+    parts += [params[k] for k in LABEL_PARAMS if params.get(k)]
+    return " · ".join(parts)[:120]
+
+
 @asynccontextmanager
 async def cold_work(request: Request, work: str = "") -> AsyncIterator[Caller]:
     """Around a cold computation started by ``request``: 401 in lab mode without the token;
@@ -199,7 +231,7 @@ async def cold_work(request: Request, work: str = "") -> AsyncIterator[Caller]:
         work = f"{request.method} {request.url.path}?{query}"
         if request.method != "GET":  # a body may differ: never joined with another request
             work += f"#{id(request)}"
-    await limiter.enter(caller.client, work, gone=request.is_disconnected)
+    await limiter.enter(caller.client, work, gone=request.is_disconnected, label=work_label(request))
     try:
         yield caller
     finally:

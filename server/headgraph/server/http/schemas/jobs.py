@@ -43,3 +43,13 @@ class JobSubmitted(BaseModel):
     job: Job
     created: bool = Field(description="false when the same computation was already running")
     status_url: str
+
+
+class Queue(BaseModel):
+    """The calling client's cold computations: those running and those waiting for a slot."""
+
+    running: list[str] = Field(description="cold computations holding one of this client's slots "
+                                           "(resource · model · parameters)")
+    queued: list[str] = Field(description="cold computations waiting for a slot, next first")
+    per_client: int = Field(description="slots per client (cold computations running at once)")
+    queue_per_client: int = Field(description="waiting computations a client may have (429 beyond)")
