@@ -71,6 +71,9 @@ def test_the_task_view_computes_the_circuit_and_its_link_reopens_it(server: Serv
     assert seen and [f for f, _ in seen] == sorted(f for f, _ in seen) and seen[-1][0] <= 1
     assert {label.split(" · ")[0] for _, label in seen} <= {"start", "load", "attribution", "faithfulness",
                                                             "patching", "store"}
+    # ... and, in full, the time left (an estimate once 5% of the run is done).
+    assert all(label.endswith((" left", "estimating time left…", "(past the estimate)"))
+               for _, label in seen), seen
     wait_until(lambda: not bar.is_visible(), 30, message="the progress bar hidden when done", page=page)
     data = circuit(server)  # cached now: what the page read
     assert data["method"] == "eap" and data["task"]["name"] == "induction"

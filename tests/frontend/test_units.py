@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient
 from dash._callback_context import context_value
 from dash._utils import AttributeDict
 
-from headgraph.core.names import vocabulary
+from headgraph.server.http.routers.vocabulary import served_vocabulary as vocabulary
 from frontend_support import READY, find
 from headgraph.frontend.api.client import ApiClient
 from headgraph.frontend.callbacks.heatmap import render_heatmap
@@ -510,6 +510,18 @@ def test_rendered_views_is_a_bounded_lru() -> None:
     assert views.get("a") == (1,)  # a is now the most recent
     views.put("c", (3,))
     assert views.get("b") is None and views.get("a") == (1,) and views.get("c") == (3,)
+
+
+def test_a_running_circuits_time_left_is_its_elapsed_time_scaled_by_the_share_to_do():
+    from headgraph.frontend.callbacks.task import circuit_time_left, poll_view
+
+    assert circuit_time_left(0.02, 30.0) == "estimating time left…"  # under 5% done: no estimate
+    assert circuit_time_left(0.25, 60.0) == "about 3 min left"  # 60 s for a quarter: 180 s more
+    assert circuit_time_left(0.5, 20.0) == "about 20 s left"
+    running = {"state": "running", "stage": "attribution", "fraction": 0.25, "message": "pass 3 of 12",
+               "elapsed_s": 60.0}
+    label = poll_view(running)[2]
+    assert label == "attribution · 25% · pass 3 of 12 · 60 s · about 3 min left"
 
 
 def test_a_running_jobs_label_counts_its_time_left_down():

@@ -99,8 +99,16 @@ def time_left(job: dict[str, Any], now: float | None = None) -> str:
     no estimate (``finish_by`` null)."""
     finish_by = job.get("finish_by")
     if not isinstance(finish_by, (int, float)):
-        return "estimating time left…"
-    seconds = float(finish_by) - (time.time() if now is None else now)
+        return ESTIMATING
+    return seconds_left(float(finish_by) - (time.time() if now is None else now))
+
+
+ESTIMATING = "estimating time left…"
+
+
+def seconds_left(seconds: float) -> str:
+    """"about 40 s left", "about 12 min left", "about 1.5 h left", or "finishing (past the
+    estimate)" once ``seconds`` is not positive."""
     if seconds <= 0:
         return "finishing (past the estimate)"
     if seconds < 90:

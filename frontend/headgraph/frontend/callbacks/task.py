@@ -29,6 +29,7 @@ from headgraph.frontend.callbacks.common import api, error_note, stat, state_of
 from headgraph.frontend.callbacks.define import callback
 from headgraph.frontend.callbacks.graph import all_head_nodes
 from headgraph.frontend.callbacks.labels import decode_upload
+from headgraph.frontend.callbacks.model import ESTIMATING, seconds_left
 from headgraph.frontend.callbacks.router import view_callback
 from headgraph.frontend.figures import empty_figure, graph_figure
 from headgraph.frontend.figures.circuit import circuit_marks, circuit_node_link
@@ -164,12 +165,22 @@ def poll_view(progress: dict[str, Any] | None) -> tuple:
     if state == "running":
         assert progress is not None
         frac = float(progress.get("fraction") or 0.0)
+        elapsed = float(progress.get("elapsed_s") or 0.0)
         label = (f"{progress.get('stage')} · {frac * 100:.0f}% · {progress.get('message') or ''} · "
-                 f"{progress.get('elapsed_s') or 0:.0f} s")
+                 f"{elapsed:.0f} s · {circuit_time_left(frac, elapsed)}")
         return ({"display": "flex"}, {"width": f"{frac * 100:.1f}%"}, label, "running", f"{frac:.4f}", False)
     if state == "cached":
         return HIDE, {"width": "100%"}, "", "cached", "1", True
     return HIDE, no_update, "", state or "", "", no_update
+
+
+def circuit_time_left(fraction: float, elapsed_s: float) -> str:
+    """A running circuit's time left at the speed it has shown: the elapsed time scaled by
+    the share still to do (the fraction the run reports, its stages weighted by their usual
+    cost), once 5% of the run is done; "estimating time left…" before."""
+    if fraction < 0.05 or elapsed_s <= 0:
+        return ESTIMATING
+    return seconds_left(elapsed_s * (1.0 - fraction) / fraction)
 
 
 @callback(Output("task-progress", "style"), Output("task-progress-bar", "style"),
