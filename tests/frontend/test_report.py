@@ -35,7 +35,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     tmp = tmp_path_factory.mktemp("report")
     cmd = [sys.executable, "-m", "headgraph.server.cli.main", "report", "demo", "--out", str(tmp / "docs"),
            "--cache-dir", str(tmp / "cache")]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)  # with three task circuits
     assert proc.returncode == 0, proc.stderr[-3000:]
     return {"tmp": tmp, "stdout": proc.stdout, "stderr": proc.stderr,
             "page": tmp / "docs" / "findings" / "demo.md"}
@@ -76,11 +76,14 @@ def png_size(path: Path) -> tuple[int, int]:
 # -- the command, end to end -------------------------------------------------------------------
 
 @pytest.mark.slow  # needs the report run (`headgraph report demo`, ~25 s)
-def test_page_names_every_claim_with_the_verdict_the_rules_give(run: dict[str, Any],
+def test_page_names_every_claim_with_the_verdict_the_rules_give(run: dict[str, Any], api: httpx.Client,
                                                                  numbers: dict[str, Any]) -> None:
     page = run["page"].read_text(encoding="utf-8")
     verdicts = all_verdicts(numbers)
-    assert {v.key for v in verdicts} == {"kl", "hub", "tokens", "pk_vs_cs", "induction"}
+    tasks = [t["name"] for t in api.get("/api/tasks").json()["tasks"] if t["bundled"]]
+    assert {v.key for v in verdicts} == {"kl", "hub", "tokens", "pk_vs_cs", "induction",
+                                          *(f"circuit_{t}" for t in tasks)}
+    assert {"ioi", "induction"} <= set(tasks)  # every bundled task, at least these two
     for v in verdicts:
         assert v.claim in page and v.rule[1:] in page
         cells = row_of(page, v.claim)
@@ -158,6 +161,129 @@ def test_the_subspaces_section_prints_the_apis_comparison(run: dict[str, Any], a
         # the stated rule, applied to the printed interval
         want = "norm" if d["low"] > 0 else "raw" if d["high"] < 0 else "tie"
         assert sub["verdict"] == want and cells[6] == words[want]
+
+
+def _signed3(est: dict[str, Any] | None) -> str:
+    return "—" if est is None else f"{est['value']:+.3f} [{est['low']:+.3f}, {est['high']:+.3f}]"
+
+
+def _rule(answers: dict[str, httpx.Response]) -> str:
+    """The task-circuit rule, applied here to the API's answers: ROC-AUC(CS) − PK's paired interval per
+    pairing, then the layer gap and random where PK won."""
+    def side(d: dict[str, Any]) -> str:
+        return "A" if d["high"] < 0 else "B" if d["low"] > 0 else "tie"
+    tables = {p: {r["metric"]: r for r in a.json()["rows"]} for p, a in answers.items()
+              if a.status_code == 200 and a.json()["n_reference"]}
+    cs = {p: side(t["cs"]["auc_diff"]) for p, t in tables.items()}
+    if not cs:
+        return NA
+    wins = [p for p, v in cs.items() if v == "A"]
+    if "B" in cs.values() or not wins:
+        return FAILS
+    if any(side(tables[p][b]["auc_diff"]) != "A" for p in wins for b in ("layer_gap", "random")):
+        return claims.BASELINE_BEATS
+    return HOLDS if len(wins) == len(cs) else PARTLY
+
+
+@pytest.mark.slow  # needs the report run (`headgraph report demo` with its task circuits, ~2 min)
+def test_the_task_circuit_section_prints_the_apis_tables(run: dict[str, Any], api: httpx.Client) -> None:
+    from headgraph.frontend.report.markdown import fmt_ci
+
+    page = run["page"].read_text(encoding="utf-8")
+    section = page[page.index("## 8. Recovery of task circuits"):]
+    tasks = [t["name"] for t in api.get("/api/tasks").json()["tasks"] if t["bundled"]]
+    able = {}
+    for task in tasks:
+        part = section[section.index(f"### Task `{task}`"):]
+        part = part[:part.find("### Task", 4)] if "### Task" in part[4:] else part
+        circuit = api.get("/api/circuit", params={"model": "demo", "task": task, "top": 1}).json()
+        metrics = circuit["metrics"]
+        able[task] = metrics["able"]
+        claim = next(line for line in page.splitlines() if line.startswith(f"| PK recovers the {task} circuit"))
+        if not metrics["able"]:  # one sentence, no table, and the claim not applicable
+            assert "does not do this task" in part and f"clean accuracy {metrics['clean_accuracy']:.0%}" in part
+            assert "| metric |" not in part and MARK[NA] in claim
+            continue
+        answers = {p: api.get("/api/recovery", params={"model": "demo", "task": task, "pairing": p, "k": 20})
+                   for p in GRAPH_PAIRINGS}
+        for p, a in answers.items():
+            if a.status_code != 200:  # the API's refusal is what the page says
+                message = a.json()["error"]["message"]
+                assert a.status_code == 422 and f"has no {p} head -> head edge" in message
+                assert message.split(f" {p} ", 1)[1] in part
+                continue
+            rec = a.json()  # the default size: the circuit's own (the smallest reaching 0.8 of the gap)
+            assert rec["circuit"]["size"] == circuit["circuit_size"] and rec["circuit"]["recovered"] >= 0.8
+            block = part[part.index(f"**{p}**"):]
+            assert f"{rec['n_reference']} of {rec['n_valid']} valid pairs" in block.splitlines()[0]
+            for r in rec["rows"]:
+                cells = row_of(block, r["metric"])
+                assert cells[1:6] == [fmt_ci(r["endpoint_share"]), fmt_ci(r["precision"]), fmt_ci(r["auc"]),
+                                      _signed3(r["precision_diff"]), _signed3(r["auc_diff"])]
+        assert MARK[_rule(answers)] in claim, (task, claim)
+    assert able["induction"]  # the demo is an induction model; the rule ran on its circuit's tables
+
+
+@pytest.mark.slow  # needs the report run (`headgraph report demo`, ~2 min)
+def test_task_circuit_rule_boundaries(numbers: dict[str, Any]) -> None:
+    from headgraph.frontend.report import recovery
+    from headgraph.frontend.report.claims import BASELINE_BEATS
+    from headgraph.frontend.report.markdown import render
+
+    def rows(n: dict[str, Any]) -> list[dict[str, Any]]:
+        """Every decided pairing's metric rows of the induction circuit."""
+        return [d["rows"] for d in n["tasks"]["tasks"]["induction"]["pairings"].values()
+                if "rows" in d and d["n_reference"]]
+
+    def put(table: list[dict[str, Any]], metric: str, low: float, high: float) -> None:
+        row = next(r for r in table if r["metric"] == metric)
+        row["auc_diff"] = {"value": (low + high) / 2, "low": low, "high": high}
+
+    def verdict(n: dict[str, Any]) -> str:
+        return next(v for v in recovery.task_verdicts(n) if v.key == "circuit_induction").verdict
+
+    n = copy.deepcopy(numbers)
+    assert rows(n), "the demo's induction circuit has a decided pairing"
+    for t in rows(n):
+        for m in ("cs", "layer_gap", "random"):
+            put(t, m, -0.2, -0.01)  # interval below 0: PK better
+    assert verdict(n) == HOLDS
+    put(rows(n)[0], "random", -0.2, 0.0)  # an interval reaching 0 is no difference: a baseline not beaten
+    v = next(v for v in recovery.task_verdicts(n) if v.key == "circuit_induction")
+    assert v.verdict == BASELINE_BEATS and "random on" in v.because
+    put(rows(n)[0], "random", -0.2, -0.01)
+    put(rows(n)[0], "cs", -0.1, 0.1)
+    assert verdict(n) == (PARTLY if len(rows(n)) > 1 else FAILS)  # PK better on none: does not hold
+    put(rows(n)[0], "cs", 0.01, 0.1)  # CS better somewhere
+    assert verdict(n) == FAILS
+    n["tasks"]["tasks"]["induction"]["circuit"]["metrics"]["able"] = False
+    v = next(v for v in recovery.task_verdicts(n) if v.key == "circuit_induction")
+    assert v.verdict == NA and v.because.startswith("the model does not do the task")
+    # A stage that could not run: the section says why, every other section still renders.
+    n = copy.deepcopy(numbers)
+    n["tasks"] = {"unavailable": "GET /api/tasks -> 503: overloaded", "failure": True}
+    page = render(n, all_verdicts(n), [], "demo")
+    assert "## 8. Recovery of task circuits\n\nNot available: GET /api/tasks -> 503: overloaded." in page
+    assert "## 7. Raw vs norm-aware subspaces" in page and "## 5. The induction circuit" in page
+    assert [line for line in page.splitlines() if line.startswith("| PK recovers")] == [
+        f"| {recovery.CLAIM} | {MARK[NA]} | GET /api/tasks -> 503: overloaded |"]
+    n = copy.deepcopy(numbers)
+    n["tasks"]["tasks"]["induction"]["pairings"]["OK"] = {"unavailable": "GET /api/recovery -> 500: boom",
+                                                          "failure": True}
+    page = render(n, all_verdicts(n), [], "demo")
+    assert "**OK**: not available: GET /api/recovery -> 500: boom." in page
+
+
+def test_a_task_stage_without_a_server_is_a_reason_not_a_crash() -> None:
+    """The task stage on a dead server: an ``unavailable`` marker with the error, not an exception."""
+    from headgraph.frontend.report.numbers import task_recovery
+
+    with socket.socket() as s:  # a loopback port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}"
+    with httpx.Client(base_url=url, timeout=5) as client:
+        answer = task_recovery(client, "demo")
+    assert answer["failure"] is True and answer["unavailable"].startswith("GET /api/tasks: ")
 
 
 @pytest.mark.slow  # needs the report run (`headgraph report demo`, ~25 s)

@@ -1,35 +1,25 @@
 """The paper's claims decided from the API's numbers by explicit rules (the same for any model).
 
-Each ``Verdict`` names the claim, the rule (the sentence the page prints), the outcome
-(``holds`` / ``partly holds`` / ``does not hold`` / ``not applicable here``) and the evidence
-the rule read. Thresholds are module constants so tests and the page quote the same numbers.
+Each ``Verdict`` (``verdicts``) names the claim, the rule (the sentence the page prints), the
+outcome (``holds`` / ``partly holds`` / ``does not hold`` / ``not supported over the trivial
+baselines`` / ``not applicable here``) and the evidence the rule read. Thresholds are module
+constants so tests and the page quote the same numbers.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import Any
 
 from headgraph.frontend.report.numbers import GRAPH_PAIRINGS, ROLES, TOKENS_K, available, why_missing
+from headgraph.frontend.report.recovery import task_verdicts
+from headgraph.frontend.report.verdicts import BASELINE_BEATS, FAILS, HOLDS, NA, PARTLY, Verdict
 
-HOLDS, PARTLY, FAILS, NA = "holds", "partly holds", "does not hold", "not applicable here"
-BASELINE_BEATS = "not supported over the trivial baselines"  # the claim's win, but a trivial predictor does as well
 TRIVIAL = ("layer gap", "source variance")  # the validation answer's trivial baselines
 KL_MIN = 0.1  # nats: KL(random || model) at least this (the mean shift is reported beside it)
 TOKENS_ALPHA = 0.05  # one-sided binomial test of the lists above baseline against the chance level
 PATTERN_MIN = 0.4  # a head shows a pattern kind when its score reaches this (the API's describe rule)
 INDUCTION_K = 10  # the induction check reads the top-k OK edges by PK
-
-
-@dataclass(frozen=True)
-class Verdict:
-    key: str
-    claim: str
-    rule: str
-    verdict: str
-    evidence: dict[str, Any] = field(default_factory=dict)
-    because: str = ""
 
 
 def pairing_distance(reference: dict[str, Any], pairing: str) -> dict[str, Any]:
@@ -331,6 +321,7 @@ def sink_edges(numbers: dict[str, Any]) -> dict[str, Any]:
 
 
 def all_verdicts(numbers: dict[str, Any]) -> list[Verdict]:
-    """Every claim's verdict, in the page's order."""
+    """Every claim's verdict, in the page's order: the paper's claims on the head graph, then
+    PK against CS at recovering each bundled task's circuit (``recovery.task_verdicts``)."""
     return [claim_far_from_random(numbers), claim_identity_hub(numbers), claim_tokens(numbers),
-            claim_pk_beats_cs(numbers), induction_check(numbers)]
+            claim_pk_beats_cs(numbers), induction_check(numbers), *task_verdicts(numbers)]

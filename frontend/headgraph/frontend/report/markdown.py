@@ -15,14 +15,12 @@ from typing import Any
 
 from headgraph.frontend.figures.palette import NO_CLASS
 from headgraph.frontend.report.charts import Chart, report_palette
-from headgraph.frontend.report.claims import (BASELINE_BEATS, FAILS, HOLDS, NA, PARTLY, PATTERN_MIN, Verdict,
-                                              induction_rows, pattern_kinds, sink_edges)
+from headgraph.frontend.report.claims import PATTERN_MIN, induction_rows, pattern_kinds, sink_edges
 from headgraph.frontend.report.numbers import available
+from headgraph.frontend.report.recovery import label_section, task_section
 from headgraph.frontend.report.subspaces import subspaces_section
 from headgraph.frontend.report.text import fmt, fmt_ci, table
-
-MARK = {HOLDS: "✅ holds", PARTLY: "◐ partly holds", FAILS: "❌ does not hold", NA: "– not applicable here",
-        BASELINE_BEATS: "⚠️ not supported over the trivial baselines"}
+from headgraph.frontend.report.verdicts import BASELINE_BEATS, FAILS, HOLDS, MARK, NA, PARTLY, Verdict, opening
 INDEX_TITLE = "# Findings reports"
 TITLES = {"kl": "Far from random subspaces (KL)", "hub": "An identity-head hub",
           "tokens": "Heads named by tokens", "pk_vs_cs": "PK against CS on what matters",
@@ -75,7 +73,7 @@ def summary_section(verdicts: Sequence[Verdict]) -> str:
     na = [v for v in verdicts if v.verdict == NA]
 
     def names(vs: Sequence[Verdict]) -> str:
-        return "; ".join(f"{TITLES[v.key].split(' (')[0]} ({v.because})" for v in vs)
+        return "; ".join(f"{(v.title or TITLES[v.key]).split(' (')[0]} ({v.because})" for v in vs)
     lines = []
     if holds:
         lines.append(f"- **Holds here:** {names(holds)}.")
@@ -93,18 +91,13 @@ def summary_section(verdicts: Sequence[Verdict]) -> str:
             + table(("claim", "verdict", "measured"), rows) + "\n\n" + "\n".join(lines))
 
 
-def _head(v: Verdict) -> str:
-    """A claim section's opening: the claim, its rule and its verdict."""
-    return f"**Claim.** {v.claim}\n\n**Rule.** {v.rule[0].upper() + v.rule[1:]}.\n\n**Verdict: {MARK[v.verdict]}** ({v.because})."
-
-
 def kl_section(v: Verdict, charts: dict[str, Chart], folder: str) -> str:
     """KL claim: per-pairing distances, the direction of each shift, the null's qualifier, figures."""
     rows = [(r["pairing"], fmt(r["kl"]), fmt(r["model_mean"]), f"{fmt(r['haar_mean'])} ± {fmt(r['haar_std'])}",
              fmt(r["shift_std"]), "yes" if r["far"] else "no",
              f"{r['significant_haar']} / {r['valid_pairs']}", f"{r['significant_anisotropic']} / {r['valid_pairs']}")
             for r in v.evidence["pairings"]]
-    text = [f"## 1. {TITLES['kl']}", _head(v),
+    text = [f"## 1. {TITLES['kl']}", opening(v),
             table(("pairing", "KL(random ‖ model)", "model mean PK", "Haar mean ± std", "shift (Haar std)",
                    "far", "pairs above Haar 95%", "pairs above anisotropic null"), rows)]
     below = [r["pairing"] for r in v.evidence["pairings"] if r["far"] and r["shift_std"] < 0]
@@ -137,7 +130,7 @@ def hub_section(v: Verdict, numbers: dict[str, Any], charts: dict[str, Chart], f
              ", ".join(f"{p} {c['in']}/{c['out']}" for p, c in h["edges_by_pairing"].items()),
              kinds(h["name"]), "yes" if h.get("sink") else "no") for h in hubs]
     graph = numbers["graph"]
-    text = [f"## 2. {TITLES['hub']}", _head(v)]
+    text = [f"## 2. {TITLES['hub']}", opening(v)]
     if rows:
         text.append(table(("query-head hub", "degree", "in", "out", "edges in/out per pairing",
                            f"pattern kinds (score ≥ {PATTERN_MIN:g})", "attention sink"), rows))
@@ -167,7 +160,7 @@ def hub_section(v: Verdict, numbers: dict[str, Any], charts: dict[str, Chart], f
 
 def tokens_section(v: Verdict, numbers: dict[str, Any]) -> str:
     """Tokens claim: lists above baseline per role and the lists furthest above it."""
-    text = [f"## 3. {TITLES['tokens']}", _head(v)]
+    text = [f"## 3. {TITLES['tokens']}", opening(v)]
     roles = v.evidence.get("roles", {})
     if roles:
         text.append(table(("role", "lists above the unembedding-shaped baseline", "lists above the Haar baseline",
@@ -210,7 +203,7 @@ PAIRED_WORDS = {"A": "PK better", "B": "{b} better", "tie": "no difference", Non
 def pk_cs_section(v: Verdict, numbers: dict[str, Any], charts: dict[str, Chart], folder: str) -> str:
     """PK-vs-CS claim: the sample's power, the paired differences (the rule), every metric's
     and baseline's validation statistics with intervals, the figure."""
-    text = [f"## 4. {TITLES['pk_vs_cs']}", _head(v)]
+    text = [f"## 4. {TITLES['pk_vs_cs']}", opening(v)]
     val = numbers.get("validation")
     if available(val) and val and val.get("power"):
         p = val["power"]
@@ -303,7 +296,7 @@ def association_text(val: dict[str, Any]) -> str:
 
 def induction_section(v: Verdict, numbers: dict[str, Any], charts: dict[str, Chart], folder: str) -> str:
     """Induction check: the ablated top OK edges, their verdicts, sink-sourced edges, the figure."""
-    text = [f"## 5. {TITLES['induction']}", _head(v)]
+    text = [f"## 5. {TITLES['induction']}", opening(v)]
     a = numbers.get("ablation")
     if available(a) and a:
         def kinds(found: list[str] | None) -> str:
@@ -331,37 +324,6 @@ def induction_section(v: Verdict, numbers: dict[str, Any], charts: dict[str, Cha
     return "\n\n".join(text)
 
 
-def recovery_section(numbers: dict[str, Any]) -> str:
-    """The recovery tables (the paper's Tables 1 and 2) of the model's label set, per pairing."""
-    rec = numbers.get("recovery") or {}
-    text = ["## 6. Recovery of the model's label set (the paper's Tables 1 and 2)"]
-    if not rec:
-        return "\n\n".join([*text, "Not collected."])
-    text.append(f"Reference: the heads of the label set `{rec['labels']}`; an edge is in it when both its "
-                f"heads are. Per metric over all valid forward pairs: the share of its top-{rec['k']} edges' "
-                "endpoints on reference heads (Table 1), precision@k, and ROC-AUC at separating reference "
-                "edges (Table 2), with 95% head-cluster bootstrap intervals (heads resampled: the label is a head's); the last column is the paired "
-                "difference to PK on the same resamples (layer gap and random are trivial baselines).")
-    for pairing, data in (rec.get("pairings") or {}).items():
-        if not available(data) or not data:
-            text.append(f"**{pairing}**: not available: {(data or {}).get('unavailable', 'no answer')}.")
-            continue
-        head = (f"**{pairing}**: {data['n_reference']} of {data['n_valid']} valid pairs join two of its "
-                f"{len(data['reference_heads'])} heads (base rate {fmt(data['base_rate'], 2)}).")
-        if not data["n_reference"]:
-            text.append(head + " The label set names no edge of this pairing: nothing to recover.")
-            continue
-        rows = [(r["metric"], fmt_ci(r["endpoint_share"]), fmt_ci(r["precision"]), fmt_ci(r["auc"]),
-                 "—" if r["auc_diff"] is None else _signed_ci({"difference": r["auc_diff"]["value"],
-                                                               "low": r["auc_diff"]["low"],
-                                                               "high": r["auc_diff"]["high"]}))
-                for r in data["rows"]]
-        text.append(head)
-        text.append(table(("metric", f"endpoint share (top-{data['k']})", f"precision@{data['k']}", "ROC-AUC",
-                           "ROC-AUC − PK (paired)"), rows))
-    return "\n\n".join(text)
-
-
 def render(numbers: dict[str, Any], verdicts: Sequence[Verdict], charts: Sequence[Chart], folder: str) -> str:
     """The whole findings page; ``folder``: the figures' folder relative to the page."""
     by_key = {v.key: v for v in verdicts}
@@ -378,7 +340,7 @@ def render(numbers: dict[str, Any], verdicts: Sequence[Verdict], charts: Sequenc
              tokens_section(by_key["tokens"], numbers),
              pk_cs_section(by_key["pk_vs_cs"], numbers, by_name, folder),
              induction_section(by_key["induction"], numbers, by_name, folder),
-             recovery_section(numbers), subspaces_section(numbers)]
+             label_section(numbers), subspaces_section(numbers), task_section(numbers, verdicts)]
     return "\n\n".join(parts).rstrip() + "\n"
 
 

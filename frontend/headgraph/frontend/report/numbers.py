@@ -5,8 +5,8 @@ scores, the paper's head graph (top-k per pairing, hubs, sink flags), the class 
 dashboard opens the model with (its label set, for the graph's class colours), the top tokens of each
 role, the path ablation of the top OK edges, the validation of PK / CS / data-PK against
 those effects, the recovery tables of the model's label set (OQ, OK, OV) and raw vs norm-aware
-PK on that label set (GET /api/subspaces). Cold results are computed by that server (minutes
-for a real model).
+PK on that label set (GET /api/subspaces), and each bundled task's circuit with the recovery tables
+against it (``task_recovery``). Cold results are computed by that server (minutes for a real model).
 ``LocalServer`` starts ``headgraph serve`` as a subprocess on a free loopback port: the
 frontend reaches the server only over HTTP, so it runs the server's module, never imports it.
 """
@@ -148,7 +148,49 @@ def collect(client: httpx.Client, model: str, *, ablation_top: int = 10,
     out["subspaces"] = {"labels": labels, "k": PAPER_K,
                         "pairings": {p: optional(client, "/api/subspaces", model=model, pairing=p, labels=labels,
                                                  k=PAPER_K) for p in GRAPH_PAIRINGS}}
+    out["tasks"] = task_recovery(client, model, say=say)
     return out
+
+
+CIRCUIT_KEYS = ("task", "bundled", "content", "method", "steps", "metrics", "n_edges", "share", "circuit_size")
+
+
+def task_recovery(client: httpx.Client, model: str, *, say: Callable[[str], None] = lambda _: None
+                  ) -> dict[str, Any]:
+    """Per bundled task (GET /api/tasks): its circuit's metrics and size (GET /api/circuit, at its
+    default method and size; ``able`` says whether the model does the task) and, for a task the
+    model does, the recovery tables against that circuit (GET /api/recovery?task=, top-PAPER_K,
+    OQ / OK / OV). Any failure here (a model that cannot run, a refused pairing, a server error)
+    is an ``unavailable`` marker with its message, so the rest of the report still renders."""
+    listed = tolerant(client, "/api/tasks")
+    if not available(listed):
+        return listed
+    tasks: dict[str, Any] = {}
+    for t in listed.get("tasks") or []:
+        if not t.get("bundled"):
+            continue
+        name = t["name"]
+        say(f"circuit of the task '{name}' (cold: minutes for a real model)")
+        circuit = tolerant(client, "/api/circuit", model=model, task=name, top=1)
+        entry: dict[str, Any] = {"description": t.get("description"), "n_rows": t.get("n_rows"),
+                                 "circuit": circuit if not available(circuit)
+                                 else {k: circuit.get(k) for k in CIRCUIT_KEYS}}
+        if available(circuit) and (circuit.get("metrics") or {}).get("able"):
+            say(f"recovery of the '{name}' circuit (top-{PAPER_K}, {', '.join(GRAPH_PAIRINGS)})")
+            entry["pairings"] = {p: tolerant(client, "/api/recovery", model=model, task=name, pairing=p,
+                                             k=PAPER_K) for p in GRAPH_PAIRINGS}
+        tasks[name] = entry
+    return {"k": PAPER_K, "tasks": tasks}
+
+
+def tolerant(client: httpx.Client, path: str, **params: Any) -> dict[str, Any]:
+    """Like ``optional``, but any failure (a 5xx, a lost connection) is an ``unavailable`` marker
+    too, with ``failure`` set (not the model's refusal): for a stage the rest of the report does
+    not depend on."""
+    try:
+        return optional(client, path, **params) or {"unavailable": f"GET {path}: no answer", "failure": True}
+    except ApiFailure as err:
+        return {"unavailable": str(err), "failure": True}
 
 
 def recovery_labels(client: httpx.Client, model: str) -> str:
