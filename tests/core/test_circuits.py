@@ -16,7 +16,6 @@ from headgraph.core.circuits.attribution import attribute, build_graph, writes, 
 from headgraph.core.circuits.faithfulness import faithfulness, patching_check
 from headgraph.core.circuits.model import Probe, circuit_model
 from headgraph.core.circuits.tasks import (
-    MAX_ROWS,
     Task,
     induction,
     ioi,
@@ -26,6 +25,7 @@ from headgraph.core.circuits.tasks import (
     successor,
 )
 from headgraph.core.errors import InvalidInput
+from headgraph.core.names import TASK_ROWS_MAX
 from headgraph.core.models.demo import load_demo_model
 
 
@@ -314,8 +314,8 @@ def test_jsonl_encoding_json_and_size_are_checked_without_a_model():
         read_jsonl(jsonl([GOOD]) + b"\n{\"clean\": \"\xff\"}")
     with pytest.raises(InvalidInput, match=r"^line 3: not JSON"):
         read_jsonl(jsonl([GOOD]) + b"\n\n{oops")
-    with pytest.raises(InvalidInput, match=rf"line {MAX_ROWS + 1}: too many rows"):
-        read_jsonl(jsonl([GOOD] * (MAX_ROWS + 1)))
+    with pytest.raises(InvalidInput, match=rf"line {TASK_ROWS_MAX + 1}: too many rows"):
+        read_jsonl(jsonl([GOOD] * (TASK_ROWS_MAX + 1)))
     with pytest.raises(InvalidInput, match="no rows"):
         read_jsonl(b"\n\n")
 

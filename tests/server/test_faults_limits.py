@@ -17,7 +17,7 @@ import httpx
 import psutil
 import pytest
 
-from headgraph.core.names import MAX_EDGES
+from headgraph.core.names import THRESHOLD_EDGES_MAX
 from headgraph.server.http.launch import ServerProcess
 
 # serial (run alone, after the parallel part): slow-body answers within 10 s
@@ -149,14 +149,14 @@ def test_thresholds_map_onto_a_finite_grid_and_graphs_are_capped(lab):
         assert b.status_code == 200 and b.json() == a.json()
     assert graphs() == n, stats()
     assert a.json()["rule"].endswith(">= 0.123")
-    # A threshold that passes every cell of a 144-head model keeps the best MAX_EDGES per pairing.
+    # A threshold that passes every cell of a 144-head model keeps the best THRESHOLD_EDGES_MAX per pairing.
     g = httpx.get(lab.url + "/api/graph", params={"model": BIG, "threshold": -1000},
                   headers=AUTH, timeout=600).json()
-    assert g["capped"] and all(g["capped"][p] > MAX_EDGES for p in g["capped"])
-    assert all(g["edge_counts"][p] == MAX_EDGES for p in g["capped"])
+    assert g["capped"] and all(g["capped"][p] > THRESHOLD_EDGES_MAX for p in g["capped"])
+    assert all(g["edge_counts"][p] == THRESHOLD_EDGES_MAX for p in g["capped"])
     ok = [e for e in g["graph"]["edges"] if e["pairing"] == "OK"]
-    assert sorted(e["rank"] for e in ok) == list(range(1, MAX_EDGES + 1))
-    assert min(e["score"] for e in ok) == ok[[e["rank"] for e in ok].index(MAX_EDGES)]["score"]
+    assert sorted(e["rank"] for e in ok) == list(range(1, THRESHOLD_EDGES_MAX + 1))
+    assert min(e["score"] for e in ok) == ok[[e["rank"] for e in ok].index(THRESHOLD_EDGES_MAX)]["score"]
     s1 = httpx.get(lab.url + "/api/scatter", params={"model": "demo", "top_percent": 4.96},
                    headers=AUTH, timeout=120).json()
     assert s1["top_percent"] == 5.0

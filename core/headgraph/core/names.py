@@ -40,9 +40,15 @@ SIMILARITY_KINDS: tuple[SimilarityKind, ...] = get_args(SimilarityKind)
 # (never computing one; each costs about as much as PK's), or computing both.
 SimilarityMode = Literal["cached", "compute"]
 SIMILARITY_MODES: tuple[SimilarityMode, ...] = get_args(SimilarityMode)
-K_MAX = 1000  # the most edges per pairing (graph) or pairs (rankings) one request may ask for
+# Limits core enforces itself (the server's other request limits: headgraph.server.limits, which
+# re-exports these; GET /api/vocabulary ``limits`` serves them all by their names lower-cased).
+# The k of one top-k graph (edges per pairing) or ranking (pairs): past a few hundred a list is
+# no longer read, and 1000 keeps an answer (and a cached result) small on any model.
+GRAPH_K_MAX = 1000
 DEFAULT_K = 20  # the paper's top-20 edges per pairing
-MAX_EDGES = 2000  # a thresholded graph keeps at most this many (best) edges per pairing
+# The (best) edges per pairing a thresholded graph keeps: a threshold near zero passes every
+# pair of a large model (millions), which neither a browser nor a cache entry should hold.
+THRESHOLD_EDGES_MAX = 2000
 THRESHOLD_DIGITS = 3  # thresholds are rounded to this many significant digits (a finite key grid)
 THRESHOLD_FLOOR = 1e-6  # thresholds nearer zero than this are zero
 PERCENT_STEP = 0.1  # top-percent parameters are multiples of this
@@ -50,10 +56,13 @@ PERCENT_STEP = 0.1  # top-percent parameters are multiples of this
 SUBGRAPH_RANK_ON: tuple[str, ...] = ("pk", "normalized", "cs", "z")
 SUBGRAPH_QUERIES: tuple[str, ...] = ("heads", "neighbourhood", "layers")
 SUBGRAPH_CAP = 300  # edges one subgraph answer keeps unless asked for more
-SUBGRAPH_CAP_MAX = MAX_EDGES  # the most edges any subgraph answer keeps
-SUBGRAPH_DEPTH_MAX = 4
-SUBGRAPH_HEADS_MAX = 512  # names in one head set
-TIMELINE_MAX_EDGES = 50  # edges one timeline may follow
+SUBGRAPH_CAP_MAX = THRESHOLD_EDGES_MAX  # edges one subgraph answer keeps: as many as a thresholded graph
+SUBGRAPH_DEPTH_MAX = 4  # steps out from one head: a neighbourhood, not the whole graph
+SUBGRAPH_HEADS_MAX = 512  # names in one head set: every head of a mid-sized model (GPT-2 medium: 384)
+# Circuit discovery (core.circuits): EAP-IG's steps and an uploaded task's size.
+CIRCUIT_STEPS_MAX = 64  # EAP-IG's integration steps: each is one more forward and backward pass per batch
+TASK_ROWS_MAX = 512  # prompt pairs in one task: the work grows with them (a forward and backward pass each, per step)
+TASK_TOKENS_MAX = 256  # tokens in one prompt: a task's prompts are short sentences, not documents
 
 
 def quantize_threshold(value: float) -> float:
@@ -164,6 +173,6 @@ def vocabulary() -> dict[str, Any]:
     return {"roles": list(ROLES), "pairings": list(PAIRINGS), "graph_pairings": list(GRAPH_PAIRINGS),
             "orders": list(LAYER_ORDERS), "cs_modes": list(CS_MODES),
             "grid_metrics": list(GRID_METRICS), "rank_metrics": list(RANK_METRICS),
-            "k_max": K_MAX, "default_k": DEFAULT_K, "max_edges": MAX_EDGES,
+            "k_max": GRAPH_K_MAX, "default_k": DEFAULT_K, "max_edges": THRESHOLD_EDGES_MAX,
             "threshold_digits": THRESHOLD_DIGITS, "percent_step": PERCENT_STEP,
             "head_pattern": HEAD_PATTERN}

@@ -39,11 +39,11 @@ import torch
 from headgraph.core.circuits.model import PATHS, CircuitModel, Probe, circuit_model
 from headgraph.core.circuits.tasks import Task, batches, logit_diff
 from headgraph.core.errors import InvalidInput
+from headgraph.core.names import CIRCUIT_STEPS_MAX
 
 METHODS: tuple[str, ...] = ("eap", "eap-ig")
 DEFAULT_METHOD = "eap-ig"  # plain EAP misranks saturated attention (the demo's induction K edges)
 DEFAULT_STEPS = 5
-MAX_STEPS = 64
 Progress = Callable[[float, str], None]
 
 
@@ -299,8 +299,8 @@ def check_method(method: str, steps: int) -> tuple[str, int]:
     if method not in METHODS:
         raise InvalidInput(f"unknown method {method!r}; allowed: {list(METHODS)}",
                            allowed=list(METHODS))
-    if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= MAX_STEPS:
-        raise InvalidInput(f"steps must be an integer in 1..{MAX_STEPS}, got {steps!r}")
+    if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= CIRCUIT_STEPS_MAX:
+        raise InvalidInput(f"steps must be an integer in 1..{CIRCUIT_STEPS_MAX}, got {steps!r}")
     return method, (1 if method == "eap" else steps)
 
 
@@ -382,6 +382,6 @@ def attribute(model: Any, task: Task, *, method: str = DEFAULT_METHOD,
                               task_hash=task.content_hash(), layer_indices=cm.layer_indices)
 
 
-__all__ = ["DEFAULT_METHOD", "DEFAULT_STEPS", "MAX_STEPS", "METHODS", "Capture", "CircuitAttribution", "Graph", "Node",
+__all__ = ["DEFAULT_METHOD", "DEFAULT_STEPS", "METHODS", "Capture", "CircuitAttribution", "Graph", "Node",
            "TaskMetrics", "attribute", "build_graph", "check_method", "reader_gradients",
            "writes"]

@@ -37,9 +37,8 @@ from typing import Any
 import torch
 
 from headgraph.core.errors import InvalidInput
+from headgraph.core.names import TASK_ROWS_MAX, TASK_TOKENS_MAX
 
-MAX_ROWS = 512  # prompt pairs in one task
-MAX_TOKENS = 256  # tokens in one prompt
 BUNDLED: tuple[str, ...] = ("ioi", "induction", "successor")
 JSONL_KEYS: tuple[str, ...] = ("clean", "corrupt", "answer", "distractor")
 
@@ -149,8 +148,8 @@ def task_tokenizer(model: Any) -> TaskTokenizer:
 def _from_texts(tok: TaskTokenizer, name: str, description: str,
                 rows: Sequence[tuple[str, str, str, str]], *, where: str = "row") -> Task:
     """A Task from (clean, corrupt, answer, distractor) texts; InvalidInput names the bad row."""
-    if len(rows) > MAX_ROWS:
-        raise InvalidInput(f"the task has {len(rows)} rows; at most {MAX_ROWS}")
+    if len(rows) > TASK_ROWS_MAX:
+        raise InvalidInput(f"the task has {len(rows)} rows; at most {TASK_ROWS_MAX}")
     clean = tok.prompts([r[0] for r in rows])
     corrupt = tok.prompts([r[1] for r in rows])
     answers, distractors = [], []
@@ -159,8 +158,8 @@ def _from_texts(tok: TaskTokenizer, name: str, description: str,
         if len(a) != len(b):
             raise InvalidInput(f"{label}: clean and corrupt are {len(a)} and {len(b)} tokens "
                                "for this model's tokenizer; they must be equally long")
-        if len(a) > MAX_TOKENS:
-            raise InvalidInput(f"{label}: the prompt is {len(a)} tokens; at most {MAX_TOKENS}")
+        if len(a) > TASK_TOKENS_MAX:
+            raise InvalidInput(f"{label}: the prompt is {len(a)} tokens; at most {TASK_TOKENS_MAX}")
         if not a:
             raise InvalidInput(f"{label}: the clean prompt is empty")
         ids = []
@@ -298,7 +297,7 @@ def bundled_task(name: str, model: Any, *, n: int = 32, seed: int = 0) -> Task:
 
 def read_jsonl(data: bytes | str) -> list[tuple[str, str, str, str]]:
     """Rows (clean, corrupt, answer, distractor) of a JSONL task, checked without a model:
-    UTF-8, one JSON object a line with exactly the four string keys, at most MAX_ROWS rows
+    UTF-8, one JSON object a line with exactly the four string keys, at most TASK_ROWS_MAX rows
     (blank lines skipped). InvalidInput names the line."""
     if isinstance(data, str):
         lines = data.splitlines()
@@ -313,8 +312,8 @@ def read_jsonl(data: bytes | str) -> list[tuple[str, str, str, str]]:
     for i, line in enumerate(lines):
         if not line.strip():
             continue
-        if len(rows) >= MAX_ROWS:
-            raise InvalidInput(f"line {i + 1}: too many rows; a task has at most {MAX_ROWS}")
+        if len(rows) >= TASK_ROWS_MAX:
+            raise InvalidInput(f"line {i + 1}: too many rows; a task has at most {TASK_ROWS_MAX}")
         try:
             obj = json.loads(line)
         except (json.JSONDecodeError, RecursionError) as err:
@@ -383,6 +382,6 @@ def batches(task: Task, batch_size: int) -> list[list[int]]:
     return out
 
 
-__all__ = ["BUNDLED", "JSONL_KEYS", "MAX_ROWS", "MAX_TOKENS", "Task", "TaskTokenizer",
+__all__ = ["BUNDLED", "JSONL_KEYS", "Task", "TaskTokenizer",
            "batches", "bundled_task", "induction", "ioi", "logit_diff", "parse_jsonl",
            "read_jsonl", "successor", "task_tokenizer"]

@@ -25,15 +25,12 @@ from typing import Any
 import torch
 
 from headgraph.core.errors import InvalidInput
-from headgraph.core.names import (CS_MODES, K_MAX, SUBGRAPH_CAP, SUBGRAPH_CAP_MAX, SUBGRAPH_DEPTH_MAX,
+from headgraph.core.names import (CS_MODES, GRAPH_K_MAX, SUBGRAPH_CAP, SUBGRAPH_CAP_MAX, SUBGRAPH_DEPTH_MAX,
                                   SUBGRAPH_HEADS_MAX, SUBGRAPH_QUERIES, SUBGRAPH_RANK_ON, head_label)
 from headgraph.core.scores.ranking import kv_level_cs
 from headgraph.core.types import ModelInfo, PairScores
 
 DEFAULT_CAP = SUBGRAPH_CAP  # edges one answer keeps unless asked for more
-CAP_MAX = SUBGRAPH_CAP_MAX  # the most edges any answer keeps
-DEPTH_MAX = SUBGRAPH_DEPTH_MAX
-HEADS_MAX = SUBGRAPH_HEADS_MAX  # names in one head set
 _WORDS = {"pk": "raw PK", "normalized": "normalized PK", "cs": "CS", "z": "z-score"}
 
 
@@ -245,14 +242,14 @@ def edge_table(results: Mapping[str, PairScores], *, rank_on: str = "pk",
 
 
 def _check_cap(cap: int) -> int:
-    if isinstance(cap, bool) or int(cap) != cap or not 1 <= int(cap) <= CAP_MAX:
-        raise InvalidInput(f"cap must be an integer in 1..{CAP_MAX}, got {cap!r}")
+    if isinstance(cap, bool) or int(cap) != cap or not 1 <= int(cap) <= SUBGRAPH_CAP_MAX:
+        raise InvalidInput(f"cap must be an integer in 1..{SUBGRAPH_CAP_MAX}, got {cap!r}")
     return int(cap)
 
 
 def _check_k(k: int) -> int:
-    if isinstance(k, bool) or int(k) != k or not 1 <= int(k) <= K_MAX:
-        raise InvalidInput(f"k must be an integer in 1..{K_MAX}, got {k!r}")
+    if isinstance(k, bool) or int(k) != k or not 1 <= int(k) <= GRAPH_K_MAX:
+        raise InvalidInput(f"k must be an integer in 1..{GRAPH_K_MAX}, got {k!r}")
     return int(k)
 
 
@@ -265,7 +262,7 @@ def _answer(table: EdgeTable, query: str, rule: str, picked: torch.Tensor, extra
     left_out = total - int(kept.numel())
     hint = None
     if left_out:
-        more = f"ask with cap={min(total, CAP_MAX)}" if total <= CAP_MAX else f"cap is at most {CAP_MAX}"
+        more = f"ask with cap={min(total, SUBGRAPH_CAP_MAX)}" if total <= SUBGRAPH_CAP_MAX else f"cap is at most {SUBGRAPH_CAP_MAX}"
         hint = f"{left_out} weaker edges left out: {narrow}, or {more}"
     names = [n.name for n in table.nodes]
     edges = []
@@ -289,8 +286,8 @@ def edges_among(table: EdgeTable, heads: Sequence[str], *, cap: int = DEFAULT_CA
     names = list(dict.fromkeys(str(h).strip() for h in heads if str(h).strip()))
     if not names:
         raise InvalidInput("name at least one head (heads=L0H1,L1H3)")
-    if len(names) > HEADS_MAX:
-        raise InvalidInput(f"at most {HEADS_MAX} heads in one set, got {len(names)}")
+    if len(names) > SUBGRAPH_HEADS_MAX:
+        raise InvalidInput(f"at most {SUBGRAPH_HEADS_MAX} heads in one set, got {len(names)}")
     idx = torch.tensor([table.index_of(n) for n in names], dtype=torch.int64)
     picked = torch.nonzero(torch.isin(table.source, idx) & torch.isin(table.target, idx)).flatten()
     rule = f"edges among {len(names)} heads, by {_WORDS[table.rank_on]}"
@@ -327,8 +324,8 @@ def neighbourhood(table: EdgeTable, head: str, *, depth: int = 1, k: int = 5,
     table's pairings), followed ``depth`` steps (breadth first; a node reached at step d < depth
     contributes its own k edges at step d + 1); best first, at most ``cap``."""
     cap, k = _check_cap(cap), _check_k(k)
-    if isinstance(depth, bool) or int(depth) != depth or not 1 <= int(depth) <= DEPTH_MAX:
-        raise InvalidInput(f"depth must be an integer in 1..{DEPTH_MAX}, got {depth!r}")
+    if isinstance(depth, bool) or int(depth) != depth or not 1 <= int(depth) <= SUBGRAPH_DEPTH_MAX:
+        raise InvalidInput(f"depth must be an integer in 1..{SUBGRAPH_DEPTH_MAX}, got {depth!r}")
     centre = table.index_of(str(head).strip())
     reached = torch.zeros(len(table.nodes), dtype=torch.bool)
     reached[centre] = True
@@ -367,6 +364,6 @@ def layer_range(table: EdgeTable, lo: int, hi: int, *, k: int = 20, cap: int = D
                    "narrow the layer range or lower k")
 
 
-__all__ = ["CAP_MAX", "DEFAULT_CAP", "DEPTH_MAX", "HEADS_MAX", "SUBGRAPH_QUERIES", "SUBGRAPH_RANK_ON",
+__all__ = ["DEFAULT_CAP", "SUBGRAPH_QUERIES", "SUBGRAPH_RANK_ON",
            "EdgeTable", "Subgraph", "SubgraphEdge", "SubgraphNode", "edge_table", "edges_among",
            "layer_range", "neighbourhood"]

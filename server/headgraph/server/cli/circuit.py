@@ -22,11 +22,9 @@ from headgraph.server.computations.circuits import (
     CIRCUIT_METHODS,
     DEFAULT_METHOD,
     DEFAULT_STEPS,
-    MAX_STEPS,
-    MIN_PAIRS,
     TASK_NAME_PATTERN,
-    TOP_MAX,
 )
+from headgraph.server.limits import CIRCUIT_PAIRS_MAX, CIRCUIT_PAIRS_MIN, CIRCUIT_STEPS_MAX, CIRCUIT_TOP_MAX
 
 DEFAULT_CLI_TOP = 20
 
@@ -84,12 +82,12 @@ def add_parser(sub: Any) -> None:
                         "cache, or a JSONL file of {clean, corrupt, answer, distractor} rows")
     c.add_argument("--method", default=DEFAULT_METHOD, choices=list(CIRCUIT_METHODS))
     c.add_argument("--steps", type=int, default=DEFAULT_STEPS,
-                   help=f"EAP-IG's integration steps (1..{MAX_STEPS}; eap: 1)")
+                   help=f"EAP-IG's integration steps (1..{CIRCUIT_STEPS_MAX}; eap: 1)")
     c.add_argument("--pairs", type=int, default=BUNDLED_PAIRS,
-                   help=f"a bundled task's first n prompt pairs ({MIN_PAIRS}..{BUNDLED_PAIRS}; "
+                   help=f"a bundled task's first n prompt pairs ({CIRCUIT_PAIRS_MIN}..{CIRCUIT_PAIRS_MAX}; "
                         "fewer: a quicker circuit of a large model)")
     c.add_argument("--top", type=int, default=DEFAULT_CLI_TOP,
-                   help=f"edges listed, strongest first (1..{TOP_MAX})")
+                   help=f"edges listed, strongest first (1..{CIRCUIT_TOP_MAX})")
     c.add_argument("--json", action="store_true", help="one JSON object instead of the text")
     c.add_argument("--mib", metavar="PATH",
                    help="also write the circuit as a MIB circuit-track JSON file (every edge's "
@@ -104,12 +102,12 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if not 1 <= args.top <= TOP_MAX:
-        return fail(f"--top must be in 1..{TOP_MAX}, got {args.top}")
-    if not 1 <= args.steps <= MAX_STEPS:
-        return fail(f"--steps must be in 1..{MAX_STEPS}, got {args.steps}")
-    if not MIN_PAIRS <= args.pairs <= BUNDLED_PAIRS:
-        return fail(f"--pairs must be in {MIN_PAIRS}..{BUNDLED_PAIRS}, got {args.pairs}")
+    if not 1 <= args.top <= CIRCUIT_TOP_MAX:
+        return fail(f"--top must be in 1..{CIRCUIT_TOP_MAX}, got {args.top}")
+    if not 1 <= args.steps <= CIRCUIT_STEPS_MAX:
+        return fail(f"--steps must be in 1..{CIRCUIT_STEPS_MAX}, got {args.steps}")
+    if not CIRCUIT_PAIRS_MIN <= args.pairs <= CIRCUIT_PAIRS_MAX:
+        return fail(f"--pairs must be in {CIRCUIT_PAIRS_MIN}..{CIRCUIT_PAIRS_MAX}, got {args.pairs}")
     jsonl = None
     name = args.task
     path = Path(args.task).expanduser()

@@ -99,8 +99,7 @@ def _outputs(args: argparse.Namespace, table: str, as_json: dict[str, Any], as_c
 
 def add_parser(sub: Any) -> None:
     """Register ``timeline`` and ``compare`` on the subcommand parsers ``sub``."""
-    from headgraph.core.names import K_MAX
-    from headgraph.core.names import TIMELINE_MAX_EDGES as MAX_EDGES
+    from headgraph.server.limits import GRAPH_K_MAX, TIMELINE_EDGES_MAX
 
     def cmd_timeline(args: argparse.Namespace) -> int:
         from headgraph.server.services.comparisons import (
@@ -111,8 +110,8 @@ def add_parser(sub: Any) -> None:
             timeline_json,
         )
 
-        if not 1 <= args.k <= MAX_EDGES:
-            raise SystemExit(f"headgraph: error: --k must be in 1..{MAX_EDGES}, got {args.k}")
+        if not 1 <= args.k <= TIMELINE_EDGES_MAX:
+            raise SystemExit(f"headgraph: error: --k must be in 1..{TIMELINE_EDGES_MAX}, got {args.k}")
         svc = services_for(args)
         series = resolve_series(svc.catalog, args.series)
         tl = timeline(svc.scores, svc.catalog, series, args.pairing, k=args.k,
@@ -123,8 +122,8 @@ def add_parser(sub: Any) -> None:
     def cmd_compare(args: argparse.Namespace) -> int:
         from headgraph.server.services.comparisons import compare, compare_json
 
-        if not 1 <= args.k <= K_MAX:
-            raise SystemExit(f"headgraph: error: --k must be in 1..{K_MAX}, got {args.k}")
+        if not 1 <= args.k <= GRAPH_K_MAX:
+            raise SystemExit(f"headgraph: error: --k must be in 1..{GRAPH_K_MAX}, got {args.k}")
         svc = services_for(args)
         a, b = resolve_model(svc, args.a), resolve_model(svc, args.b)
         d = compare(svc.scores, svc.catalog, a, b, args.pairing, k=args.k, metric=args.metric)
@@ -138,7 +137,7 @@ def add_parser(sub: Any) -> None:
         "(demo-series) or a comma list of model ids / folders. Same answer as GET /api/timeline.")
     t.add_argument("series", help="demo-series, or MODEL1,MODEL2,... in step order")
     t.add_argument("--pairing", default="OK")
-    t.add_argument("--k", type=int, default=10, help=f"top-k edges of the last checkpoint (1..{MAX_EDGES})")
+    t.add_argument("--k", type=int, default=10, help=f"top-k edges of the last checkpoint (1..{TIMELINE_EDGES_MAX})")
     t.add_argument("--metric", default="pk", choices=["pk", "normalized"])
     t.add_argument("--edge", action="append", help="follow this edge instead: SOURCE,TARGET (repeatable)")
     t.add_argument("--csv", help="write the trajectories as CSV (one row per edge and step; - = stdout)")
@@ -154,7 +153,7 @@ def add_parser(sub: Any) -> None:
     c.add_argument("a", help="model A (e.g. demo@step-30)")
     c.add_argument("b", help="model B (e.g. demo)")
     c.add_argument("--pairing", default="OK")
-    c.add_argument("--k", type=int, default=20, help=f"top-k edges per model (1..{K_MAX})")
+    c.add_argument("--k", type=int, default=20, help=f"top-k edges per model (1..{GRAPH_K_MAX})")
     c.add_argument("--metric", default="pk", choices=["pk", "normalized"])
     c.add_argument("--csv", help="write every edge of either top-k as CSV (- = stdout)")
     c.add_argument("--json", help="write the whole answer as JSON (- = stdout)")

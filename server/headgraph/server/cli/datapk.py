@@ -9,7 +9,6 @@ import json
 import sys
 from typing import Any
 
-from headgraph.core.names import K_MAX
 from headgraph.server.cli.common import cache_opt, fail, resolve_model, services_for
 from headgraph.server.computations.data_pk import (
     DATA_PK_PAIRINGS,
@@ -17,6 +16,7 @@ from headgraph.server.computations.data_pk import (
     DATA_PK_RANK_ON,
     DEFAULT_DATA_PK_TOP,
 )
+from headgraph.server.limits import GRAPH_K_MAX
 
 COLUMNS = (("rank", "rank", "{}"), ("source", "source", "{}"), ("target", "target", "{}"),
            ("pk", "pk", "{:.3f}"), ("cs", "cs", "{:.3f}"), ("out_share", "out_share", "{:.4f}"),
@@ -63,7 +63,7 @@ def add_parser(sub: Any) -> None:
     d.add_argument("--pairing", default="OK", choices=list(DATA_PK_PAIRINGS))
     d.add_argument("--prompts", default="text", choices=list(DATA_PK_PROMPTS),
                    help="text: the bundled prompts; random: repeated random tokens")
-    d.add_argument("--top", type=int, default=DEFAULT_DATA_PK_TOP, help=f"edges (1..{K_MAX})")
+    d.add_argument("--top", type=int, default=DEFAULT_DATA_PK_TOP, help=f"edges (1..{GRAPH_K_MAX})")
     d.add_argument("--rank-on", default="out_share", choices=list(DATA_PK_RANK_ON))
     d.add_argument("--json", action="store_true",
                    help="the top edges as one JSON object instead of the table")
@@ -72,8 +72,8 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if not 1 <= args.top <= K_MAX:
-        return fail(f"--top must be in 1..{K_MAX}, got {args.top}")
+    if not 1 <= args.top <= GRAPH_K_MAX:
+        return fail(f"--top must be in 1..{GRAPH_K_MAX}, got {args.top}")
 
     services = services_for(args)
     ref = resolve_model(services, args.model)

@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 from headgraph.core.names import (
     DEFAULT_K,
-    K_MAX,
     LAYER_ORDERS,
     RANK_METRICS,
     SIMILARITY_KINDS,
     SIMILARITY_MODES,
 )
 from headgraph.server.cli.common import cache_opt, fail, resolve_model, services_for
+from headgraph.server.limits import GRAPH_K_MAX
 
 if TYPE_CHECKING:
     from headgraph.server.models.offered import ModelRef
@@ -50,8 +50,8 @@ def export_records(views: ViewService, ref: ModelRef, pairing: str, top: int, me
 
 
 def run(args: argparse.Namespace) -> int:
-    if not 1 <= args.top <= K_MAX:
-        return fail(f"--top must be in 1..{K_MAX}, got {args.top}")
+    if not 1 <= args.top <= GRAPH_K_MAX:
+        return fail(f"--top must be in 1..{GRAPH_K_MAX}, got {args.top}")
     from headgraph.core.names import check_pairing
 
     services = services_for(args)
@@ -94,7 +94,7 @@ def add_parser(sub: Any) -> None:
     e = sub.add_parser("export", help="ranked head pairs of one pairing (json, csv) or its graph (graphml)")
     e.add_argument("model", help="registry name (demo, gpt2, ...) or a local checkpoint folder")
     e.add_argument("--pairing", default="OK")
-    e.add_argument("--top", type=int, default=DEFAULT_K, help=f"number of pairs / edges (1..{K_MAX})")
+    e.add_argument("--top", type=int, default=DEFAULT_K, help=f"number of pairs / edges (1..{GRAPH_K_MAX})")
     e.add_argument("--metric", default="pk", choices=RANK_METRICS, help="ranking metric")
     e.add_argument("--order", default="forward", choices=list(LAYER_ORDERS))
     e.add_argument("--similarity", default="compute", choices=list(SIMILARITY_MODES),

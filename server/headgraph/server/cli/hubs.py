@@ -9,8 +9,9 @@ import json
 import sys
 from typing import Any
 
-from headgraph.core.names import DEFAULT_K, GRAPH_PAIRINGS, K_MAX
+from headgraph.core.names import DEFAULT_K, GRAPH_PAIRINGS
 from headgraph.server.cli.common import cache_opt, fail, resolve_model, services_for
+from headgraph.server.limits import GRAPH_K_MAX
 
 HUB_COLUMNS = (("rank", "rank", "{}"), ("node", "name", "{}"), ("in", "in_degree", "{}"),
                ("out", "out_degree", "{}"), ("total", "degree", "{}"),
@@ -79,7 +80,7 @@ def add_parser(sub: Any) -> None:
     h.add_argument("model", help="registry name (demo, gpt2, ...) or a local checkpoint folder")
     h.add_argument("--pairings", default=",".join(GRAPH_PAIRINGS), help="comma-separated pairings (paper: OQ,OK,OV)")
     h.add_argument("--top", type=int, default=DEFAULT_K,
-                   help=f"edges kept per pairing, the K of top-K (paper: 20; 1..{K_MAX})")
+                   help=f"edges kept per pairing, the K of top-K (paper: 20; 1..{GRAPH_K_MAX})")
     h.add_argument("--rows", type=int, default=None, help="print only the first N ranked nodes")
     h.add_argument("--json", action="store_true", help="one JSON object instead of the text table")
     cache_opt(h)
@@ -87,8 +88,8 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if not 1 <= args.top <= K_MAX:
-        return fail(f"--top must be in 1..{K_MAX}, got {args.top}")
+    if not 1 <= args.top <= GRAPH_K_MAX:
+        return fail(f"--top must be in 1..{GRAPH_K_MAX}, got {args.top}")
     if args.rows is not None and args.rows < 1:
         return fail(f"--rows must be at least 1, got {args.rows}")
     from headgraph.core.names import parse_pairings

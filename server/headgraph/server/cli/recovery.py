@@ -21,11 +21,9 @@ from headgraph.server.computations.circuits import (
     CIRCUIT_METHODS,
     DEFAULT_METHOD,
     DEFAULT_STEPS,
-    MAX_STEPS,
-    MIN_PAIRS,
     TASK_NAME_PATTERN,
 )
-from headgraph.server.computations.recovery import K_MAX
+from headgraph.server.limits import CIRCUIT_PAIRS_MAX, CIRCUIT_PAIRS_MIN, CIRCUIT_STEPS_MAX, RECOVERY_K_MAX
 
 MAX_FILE_BYTES = 256 << 20  # a circuit file read whole (SmolLM2's MIB file is tens of MB)
 
@@ -95,14 +93,14 @@ def add_parser(sub: Any) -> None:
     r.add_argument("--method", default=None, choices=list(CIRCUIT_METHODS),
                    help=f"with --task: the circuit's method (default {DEFAULT_METHOD})")
     r.add_argument("--steps", type=int, default=None,
-                   help=f"with --task: EAP-IG's integration steps (1..{MAX_STEPS}, default {DEFAULT_STEPS})")
+                   help=f"with --task: EAP-IG's integration steps (1..{CIRCUIT_STEPS_MAX}, default {DEFAULT_STEPS})")
     r.add_argument("--pairs", type=int, default=None,
-                   help=f"with a bundled --task: its first n prompt pairs ({MIN_PAIRS}..{BUNDLED_PAIRS})")
+                   help=f"with a bundled --task: its first n prompt pairs ({CIRCUIT_PAIRS_MIN}..{CIRCUIT_PAIRS_MAX})")
     r.add_argument("--edges", type=int, default=None, metavar="N",
                    help="with --task / --circuit: the circuit's top N edges (every kind) instead of "
                         "the smallest reaching 0.8 of the gap (a MIB file: top N by |score|)")
     r.add_argument("--pairing", default="OK", choices=list(GRAPH_PAIRINGS))
-    r.add_argument("--k", type=int, default=DEFAULT_K, help=f"top edges per metric (1..{K_MAX})")
+    r.add_argument("--k", type=int, default=DEFAULT_K, help=f"top edges per metric (1..{RECOVERY_K_MAX})")
     r.add_argument("--json", action="store_true", help="the whole answer as one JSON object")
     r.add_argument("-q", "--quiet", action="store_true",
                    help="no progress bar while a task's circuit is computed")
@@ -131,10 +129,10 @@ def run(args: argparse.Namespace) -> int:
         extra = [f"--{n}" for n in ("method", "steps", "pairs") if getattr(args, n) is not None]
         if extra:
             return fail(f"{', '.join(extra)}: only with --task, not with --circuit (the file is the circuit)")
-    if args.steps is not None and not 1 <= args.steps <= MAX_STEPS:
-        return fail(f"--steps must be in 1..{MAX_STEPS}, got {args.steps}")
-    if args.pairs is not None and not MIN_PAIRS <= args.pairs <= BUNDLED_PAIRS:
-        return fail(f"--pairs must be in {MIN_PAIRS}..{BUNDLED_PAIRS}, got {args.pairs}")
+    if args.steps is not None and not 1 <= args.steps <= CIRCUIT_STEPS_MAX:
+        return fail(f"--steps must be in 1..{CIRCUIT_STEPS_MAX}, got {args.steps}")
+    if args.pairs is not None and not CIRCUIT_PAIRS_MIN <= args.pairs <= CIRCUIT_PAIRS_MAX:
+        return fail(f"--pairs must be in {CIRCUIT_PAIRS_MIN}..{CIRCUIT_PAIRS_MAX}, got {args.pairs}")
     if args.edges is not None and args.edges < 1:
         return fail(f"--edges must be a positive integer, got {args.edges}")
     if args.circuit is not None:

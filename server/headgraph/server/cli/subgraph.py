@@ -8,11 +8,10 @@ import json
 import sys
 from typing import Any
 
-from headgraph.core.names import GRAPH_PAIRINGS, K_MAX, SUBGRAPH_RANK_ON
+from headgraph.core.names import GRAPH_PAIRINGS, SUBGRAPH_RANK_ON
 from headgraph.core.names import SUBGRAPH_CAP as DEFAULT_CAP
-from headgraph.core.names import SUBGRAPH_CAP_MAX as CAP_MAX
-from headgraph.core.names import SUBGRAPH_DEPTH_MAX as DEPTH_MAX
 from headgraph.server.cli.common import cache_opt, fail, model_arg, resolve_model, services_for
+from headgraph.server.limits import GRAPH_K_MAX, SUBGRAPH_CAP_MAX, SUBGRAPH_DEPTH_MAX
 
 
 def subgraph_text(answer: dict[str, Any]) -> str:
@@ -45,21 +44,21 @@ def add_parser(sub: Any) -> None:
     what.add_argument("--heads", help="comma-separated heads: the edges among them (L0H1,L1H3; L6KV1 a KV group)")
     what.add_argument("--head", help="one head: its neighbourhood")
     what.add_argument("--layers", help="blocks a-b (both included): the top-k edges per pairing inside")
-    s.add_argument("--depth", type=int, default=1, help=f"--head: steps out (1..{DEPTH_MAX})")
+    s.add_argument("--depth", type=int, default=1, help=f"--head: steps out (1..{SUBGRAPH_DEPTH_MAX})")
     s.add_argument("--k", type=int, default=None,
                    help=f"--head: incident edges per head (default 5); --layers: edges per pairing "
-                        f"(default 20); 1..{K_MAX}")
+                        f"(default 20); 1..{GRAPH_K_MAX}")
     s.add_argument("--pairings", default=",".join(GRAPH_PAIRINGS), help="comma-separated pairings")
     s.add_argument("--rank-on", default="pk", choices=SUBGRAPH_RANK_ON, help="ranking scale (cs: O -> Q/K/V only)")
-    s.add_argument("--cap", type=int, default=DEFAULT_CAP, help=f"the most edges printed (1..{CAP_MAX})")
+    s.add_argument("--cap", type=int, default=DEFAULT_CAP, help=f"the most edges printed (1..{SUBGRAPH_CAP_MAX})")
     s.add_argument("--json", action="store_true", help="the API's JSON answer instead of text")
     cache_opt(s)
     s.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    if not 1 <= args.cap <= CAP_MAX:
-        return fail(f"--cap must be in 1..{CAP_MAX}, got {args.cap}")
+    if not 1 <= args.cap <= SUBGRAPH_CAP_MAX:
+        return fail(f"--cap must be in 1..{SUBGRAPH_CAP_MAX}, got {args.cap}")
     from headgraph.core.names import parse_pairings
 
     services = services_for(args)

@@ -11,7 +11,8 @@ from typing import Any
 
 from headgraph.server.cli.common import cache_opt, resolve_model, services_for
 from headgraph.server.computations.ablation import ABLATION_PAIRINGS
-from headgraph.server.computations.validation import DEFAULT_SAMPLE, DEFAULT_TOP, SAMPLE_MAX, TOP_MAX
+from headgraph.server.computations.validation import DEFAULT_SAMPLE, DEFAULT_TOP
+from headgraph.server.limits import VALIDATION_SAMPLE_MAX, VALIDATION_TOP_MAX
 
 
 def _ci(iv: dict[str, Any]) -> str:
@@ -78,8 +79,8 @@ def add_parser(sub: Any) -> None:
         "Needs a runnable model. Cached like GET /api/validation.")
     v.add_argument("model", help="registry name (demo, smollm2, ...) or a local checkpoint folder")
     v.add_argument("--pairing", default="OK", choices=list(ABLATION_PAIRINGS))
-    v.add_argument("--n", type=int, default=DEFAULT_SAMPLE, help=f"random forward pairs (1..{SAMPLE_MAX}; all of them when fewer)")
-    v.add_argument("--k", type=int, default=DEFAULT_TOP, help=f"top pairs per metric (1..{TOP_MAX})")
+    v.add_argument("--n", type=int, default=DEFAULT_SAMPLE, help=f"random forward pairs (1..{VALIDATION_SAMPLE_MAX}; all of them when fewer)")
+    v.add_argument("--k", type=int, default=DEFAULT_TOP, help=f"top pairs per metric (1..{VALIDATION_TOP_MAX})")
     v.add_argument("--seed", type=int, default=0)
     v.add_argument("--json", action="store_true", help="the whole answer as one JSON object")
     cache_opt(v)

@@ -10,8 +10,8 @@ import sys
 from typing import Any
 
 from headgraph.server.cli.common import cache_opt, fail, resolve_model, services_for
-from headgraph.server.computations.ablation import (ABLATION_PAIRINGS, ABLATION_TOP_MAX, ABLATIONS,
-                                                    DEFAULT_ABLATION, DEFAULT_ABLATION_TOP)
+from headgraph.server.computations.ablation import ABLATION_PAIRINGS, ABLATIONS, DEFAULT_ABLATION, DEFAULT_ABLATION_TOP
+from headgraph.server.limits import ABLATION_TOP_MAX
 
 VERIFY_COLUMNS = (("source", "source", "{}"), ("target", "target", "{}"), ("pk", "pk", "{:.3f}"),
                   ("cs", "cs", "{:.3f}"), ("effect text", "effect_text", "{:.4f}"),

@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING, Any
 from headgraph.core.errors import UnsupportedModel
 from headgraph.core.names import GRAPH_PAIRINGS
 from headgraph.server.errors import Invalid
+from headgraph.server.limits import ABLATION_TOP_MAX
 
 if TYPE_CHECKING:  # the CLI's parser reads the constants below without importing torch
     from headgraph.server.compute.registry import Computation, Inputs
 
 ABLATION_PAIRINGS = GRAPH_PAIRINGS  # O -> Q / K / V: the paths path ablation cuts
-ABLATION_TOP_MAX = 50  # edges per request: each costs a few forward passes
 DEFAULT_ABLATION_TOP = 10
 ABLATION_PROMPTS = "default-20+rr20x20-seed0"  # the prompt sets (part of the cache key)
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from headgraph.core.errors import UnsupportedModel
 from headgraph.server.errors import Invalid
+from headgraph.server.limits import CIRCUIT_PAIRS_MAX, CIRCUIT_PAIRS_MIN, CIRCUIT_STEPS_MAX
 
 if TYPE_CHECKING:  # the CLI's parser reads the constants below without importing torch
     from headgraph.server.compute.registry import Computation, Inputs
@@ -31,14 +32,11 @@ BUNDLED_TASKS: tuple[str, ...] = ("ioi", "induction", "successor")  # core.circu
 CIRCUIT_METHODS: tuple[str, ...] = ("eap", "eap-ig")  # core.circuits.attribution.METHODS
 DEFAULT_METHOD = "eap-ig"
 DEFAULT_STEPS = 5
-MAX_STEPS = 64
-BUNDLED_PAIRS = 32  # prompt pairs of a bundled task (the default of ``pairs``)
-MIN_PAIRS = 2  # the fewest a bundled task may be cut to (a quick look at a large model)
+BUNDLED_PAIRS = CIRCUIT_PAIRS_MAX  # prompt pairs of a bundled task (the default of ``pairs``)
 BUNDLED_SEED = 0
 PATCHED_EDGES = 24  # edges checked by real patching (Spearman against EAP)
 CIRCUIT_SHARE = 0.8  # the share of the metric gap the shown circuit recovers
 DEFAULT_TOP = 50
-TOP_MAX = 2000
 PAYLOAD_VERSION = 2  # in the cache key: 2 = the curve on MIB's grid and "mib" (CPR, CMD)
 TASK_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"
 
@@ -63,14 +61,14 @@ def check_method(value: Any) -> str:
 
 
 def check_steps(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_STEPS:
-        raise Invalid(f"steps must be an integer in 1..{MAX_STEPS}, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= CIRCUIT_STEPS_MAX:
+        raise Invalid(f"steps must be an integer in 1..{CIRCUIT_STEPS_MAX}, got {value!r}")
     return value
 
 
 def check_pairs(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not MIN_PAIRS <= value <= BUNDLED_PAIRS:
-        raise Invalid(f"pairs must be an integer in {MIN_PAIRS}..{BUNDLED_PAIRS}, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not CIRCUIT_PAIRS_MIN <= value <= CIRCUIT_PAIRS_MAX:
+        raise Invalid(f"pairs must be an integer in {CIRCUIT_PAIRS_MIN}..{CIRCUIT_PAIRS_MAX}, got {value!r}")
     return value
 
 

@@ -19,7 +19,7 @@ import torch
 from headgraph.core.activations.flags import head_flags, pattern_scores_from_dict, with_null_flags
 from headgraph.core.errors import UnsupportedModel
 from headgraph.core.graphs.build import build_graph
-from headgraph.core.names import CS_MODES, MAX_EDGES, check_pairing, cs_mode_of, quantize_threshold
+from headgraph.core.names import CS_MODES, check_pairing, cs_mode_of, quantize_threshold
 from headgraph.server.computations.convert import jsonable
 from headgraph.server.computations.scores import NULL_SAMPLES
 from headgraph.server.compute.registry import (
@@ -32,6 +32,7 @@ from headgraph.server.compute.registry import (
     positive_int,
 )
 from headgraph.server.errors import Invalid
+from headgraph.server.limits import THRESHOLD_EDGES_MAX
 
 GRAPH_FORMATS = ("graphml", "gexf")
 
@@ -67,7 +68,7 @@ def head_graph(src: Inputs, *, pairings: tuple[str, ...], granularity: str, k: i
                                 results[p].valid) for p in pairings}
     return build_graph(results, granularity=granularity, k=k, threshold=threshold,
                        threshold_on=threshold_on, values=values, cs=cs or None,
-                       labels=label_set, info=src.info, max_edges=MAX_EDGES,
+                       labels=label_set, info=src.info, max_edges=THRESHOLD_EDGES_MAX,
                        flags=head_flags_of(src) if flags else None)
 
 

@@ -21,15 +21,13 @@ from typing import TYPE_CHECKING, Any
 
 from headgraph.core.names import HeadRef, check_order, check_pairing, cs_mode_of
 from headgraph.server.errors import Invalid
+from headgraph.server.limits import RECOVERY_EDGES_MAX, RECOVERY_HEADS_MAX, RECOVERY_K_MAX
 
 if TYPE_CHECKING:
     from headgraph.server.compute.registry import Computation, Inputs
 
-K_MAX = 200  # top edges per metric a recovery table may ask for
 N_RESAMPLES = 1000
 BOOTSTRAP = "heads-v1"  # the bootstrap's unit and NaN rule (core.stats.recovery), in the cache key
-REFERENCE_MAX = 4096  # heads in one reference set
-EDGES_MAX = 100_000  # edges in one reference edge set
 CIRCUIT_ID_PATTERN = r"^(task|file) [A-Za-z0-9_.\-=: ]{1,300}$"
 _EDGE_NAME = re.compile(r"^L\d+H\d+>L\d+(H|KV)\d+\.[QKV]$")
 
@@ -41,8 +39,8 @@ def check_kind(value: Any) -> str:
 
 
 def check_k(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= K_MAX:
-        raise Invalid(f"k must be an integer in 1..{K_MAX}, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= RECOVERY_K_MAX:
+        raise Invalid(f"k must be an integer in 1..{RECOVERY_K_MAX}, got {value!r}")
     return value
 
 
@@ -51,8 +49,8 @@ def check_heads(value: Any) -> tuple[str, ...]:
     if isinstance(value, str) or not isinstance(value, (list, tuple, set, frozenset)):
         raise Invalid(f"reference heads must be a list of head names, got {type(value).__name__}")
     heads = sorted(set(value))
-    if not heads or len(heads) > REFERENCE_MAX:
-        raise Invalid(f"a reference needs 1..{REFERENCE_MAX} heads, got {len(heads)}")
+    if not heads or len(heads) > RECOVERY_HEADS_MAX:
+        raise Invalid(f"a reference needs 1..{RECOVERY_HEADS_MAX} heads, got {len(heads)}")
     for h in heads:
         if not HeadRef.is_label(h) or HeadRef.parse(h).kv:
             raise Invalid(f"{str(h)[:40]!r} is not a head name like 'L9H6'")
@@ -64,8 +62,8 @@ def check_edges(value: Any) -> tuple[str, ...]:
     if isinstance(value, str) or not isinstance(value, (list, tuple, set, frozenset)):
         raise Invalid(f"reference edges must be a list of edge names, got {type(value).__name__}")
     edges = sorted(set(value))
-    if not edges or len(edges) > EDGES_MAX:
-        raise Invalid(f"a reference needs 1..{EDGES_MAX} edges, got {len(edges)}")
+    if not edges or len(edges) > RECOVERY_EDGES_MAX:
+        raise Invalid(f"a reference needs 1..{RECOVERY_EDGES_MAX} edges, got {len(edges)}")
     for e in edges:
         if not isinstance(e, str) or not _EDGE_NAME.match(e):
             raise Invalid(f"{str(e)[:40]!r} is not a head -> head edge name like 'L0H1>L1H3.K'")

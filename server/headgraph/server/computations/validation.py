@@ -27,14 +27,13 @@ from typing import TYPE_CHECKING, Any
 
 from headgraph.core.errors import UnsupportedModel
 from headgraph.server.errors import Invalid
+from headgraph.server.limits import ABLATION_TOP_MAX, VALIDATION_SAMPLE_MAX, VALIDATION_TOP_MAX
 
 if TYPE_CHECKING:
     from headgraph.server.compute.registry import Computation, Inputs
 
 DEFAULT_SAMPLE = 200  # power 0.98 for rho = 0.3 (40 pairs gave 0.45)
 DEFAULT_TOP = 10
-SAMPLE_MAX = 1000
-TOP_MAX = 20
 METRICS = ("PK", "CS", "CKA", "Procrustes", "data-PK out", "data-PK in")
 SIMILARITY_METRICS = {"CKA": "cka", "Procrustes": "procrustes"}  # name -> similarity kind
 BASELINES = ("layer gap", "source variance")  # trivial predictors: in the table, no top-k
@@ -241,7 +240,7 @@ def validation(src: Inputs, *, pairing: str, n: int, k: int, seed: int) -> dict[
 
     from headgraph.core.activations.validation import (forward_pair_count, paired_differences, sample_forward_pairs,
                                                        sample_power, top_pairs_of, validation_summary)
-    from headgraph.server.computations.ablation import ABLATION_TOP_MAX, check_ablation_pairing
+    from headgraph.server.computations.ablation import check_ablation_pairing
 
     check_ablation_pairing(pairing)
     if src.patterns is None:
@@ -346,6 +345,6 @@ def validation_computations() -> list[Computation]:
 
     # reads ablations and data-weighted PK: forward passes of the whole model
     return [Computation("validation", validation,
-                        {"pairing": check_ablation_pairing, "n": bounded("n", SAMPLE_MAX),
-                         "k": bounded("k", TOP_MAX), "seed": check_seed},
+                        {"pairing": check_ablation_pairing, "n": bounded("n", VALIDATION_SAMPLE_MAX),
+                         "k": bounded("k", VALIDATION_TOP_MAX), "seed": check_seed},
                         key=lambda p: {**p, "rule": RULE}, reads=MODEL)]

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from headgraph.server.errors import error_body
+from headgraph.server.limits import API_BODY_BYTES_MAX, PAGE_BODY_BYTES_MAX
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -22,16 +23,14 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-API_BODY_LIMIT = 2 << 20  # label-set uploads are at most 1 MiB of content (routers/labels.py)
-PAGE_BODY_LIMIT = 4 << 20  # dashboard callbacks (an uploaded 1 MiB label file travels as base64)
 BODY_TIMEOUT_S = 20.0
 
 
 class BodyLimit:
     """Cap and time-limit request bodies: ``api_limit`` under /api, ``page_limit`` elsewhere."""
 
-    def __init__(self, app: ASGIApp, *, api_limit: int = API_BODY_LIMIT,
-                 page_limit: int = PAGE_BODY_LIMIT, timeout_s: float = BODY_TIMEOUT_S) -> None:
+    def __init__(self, app: ASGIApp, *, api_limit: int = API_BODY_BYTES_MAX,
+                 page_limit: int = PAGE_BODY_BYTES_MAX, timeout_s: float = BODY_TIMEOUT_S) -> None:
         self.app = app
         self.api_limit = api_limit
         self.page_limit = page_limit

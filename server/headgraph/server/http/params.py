@@ -15,7 +15,6 @@ from headgraph.core.names import (
     DEFAULT_K,
     GRAPH_PAIRINGS,
     HEAD_INPUT_PATTERN,
-    K_MAX,
     CSMode,
     GridMetric,
     LayerOrder,
@@ -25,8 +24,9 @@ from headgraph.core.names import (
     SimilarityMode,
 )
 from headgraph.server.http.schemas.common import ErrorBody
+from headgraph.server.limits import GRAPH_K_MAX
 
-__all__ = ["DEFAULT_K", "ERRORS", "K_MAX", "PAIRINGS_PATTERN", "CSMode", "GridMetric",
+__all__ = ["DEFAULT_K", "ERRORS", "PAIRINGS_PATTERN", "CSMode", "GridMetric",
            "LayerOrder", "Pairing", "RankMetric", "Role", "SimilarityMode", "head_query", "labels_query",
            "optional_k_query", "pairings_query"]
 
@@ -42,7 +42,7 @@ def pairings_query() -> Any:
 
 
 def optional_k_query(description: str = f"top-k edges per pairing (default {DEFAULT_K})") -> Any:
-    return Query(None, ge=1, le=K_MAX, description=description)
+    return Query(None, ge=1, le=GRAPH_K_MAX, description=description)
 
 
 def similarity_query() -> Any:

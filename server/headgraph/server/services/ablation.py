@@ -22,7 +22,6 @@ from headgraph.core.scores.ranking import kv_level_cs
 from headgraph.server.cache.cold_miss import CACHE_ONLY, ColdMiss
 from headgraph.server.computations.ablation import (
     ABLATION_PROMPTS,
-    ABLATION_TOP_MAX,
     DEFAULT_ABLATION,
     DEFAULT_ABLATION_TOP,
     NOT_MEASURED,
@@ -39,6 +38,7 @@ from headgraph.server.computations.ablation import (
 from headgraph.server.computations.convert import parse_node, role_is_grouped
 from headgraph.server.compute.results import ResultCache
 from headgraph.server.errors import Invalid, NotFound
+from headgraph.server.limits import ABLATION_TOP_MAX
 from headgraph.server.models.catalog import ModelCatalog
 from headgraph.server.models.offered import ModelRef
 from headgraph.server.services.scores import ScoresService

@@ -24,7 +24,6 @@ from headgraph.server.computations.circuits import (
     DEFAULT_METHOD,
     DEFAULT_STEPS,
     DEFAULT_TOP,
-    TOP_MAX,
     build_task,
     check_method,
     check_pairs,
@@ -33,12 +32,12 @@ from headgraph.server.computations.circuits import (
 )
 from headgraph.server.compute.results import ResultCache
 from headgraph.server.errors import Conflict, Invalid, NotFound
+from headgraph.server.limits import CIRCUIT_TOP_MAX, TASK_UPLOAD_BYTES_MAX
 from headgraph.server.models.catalog import ModelCatalog
 from headgraph.server.models.offered import ModelRef
 
 TASK_PREFIX = "tasks:"
 MAX_TASKS = 100  # uploaded tasks kept
-MAX_TASK_BYTES = 1 << 20
 BUNDLED_DESCRIPTIONS: dict[str, str] = {
     "ioi": "indirect-object identification (Wang et al. 2023): 'When Mary and John went to the "
            "store, John gave a drink to' -> ' Mary' vs ' John'; corrupt: a third name for the "
@@ -107,8 +106,8 @@ class CircuitService:
         check_task_name(name)
         if name in BUNDLED_TASKS:
             raise Conflict(f"task name {name!r} is a bundled task; upload under another name")
-        if len(data) > MAX_TASK_BYTES:
-            raise Invalid(f"a task is at most {MAX_TASK_BYTES} bytes")
+        if len(data) > TASK_UPLOAD_BYTES_MAX:
+            raise Invalid(f"a task is at most {TASK_UPLOAD_BYTES_MAX} bytes")
         rows = read_jsonl(data)
         text = data if isinstance(data, str) else data.decode("utf-8-sig")
         if ref is not None:
@@ -160,21 +159,21 @@ class CircuitService:
                jsonl: str | None = None, lookup: Sequence[str] = (),
                pairs: int = BUNDLED_PAIRS) -> dict[str, Any]:
         """The API answer: task metrics, the ``top`` strongest edges, the circuit (the smallest
-        top-n recovering CIRCUIT_SHARE of the metric gap, its edges when at most TOP_MAX),
+        top-n recovering CIRCUIT_SHARE of the metric gap, its edges when at most CIRCUIT_TOP_MAX),
         the faithfulness curve and the EAP vs patching check. ``jsonl``: the task's rows
         themselves (a file the CLI read), not a stored task. ``lookup``: edges
         ("WRITER>READER", "L0H0>L1H3.K") answered as ``lookup`` with their rank among all
         edges; one the graph does not have is left out. ``pairs``: a bundled task's first
-        ``pairs`` prompt pairs (MIN_PAIRS..BUNDLED_PAIRS: a quicker circuit of a large model;
+        ``pairs`` prompt pairs (CIRCUIT_PAIRS_MIN..CIRCUIT_PAIRS_MAX: a quicker circuit of a large model;
         an uploaded task is used whole)."""
         check_method(method)
         check_steps(steps)
         check_pairs(pairs)
-        if isinstance(top, bool) or not isinstance(top, int) or not 1 <= top <= TOP_MAX:
-            raise Invalid(f"top must be in 1..{TOP_MAX}, got {top!r}")
+        if isinstance(top, bool) or not isinstance(top, int) or not 1 <= top <= CIRCUIT_TOP_MAX:
+            raise Invalid(f"top must be in 1..{CIRCUIT_TOP_MAX}, got {top!r}")
         r = self._result(ref, task, method, steps, jsonl, pairs)
         size = r["faithfulness"]["circuit_size"]
-        n_circuit = size if size is not None and size <= TOP_MAX else 0
+        n_circuit = size if size is not None and size <= CIRCUIT_TOP_MAX else 0
         shown = max(top, n_circuit)
         edges = self._edges(r, shown)
         for e in edges:
@@ -185,7 +184,7 @@ class CircuitService:
                 "metrics": r["metrics"], "n_edges": r["n_edges"],
                 "layer_indices": r["layer_indices"], "share": CIRCUIT_SHARE,
                 "circuit_size": size, "edges": edges[:top],
-                "circuit": [e for e in edges if e["in_circuit"]][:TOP_MAX],
+                "circuit": [e for e in edges if e["in_circuit"]][:CIRCUIT_TOP_MAX],
                 "faithfulness": r["faithfulness"], "patching": r["patching"],
                 "mib": r.get("mib"), "lookup": found}
 

@@ -20,15 +20,14 @@ import numpy as np
 from headgraph.core.graphs.diff import EdgeChange, ModelDiff, compare_scores
 from headgraph.core.graphs.timeline import Edge, Timeline, edge_of, edge_trajectories
 from headgraph.core.models.series import DEMO_SERIES, demo_series
-from headgraph.core.names import TIMELINE_MAX_EDGES, check_pairing
+from headgraph.core.names import check_pairing
 from headgraph.server.computations.convert import grid_axis_labels, jsonable, role_is_grouped
 from headgraph.server.errors import Invalid, NotFound
+from headgraph.server.limits import TIMELINE_EDGES_MAX, TIMELINE_SERIES_MAX
 from headgraph.server.models.catalog import ModelCatalog
 from headgraph.server.models.offered import ModelRef, shown
 from headgraph.server.services.scores import ScoresService
 
-MAX_SERIES = 64  # checkpoints one timeline may read
-MAX_EDGES = TIMELINE_MAX_EDGES  # edges one timeline may follow
 SERIES_METHOD = ("PK of each edge at every checkpoint (core.graphs.timeline.edge_trajectories); "
                  "edges: the given ones, else the last checkpoint's top-k by the metric")
 COMPARE_METHOD = ("B - A of the metric on pairs valid in both; gained / lost: edges of B's / "
@@ -53,7 +52,7 @@ def named_series() -> dict[str, list[tuple[int, str]]]:
 
 def resolve_series(catalog: ModelCatalog, series: str) -> Series:
     """A named series or a comma list of at least two model ids. Anything else names no
-    series (404, like an unknown model id); more than MAX_SERIES ids is a 422."""
+    series (404, like an unknown model id); more than TIMELINE_SERIES_MAX ids is a 422."""
     text = (series or "").strip()
     named = named_series()
     if text in named:
@@ -68,8 +67,8 @@ def resolve_series(catalog: ModelCatalog, series: str) -> Series:
         raise NotFound(f"unknown series {shown(text)}: a series of model ids needs at least two "
                        f"non-empty ids, comma-separated; named series: {sorted(named)}",
                        allowed=sorted(named))
-    if len(ids) > MAX_SERIES:
-        raise Invalid(f"a series reads at most {MAX_SERIES} models")
+    if len(ids) > TIMELINE_SERIES_MAX:
+        raise Invalid(f"a series reads at most {TIMELINE_SERIES_MAX} models")
     return Series(text, tuple(range(len(ids))), tuple(catalog.resolve(m) for m in ids))
 
 
@@ -77,8 +76,8 @@ def parse_edges(texts: list[str] | None) -> list[tuple[str, str]] | None:
     """``["L0H0,L1H3", ...]`` -> [(source, target)]; None when no edge is given."""
     if not texts:
         return None
-    if len(texts) > MAX_EDGES:
-        raise Invalid(f"at most {MAX_EDGES} edges per timeline")
+    if len(texts) > TIMELINE_EDGES_MAX:
+        raise Invalid(f"at most {TIMELINE_EDGES_MAX} edges per timeline")
     out = []
     for t in texts:
         parts = [p.strip() for p in t.split(",")]

@@ -9,10 +9,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from headgraph.core.names import GRAPH_PAIRINGS, K_MAX, check_pairing
+from headgraph.core.names import GRAPH_PAIRINGS, check_pairing
 from headgraph.server.cache.cold_miss import CACHE_ONLY, ColdMiss
 from headgraph.server.compute.results import ResultCache
 from headgraph.server.errors import Invalid
+from headgraph.server.limits import GRAPH_K_MAX
 from headgraph.server.models.offered import ModelRef
 from headgraph.server.services.labels import LabelService
 
@@ -73,8 +74,8 @@ class GraphService:
         plus top_hub.
         """
         names = [check_pairing(p) for p in dict.fromkeys(pairings)]
-        if not 1 <= int(k) <= K_MAX:
-            raise Invalid(f"k must be in 1..{K_MAX}, got {k}")
+        if not 1 <= int(k) <= GRAPH_K_MAX:
+            raise Invalid(f"k must be in 1..{GRAPH_K_MAX}, got {k}")
         g = self.graph(ref, pairings=names, granularity="head", k=int(k), threshold=None,
                        threshold_on="pk", labels=None, flags=flags)
         table = g["hubs"]

@@ -23,7 +23,7 @@ from headgraph.server.models.offered import ModelRef
 from headgraph.server.services.scores import ScoresService
 
 PATTERN_LABELS = "patterns"
-MAX_LABEL_SETS = 100  # uploaded sets kept (each at most routers.labels.MAX_UPLOAD bytes)
+MAX_LABEL_SETS = 100  # uploaded sets kept (each at most limits.LABEL_UPLOAD_BYTES_MAX bytes)
 PATTERN_LABEL_THRESHOLDS: dict[str, float] = {"previous_token": 0.4, "induction": 0.4,
                                               "duplicate_token": 0.4}
 PATTERN_LABEL_CLASSES: tuple[str, ...] = ("Previous Token", "Induction", "Duplicate Token")

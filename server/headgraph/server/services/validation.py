@@ -7,7 +7,8 @@ from typing import Any
 
 from headgraph.server.cache.cold_miss import CACHE_ONLY, ColdMiss
 from headgraph.server.computations.ablation import check_ablation_pairing
-from headgraph.server.computations.validation import POWER_RHO, RULE, SAMPLE_MAX, TOP_MAX, bounded, check_seed
+from headgraph.server.computations.validation import POWER_RHO, RULE, bounded, check_seed
+from headgraph.server.limits import VALIDATION_SAMPLE_MAX, VALIDATION_TOP_MAX
 from headgraph.server.models.offered import ModelRef
 from headgraph.server.services.scores import ScoresService
 
@@ -27,7 +28,7 @@ class ValidationService:
         the requested sample (how many pairs the model has is not known before it is loaded);
         nothing is ever computed or loaded (what the dashboard shows before anyone asks)."""
         check_ablation_pairing(pairing)
-        for name, value, hi in (("n", n, SAMPLE_MAX), ("k", k, TOP_MAX)):
+        for name, value, hi in (("n", n, VALIDATION_SAMPLE_MAX), ("k", k, VALIDATION_TOP_MAX)):
             bounded(name, hi)(value)
         check_seed(seed)
         if not cached:

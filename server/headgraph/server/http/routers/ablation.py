@@ -16,11 +16,12 @@ from typing import Any, Literal
 from fastapi import APIRouter, Query, Request
 
 from headgraph.core.names import GraphPairing
-from headgraph.server.computations.ablation import ABLATION_TOP_MAX, DEFAULT_ABLATION_TOP
+from headgraph.server.computations.ablation import DEFAULT_ABLATION_TOP
 from headgraph.server.http.deps import AblationDep, ModelDep
 from headgraph.server.http.params import ERRORS
 from headgraph.server.http.responses import render_json, warm_json
 from headgraph.server.http.schemas.ablation import AblationOut
+from headgraph.server.limits import ABLATION_TOP_MAX
 from headgraph.server.services.ablation import EDGE_PATTERN, parse_edge
 
 router = APIRouter(prefix="/api", tags=["ablation"])

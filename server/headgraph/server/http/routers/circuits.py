@@ -3,7 +3,7 @@ GET /api/circuit (a task's metric, all-edge attribution, circuit, faithfulness c
 EAP vs patching check; core.circuits).
 
 Listing tasks never loads a model. An upload is checked row by row (UTF-8, JSON, the four
-keys, at most core.circuits.tasks.MAX_ROWS rows; with ``model=`` also in that model's
+keys, at most limits.TASK_ROWS_MAX rows; with ``model=`` also in that model's
 tokens), a bad row a 422 naming its line, and nothing stored; in lab mode it needs the
 token. A cold circuit is computed like every other result (a compute process, once; in lab
 mode only with the token) and cached under the model, the task's content, the method and
@@ -26,10 +26,7 @@ from headgraph.server.computations.circuits import (
     DEFAULT_METHOD,
     DEFAULT_STEPS,
     DEFAULT_TOP,
-    MAX_STEPS,
-    MIN_PAIRS,
     TASK_NAME_PATTERN,
-    TOP_MAX,
 )
 from headgraph.server.errors import Invalid
 from headgraph.server.http.deps import (
@@ -50,10 +47,10 @@ from headgraph.server.http.schemas.circuits import (
     TaskSummary,
 )
 from headgraph.server.http.schemas.common import ErrorBody
-from headgraph.server.services.circuits import MAX_TASK_BYTES, CircuitService
+from headgraph.server.limits import CIRCUIT_LOOKUP_MAX, CIRCUIT_PAIRS_MAX, CIRCUIT_PAIRS_MIN, CIRCUIT_STEPS_MAX, CIRCUIT_TOP_MAX, TASK_UPLOAD_BYTES_MAX
+from headgraph.server.services.circuits import CircuitService
 
 router = APIRouter(prefix="/api", tags=["circuits"])
-MAX_LOOKUP = 50  # edges one GET /api/circuit looks up
 PAIRS_HELP = ("a bundled task's first n prompt pairs (a quicker circuit of a large model: the "
               "time grows with n); an uploaded task is used whole")
 EDGE_PATTERN = r"^[A-Za-z0-9_.]{1,40}>[A-Za-z0-9_.]{1,40}$"
@@ -98,17 +95,17 @@ async def upload_task(*, request: Request,
     content_type = request.headers.get("content-type", "").lower()
     if content_type.startswith("multipart/form-data"):
         try:
-            form = await request.form(max_files=1, max_fields=10, max_part_size=MAX_TASK_BYTES)
+            form = await request.form(max_files=1, max_fields=10, max_part_size=TASK_UPLOAD_BYTES_MAX)
         except Exception as err:
             raise Invalid(f"malformed multipart body: {err}") from None
         part = form.get("file")
         if part is None or isinstance(part, str):
             raise Invalid("multipart upload needs a 'file' part")
-        raw = await part.read(MAX_TASK_BYTES + 1)
+        raw = await part.read(TASK_UPLOAD_BYTES_MAX + 1)
     else:
         raw = await request.body()
-    if len(raw) > MAX_TASK_BYTES:
-        raise Invalid(f"a task is at most {MAX_TASK_BYTES} bytes")
+    if len(raw) > TASK_UPLOAD_BYTES_MAX:
+        raise Invalid(f"a task is at most {TASK_UPLOAD_BYTES_MAX} bytes")
 
     def save() -> Any:
         ref = catalog.resolve(model) if model else None
@@ -126,13 +123,13 @@ async def get_circuit(request: Request, *, ref: ModelDep,
                       method: str = Query(DEFAULT_METHOD, pattern=METHOD_PATTERN,
                                           description="eap: edge attribution patching; eap-ig: "
                                                       "with integrated gradients over steps"),
-                      steps: int = Query(DEFAULT_STEPS, ge=1, le=MAX_STEPS,
+                      steps: int = Query(DEFAULT_STEPS, ge=1, le=CIRCUIT_STEPS_MAX,
                                          description="EAP-IG's integration steps (eap: 1)"),
-                      top: int = Query(DEFAULT_TOP, ge=1, le=TOP_MAX,
+                      top: int = Query(DEFAULT_TOP, ge=1, le=CIRCUIT_TOP_MAX,
                                        description="edges listed, strongest first"),
-                      pairs: int = Query(BUNDLED_PAIRS, ge=MIN_PAIRS, le=BUNDLED_PAIRS,
+                      pairs: int = Query(BUNDLED_PAIRS, ge=CIRCUIT_PAIRS_MIN, le=CIRCUIT_PAIRS_MAX,
                                          description=PAIRS_HELP),
-                      edge: list[str] = Query([], max_length=MAX_LOOKUP,
+                      edge: list[str] = Query([], max_length=CIRCUIT_LOOKUP_MAX,
                                               description="edges to look up (repeatable): "
                                                           "WRITER>READER, e.g. L0H0>L1H3.K; "
                                                           "answered in lookup with their rank"),
@@ -153,8 +150,8 @@ async def get_circuit(request: Request, *, ref: ModelDep,
 async def circuit_mib(request: Request, *, ref: ModelDep,
                       task: str = Query("induction", pattern=TASK_NAME_PATTERN),
                       method: str = Query(DEFAULT_METHOD, pattern=METHOD_PATTERN),
-                      steps: int = Query(DEFAULT_STEPS, ge=1, le=MAX_STEPS),
-                      pairs: int = Query(BUNDLED_PAIRS, ge=MIN_PAIRS, le=BUNDLED_PAIRS,
+                      steps: int = Query(DEFAULT_STEPS, ge=1, le=CIRCUIT_STEPS_MAX),
+                      pairs: int = Query(BUNDLED_PAIRS, ge=CIRCUIT_PAIRS_MIN, le=CIRCUIT_PAIRS_MAX,
                                          description=PAIRS_HELP),
                       size: int | None = Query(None, ge=0, description="the top n edges "
                                                "in_graph (default: the circuit size)"),
@@ -174,8 +171,8 @@ async def circuit_mib(request: Request, *, ref: ModelDep,
 async def circuit_progress(*, ref: ModelDep,
                            task: str = Query("induction", pattern=TASK_NAME_PATTERN),
                            method: str = Query(DEFAULT_METHOD, pattern=METHOD_PATTERN),
-                           steps: int = Query(DEFAULT_STEPS, ge=1, le=MAX_STEPS),
-                           pairs: int = Query(BUNDLED_PAIRS, ge=MIN_PAIRS, le=BUNDLED_PAIRS,
+                           steps: int = Query(DEFAULT_STEPS, ge=1, le=CIRCUIT_STEPS_MAX),
+                           pairs: int = Query(BUNDLED_PAIRS, ge=CIRCUIT_PAIRS_MIN, le=CIRCUIT_PAIRS_MAX,
                                               description=PAIRS_HELP),
                            circuits: CircuitsDep) -> Any:
     """Never computes nor loads a model (no token needed in lab mode): what the dashboard

@@ -12,9 +12,10 @@ from typing import Any, Literal
 from fastapi import APIRouter, Query, Request
 
 from headgraph.server.http.deps import MODEL_PATTERN, CatalogDep, ScoresDep, cached_first
-from headgraph.server.http.params import ERRORS, K_MAX, Pairing
+from headgraph.server.http.params import ERRORS, Pairing
 from headgraph.server.http.responses import json_response, render
 from headgraph.server.http.schemas.compare import CompareOut
+from headgraph.server.limits import GRAPH_K_MAX
 from headgraph.server.services.comparisons import compare, compare_json
 
 router = APIRouter(prefix="/api", tags=["compare"])
@@ -31,7 +32,7 @@ async def compare_endpoint(*,
         a: str = model_query("model A (e.g. demo@step-30)"),
         b: str = model_query("model B (e.g. demo)"),
         pairing: Pairing = Query("OK", description="source role then target role, e.g. OK"),
-        k: int = Query(20, ge=1, le=K_MAX, description="top-k edges per model"),
+        k: int = Query(20, ge=1, le=GRAPH_K_MAX, description="top-k edges per model"),
         metric: Literal["pk", "normalized"] = Query("pk", description="raw or normalized PK"),
         scores: ScoresDep,
         catalog: CatalogDep) -> Any:

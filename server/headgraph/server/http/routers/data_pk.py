@@ -16,9 +16,10 @@ from fastapi import APIRouter, Query, Request
 from headgraph.core.names import GraphPairing
 from headgraph.server.computations.data_pk import DEFAULT_DATA_PK_TOP
 from headgraph.server.http.deps import DataPKDep, ModelDep
-from headgraph.server.http.params import ERRORS, K_MAX
+from headgraph.server.http.params import ERRORS
 from headgraph.server.http.responses import warm_json
 from headgraph.server.http.schemas.data_pk import DataPKOut
+from headgraph.server.limits import GRAPH_K_MAX
 
 router = APIRouter(prefix="/api", tags=["data-weighted PK"])
 
@@ -32,7 +33,7 @@ async def datapk(request: Request, *, ref: ModelDep,
                  prompts: Literal["text", "random"] = Query(
                      "text", description="text: the bundled prompts; random: repeated random "
                                          "tokens [(bos) r r]"),
-                 k: int = Query(DEFAULT_DATA_PK_TOP, ge=1, le=K_MAX,
+                 k: int = Query(DEFAULT_DATA_PK_TOP, ge=1, le=GRAPH_K_MAX,
                                 description="edges in 'top'"),
                  rank_on: Literal["out_share", "in_share"] = Query(
                      "out_share", description="what 'top' is ranked by"),

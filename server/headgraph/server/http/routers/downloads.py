@@ -20,7 +20,6 @@ from headgraph.server.http.access import caller_of
 from headgraph.server.http.deps import CatalogDep, GraphsDep, ModelDep, ScoresDep, ViewsDep, cached_first
 from headgraph.server.http.params import (
     DEFAULT_K,
-    K_MAX,
     CSMode,
     GridMetric,
     LayerOrder,
@@ -35,6 +34,7 @@ from headgraph.server.http.params import (
 from headgraph.server.http.routers.graph import Granularity, ThresholdOn, graph_params, threshold_query
 from headgraph.server.http.routers.scores import grid_response
 from headgraph.server.http.schemas.common import ErrorBody
+from headgraph.server.limits import GRAPH_K_MAX
 from headgraph.server.models.catalog import ModelCatalog
 from headgraph.server.models.offered import ModelRef
 
@@ -140,7 +140,7 @@ async def download_top(*,
     request: Request, ref: ModelDep,
     format: Literal["csv", "json"] = "csv",
     pairing: Pairing = Query("OK"), order: LayerOrder = "forward", metric: RankMetric = "pk",
-    k: int = Query(DEFAULT_K, ge=1, le=K_MAX), similarity: SimilarityMode = similarity_query(),
+    k: int = Query(DEFAULT_K, ge=1, le=GRAPH_K_MAX), similarity: SimilarityMode = similarity_query(),
     views: ViewsDep,
 ) -> Response:
     def build() -> Response:

@@ -15,9 +15,9 @@ from headgraph.server.http.deps import GraphsDep, ModelDep
 from headgraph.server.http.params import ERRORS, labels_query, optional_k_query, pairings_query
 from headgraph.server.http.responses import warm_json
 from headgraph.server.http.schemas.graph import GraphOut
+from headgraph.server.limits import THRESHOLD_MAGNITUDE_MAX
 
 router = APIRouter(prefix="/api", tags=["graph"])
-THRESHOLD_LIMIT = 1e6
 Granularity = Literal["head", "role"]
 ThresholdOn = Literal["pk", "normalized", "z", "fdr"]
 
@@ -41,7 +41,7 @@ def graph_params(pairings: str, k: int | None, threshold: float | None, threshol
 
 
 def threshold_query() -> Any:
-    return Query(None, ge=-THRESHOLD_LIMIT, le=THRESHOLD_LIMIT,
+    return Query(None, ge=-THRESHOLD_MAGNITUDE_MAX, le=THRESHOLD_MAGNITUDE_MAX,
                  description="keep pairs with metric >= threshold (replaces top-k; for fdr: BH q "
                              "level, default 0.05); rounded to 3 significant digits (0 below 1e-6), at most "
                              "max_edges (GET /api/vocabulary) best edges per pairing")

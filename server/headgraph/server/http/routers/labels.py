@@ -17,6 +17,7 @@ from headgraph.server.http.deps import MODEL_PATTERN, TOKEN_PROTECTED, CatalogDe
 from headgraph.server.http.responses import warm_json
 from headgraph.server.http.schemas.common import ErrorBody
 from headgraph.server.http.schemas.labels import LabelSetList, LabelSetOut
+from headgraph.server.limits import LABEL_UPLOAD_BYTES_MAX
 from headgraph.server.services.labels import (
     PATTERN_LABEL_CLASSES,
     PATTERN_LABEL_DESCRIPTION,
@@ -25,7 +26,6 @@ from headgraph.server.services.labels import (
 )
 
 router = APIRouter(prefix="/api/labels", tags=["labels"])
-MAX_UPLOAD = 1 << 20
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"
 HEAD_KEY_PATTERN = r"^L(0|[1-9][0-9]{0,3})H(0|[1-9][0-9]{0,3})$"
 # as core.graphs.labels: no control character (C0, C1, DEL) nor bidirectional control
@@ -137,18 +137,18 @@ async def upload_label_set(*,
     filename = None
     if content_type.startswith("multipart/form-data"):
         try:
-            form = await request.form(max_files=1, max_fields=10, max_part_size=MAX_UPLOAD)
+            form = await request.form(max_files=1, max_fields=10, max_part_size=LABEL_UPLOAD_BYTES_MAX)
         except Exception as err:
             raise Invalid(f"malformed multipart body: {err}") from None
         part = form.get("file")
         if part is None or isinstance(part, str):
             raise Invalid("multipart upload needs a 'file' part")
         filename = part.filename
-        raw = await part.read(MAX_UPLOAD + 1)
+        raw = await part.read(LABEL_UPLOAD_BYTES_MAX + 1)
     else:
         raw = await request.body()
-    if len(raw) > MAX_UPLOAD:
-        raise Invalid(f"label set larger than {MAX_UPLOAD} bytes")
+    if len(raw) > LABEL_UPLOAD_BYTES_MAX:
+        raise Invalid(f"label set larger than {LABEL_UPLOAD_BYTES_MAX} bytes")
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as err:

@@ -22,17 +22,15 @@ from headgraph.server.computations.circuits import (
     BUNDLED_PAIRS,
     DEFAULT_METHOD,
     DEFAULT_STEPS,
-    MAX_STEPS,
-    MIN_PAIRS,
     TASK_NAME_PATTERN,
 )
-from headgraph.server.computations.recovery import K_MAX
 from headgraph.server.errors import Invalid
 from headgraph.server.http.deps import ModelDep, RecoveryDep
 from headgraph.server.http.params import ERRORS
 from headgraph.server.http.responses import warm_json
 from headgraph.server.http.routers.circuits import METHOD_PATTERN, CircuitsDep, circuits_content
 from headgraph.server.http.schemas.recovery import RecoveryOut
+from headgraph.server.limits import CIRCUIT_PAIRS_MAX, CIRCUIT_PAIRS_MIN, CIRCUIT_STEPS_MAX, RECOVERY_K_MAX
 
 router = APIRouter(prefix="/api", tags=["recovery"])
 
@@ -52,10 +50,10 @@ async def recovery(request: Request, *, ref: ModelDep,
                    method: str | None = Query(None, pattern=METHOD_PATTERN,
                                               description=f"with task: the circuit's method "
                                                           f"(default {DEFAULT_METHOD})"),
-                   steps: int | None = Query(None, ge=1, le=MAX_STEPS,
+                   steps: int | None = Query(None, ge=1, le=CIRCUIT_STEPS_MAX,
                                              description=f"with task: EAP-IG's steps (default "
                                                          f"{DEFAULT_STEPS}; eap: 1)"),
-                   pairs: int | None = Query(None, ge=MIN_PAIRS, le=BUNDLED_PAIRS,
+                   pairs: int | None = Query(None, ge=CIRCUIT_PAIRS_MIN, le=CIRCUIT_PAIRS_MAX,
                                              description="with a bundled task: its first n prompt "
                                                          f"pairs (default {BUNDLED_PAIRS})"),
                    edges: int | None = Query(None, ge=1,
@@ -63,7 +61,7 @@ async def recovery(request: Request, *, ref: ModelDep,
                                                          "kind; at most its edge count); default the "
                                                          "smallest circuit on the faithfulness curve "
                                                          "reaching 0.8 of the metric gap"),
-                   k: int = Query(DEFAULT_K, ge=1, le=K_MAX, description="top edges per metric"),
+                   k: int = Query(DEFAULT_K, ge=1, le=RECOVERY_K_MAX, description="top edges per metric"),
                    recovery: RecoveryDep, circuits: CircuitsDep) -> Any:
     if (labels is None) == (task is None):
         raise Invalid("give exactly one reference: labels= (a label set) or task= (a task's circuit)")

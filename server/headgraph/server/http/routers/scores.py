@@ -23,7 +23,6 @@ from headgraph.server.http.deps import CatalogDep, DetailsDep, ModelDep, ScoresD
 from headgraph.server.http.params import (
     DEFAULT_K,
     ERRORS,
-    K_MAX,
     CSMode,
     GridMetric,
     LayerOrder,
@@ -36,6 +35,7 @@ from headgraph.server.http.params import (
 )
 from headgraph.server.http.responses import render_json, warm_json
 from headgraph.server.http.schemas.scores import HeadOut, PairOut, ScatterOut, ScoreGrid, TopPairs
+from headgraph.server.limits import GRAPH_K_MAX
 from headgraph.server.models.catalog import ModelCatalog
 from headgraph.server.models.offered import ModelRef
 from headgraph.server.services.bounds import (
@@ -125,7 +125,7 @@ async def cs(request: Request, *, ref: ModelDep,
 @router.get("/top", response_model=TopPairs, responses=ERRORS,
             summary="The k highest-scoring valid pairs of one pairing")
 async def top(request: Request, *, ref: ModelDep, pairing: Pairing = pairing_query(),
-              k: int = Query(DEFAULT_K, ge=1, le=K_MAX), metric: RankMetric = "pk",
+              k: int = Query(DEFAULT_K, ge=1, le=GRAPH_K_MAX), metric: RankMetric = "pk",
               order: LayerOrder = "forward", similarity: SimilarityMode = similarity_query(),
               views: ViewsDep, scores: ScoresDep) -> Any:
     # which grids the rows read also decides the answer (a grid cached later changes it)

@@ -17,8 +17,8 @@ from headgraph.server.http.deps import CatalogDep, ScoresDep, cached_first
 from headgraph.server.http.params import ERRORS, Pairing
 from headgraph.server.http.responses import json_response, render
 from headgraph.server.http.schemas.series import SeriesOut, TimelineOut
+from headgraph.server.limits import TIMELINE_EDGES_MAX
 from headgraph.server.services.comparisons import (
-    MAX_EDGES,
     named_series,
     parse_edges,
     resolve_series,
@@ -54,7 +54,7 @@ async def timeline_endpoint(*,
                             description="a named series (GET /api/series) or a comma list of "
                                         "model ids"),
         pairing: Pairing = Query("OK", description="source role then target role, e.g. OK"),
-        k: int = Query(10, ge=1, le=MAX_EDGES, description="top-k edges of the last checkpoint"),
+        k: int = Query(10, ge=1, le=TIMELINE_EDGES_MAX, description="top-k edges of the last checkpoint"),
         metric: Literal["pk", "normalized"] = Query("pk", description="what the top-k ranks by"),
         edge: list[EdgeText] | None = Query(None, description="follow these edges instead "
                                                       "of the top-k: 'source,target', repeatable"),

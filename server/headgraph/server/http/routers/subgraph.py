@@ -7,13 +7,14 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, Query, Request
 
-from headgraph.core.graphs.subgraph import CAP_MAX, DEFAULT_CAP, DEPTH_MAX, HEADS_MAX
-from headgraph.core.names import HEAD_INPUT_PATTERN, K_MAX, parse_pairings
+from headgraph.core.graphs.subgraph import DEFAULT_CAP
+from headgraph.core.names import HEAD_INPUT_PATTERN, parse_pairings
 from headgraph.server.errors import Invalid
 from headgraph.server.http.deps import ModelDep, SubgraphsDep
 from headgraph.server.http.params import ERRORS, pairings_query
 from headgraph.server.http.responses import warm_json
 from headgraph.server.http.schemas.subgraph import SubgraphOut
+from headgraph.server.limits import GRAPH_K_MAX, SUBGRAPH_CAP_MAX, SUBGRAPH_DEPTH_MAX, SUBGRAPH_HEADS_MAX
 
 router = APIRouter(prefix="/api", tags=["graph"])
 RankOn = Literal["pk", "normalized", "cs", "z"]
@@ -24,19 +25,19 @@ HEADS_PATTERN = r"^[\sLlHhKkVv0-9,]*$"
             summary="A bounded subgraph: edges among heads, a neighbourhood, or a layer range's top edges")
 async def subgraph(request: Request, *, ref: ModelDep, subgraphs: SubgraphsDep,
                    pairings: str = pairings_query(), rank_on: RankOn = "pk",
-                   heads: str | None = Query(None, max_length=HEADS_MAX * 10, pattern=HEADS_PATTERN,
+                   heads: str | None = Query(None, max_length=SUBGRAPH_HEADS_MAX * 10, pattern=HEADS_PATTERN,
                                              description="edges among these heads (comma list, e.g. "
                                                          "L0H1,L1H3,L6KV1)"),
                    head: str | None = Query(None, min_length=1, max_length=32, pattern=HEAD_INPUT_PATTERN,
                                             description="a head's neighbourhood (L1H3; L6KV1 a KV group)"),
-                   depth: int = Query(1, ge=1, le=DEPTH_MAX, description="steps from head="),
-                   k: int | None = Query(None, ge=1, le=K_MAX, description=(
+                   depth: int = Query(1, ge=1, le=SUBGRAPH_DEPTH_MAX, description="steps from head="),
+                   k: int | None = Query(None, ge=1, le=GRAPH_K_MAX, description=(
                        "head=: strongest incident edges per reached node (default 5); layers=: best "
                        "edges per pairing (default 20)")),
                    layers: str | None = Query(None, max_length=9, pattern=r"^\d{1,4}(-\d{1,4})?$",
                                               description="blocks a-b (both included): the top-k "
                                                           "edges per pairing inside"),
-                   cap: int = Query(DEFAULT_CAP, ge=1, le=CAP_MAX, description="the most edges answered")
+                   cap: int = Query(DEFAULT_CAP, ge=1, le=SUBGRAPH_CAP_MAX, description="the most edges answered")
                    ) -> Any:
     given = [name for name, v in (("heads", heads), ("head", head), ("layers", layers)) if v]
     if len(given) != 1:

@@ -9,11 +9,11 @@ from typing import Any
 from fastapi import APIRouter, Query, Request
 
 from headgraph.core.names import DEFAULT_K, GraphPairing
-from headgraph.server.computations.recovery import K_MAX
 from headgraph.server.http.deps import LabelsDep, ModelDep, ScoresDep
 from headgraph.server.http.params import ERRORS
 from headgraph.server.http.responses import warm_json
 from headgraph.server.http.schemas.subspaces import SubspacesOut
+from headgraph.server.limits import RECOVERY_K_MAX
 from headgraph.server.services.subspaces import compare_subspaces
 
 router = APIRouter(prefix="/api", tags=["recovery"])
@@ -23,7 +23,7 @@ router = APIRouter(prefix="/api", tags=["recovery"])
             summary="Raw vs norm-aware PK of one model: rank agreement, shared top-k, recovery")
 async def subspaces(request: Request, *, ref: ModelDep,
                     pairing: GraphPairing = Query("OK", description="O -> Q / K / V"),
-                    k: int = Query(DEFAULT_K, ge=1, le=K_MAX, description="top edges per mode"),
+                    k: int = Query(DEFAULT_K, ge=1, le=RECOVERY_K_MAX, description="top edges per mode"),
                     labels: str | None = Query(None, min_length=1, max_length=200,
                                                description="label set whose heads are the reference "
                                                            "(none: no recovery comparison)"),

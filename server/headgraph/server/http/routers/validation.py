@@ -18,11 +18,12 @@ from typing import Any
 from fastapi import APIRouter, Query, Request
 
 from headgraph.core.names import GraphPairing
-from headgraph.server.computations.validation import DEFAULT_SAMPLE, DEFAULT_TOP, SAMPLE_MAX, TOP_MAX
+from headgraph.server.computations.validation import DEFAULT_SAMPLE, DEFAULT_TOP
 from headgraph.server.http.deps import ModelDep, ValidationDep
 from headgraph.server.http.params import ERRORS
 from headgraph.server.http.responses import render_json, warm_json
 from headgraph.server.http.schemas.validation import ValidationOut
+from headgraph.server.limits import VALIDATION_SAMPLE_MAX, VALIDATION_TOP_MAX
 
 router = APIRouter(prefix="/api", tags=["validation"])
 
@@ -31,8 +32,8 @@ router = APIRouter(prefix="/api", tags=["validation"])
             summary="PK, CS and data-weighted PK against path-ablation effects: bootstrap CIs, paired differences")
 async def validation(request: Request, *, ref: ModelDep,
                      pairing: GraphPairing = Query("OK", description="O -> Q / K / V"),
-                     n: int = Query(DEFAULT_SAMPLE, ge=1, le=SAMPLE_MAX, description="random forward pairs (all of them when the model has fewer)"),
-                     k: int = Query(DEFAULT_TOP, ge=1, le=TOP_MAX, description="top pairs per metric"),
+                     n: int = Query(DEFAULT_SAMPLE, ge=1, le=VALIDATION_SAMPLE_MAX, description="random forward pairs (all of them when the model has fewer)"),
+                     k: int = Query(DEFAULT_TOP, ge=1, le=VALIDATION_TOP_MAX, description="top pairs per metric"),
                      seed: int = Query(0, ge=0, le=2**31 - 1, description="the sample's seed"),
                      cached: bool = Query(False, description="only what is cached, never computed "
                                                              "(no 401 in lab mode): computed=false "
