@@ -9,7 +9,7 @@ opening each view and a copied link on a real server is tests/browser/test_compa
 from __future__ import annotations
 
 from headgraph.core.models.series import demo_series
-from headgraph.core.names import vocabulary
+from headgraph.server.http.routers.vocabulary import served_vocabulary as vocabulary
 from dash import no_update
 
 from headgraph.frontend.callbacks.compare import compare_view, download_timeline, keep_slider, timeline_view

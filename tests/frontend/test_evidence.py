@@ -21,7 +21,7 @@ from headgraph.frontend.callbacks.tokens import TOKENS_SHOWN, tokens_view
 from headgraph.frontend.state.url import parse_query
 from headgraph.frontend.state.readiness import view_params
 from headgraph.frontend.api.names import Vocabulary
-from headgraph.core.names import vocabulary
+from headgraph.server.http.routers.vocabulary import served_vocabulary as vocabulary
 
 VOCAB = Vocabulary.from_json(vocabulary())
 

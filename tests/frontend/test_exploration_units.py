@@ -20,7 +20,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from frontend_support import READY, find
-from headgraph.core.names import vocabulary
+from headgraph.server.http.routers.vocabulary import served_vocabulary as vocabulary
 from headgraph.frontend.api.client import ApiClient
 from headgraph.frontend.api.names import Vocabulary
 from headgraph.frontend.callbacks import graph as graph_callbacks

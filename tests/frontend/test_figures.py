@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from headgraph.core.names import vocabulary
+from headgraph.server.http.routers.vocabulary import served_vocabulary as vocabulary
 from headgraph.frontend.api.client import ApiClient, ApiError
 from headgraph.frontend.app import local_base_url
 from headgraph.frontend.api.context import CONFIG_KEY, FrontendContext

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from headgraph.core.names import vocabulary
+from headgraph.server.http.routers.vocabulary import served_vocabulary as vocabulary
 from headgraph.frontend.callbacks.graph import all_head_nodes
 from headgraph.frontend.callbacks.panels import head_body, pair_body
 from headgraph.frontend.figures import graph_figure, head_grid_figure, head_slice, score_heatmap

@@ -9,11 +9,11 @@ from __future__ import annotations
 import pytest
 
 from frontend_support import READY, find
-from headgraph.core.names import vocabulary
+from headgraph.server.http.routers.vocabulary import served_vocabulary as vocabulary
 from headgraph.frontend.api.client import ApiClient
 from headgraph.frontend.api.names import Vocabulary
 from headgraph.frontend.callbacks.recovery import recovery_view
-from headgraph.frontend.figures.recovery import (DIFFS, K_MAX, STATS, estimate_text, recovery_csv,
+from headgraph.frontend.figures.recovery import (DIFFS, STATS, estimate_text, recovery_csv,
                                                  recovery_figure, recovery_words)
 from headgraph.frontend.layout.controls import control_groups
 from headgraph.frontend.state.readiness import needed_stages, view_params
@@ -46,7 +46,7 @@ def test_the_controls_of_the_recovery_tab() -> None:
     assert shown == {"ctl-pairing", "ctl-overlay", "ctl-recovery"}
     assert groups["ctl-overlay"].children[0].children == "reference"
     k_box = find(groups["ctl-recovery"], "recovery-k-input")
-    assert k_box.value == 10 and k_box.max == K_MAX
+    assert k_box.value == 10 and k_box.max == VOCAB.limits.recovery_k_max == 200  # the API's bound
 
 
 def test_the_table_and_figure_carry_the_apis_numbers(in_app: None, api: ApiClient, computed: list[str]) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from headgraph.core.names import vocabulary
+from headgraph.server.http.routers.vocabulary import served_vocabulary as vocabulary
 from headgraph.frontend.api.names import Vocabulary
 from headgraph.frontend.figures.subgraph import (
     EXPORT_FORMAT,

@@ -16,7 +16,7 @@ import torch
 from dash import no_update
 
 from frontend_support import READY, find
-from headgraph.core.names import vocabulary
+from headgraph.server.http.routers.vocabulary import served_vocabulary as vocabulary
 from headgraph.frontend.api.client import ApiClient
 from headgraph.frontend.api.names import Vocabulary
 from headgraph.frontend.callbacks.circuit_reads import pair_attribution

@@ -12,7 +12,7 @@ import math
 import pytest
 
 from frontend_support import find, lab_dashboard
-from headgraph.core.names import vocabulary
+from headgraph.server.http.routers.vocabulary import served_vocabulary as vocabulary
 from headgraph.frontend.api.client import ApiClient
 from headgraph.frontend.callbacks.panels import pair_body
 from headgraph.frontend.callbacks.validation import HIDE, SHOW, run_validation, validation_view

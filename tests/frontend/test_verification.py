@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from frontend_support import READY, find, lab_dashboard
-from headgraph.core.names import vocabulary
+from headgraph.server.http.routers.vocabulary import served_vocabulary as vocabulary
 from headgraph.frontend.api.client import ApiClient
 from headgraph.frontend.callbacks.graph import ablation_digest, graph_view
 from headgraph.frontend.callbacks.navigation import render_controls
@@ -87,8 +87,10 @@ def test_layer_range_keeps_edges_with_both_ends_inside() -> None:
 
 
 def test_verdicts_cover_the_top_edges_and_filter() -> None:
-    assert verify_k(("OQ", "OK", "OV"), "topk", 70, {}) == {"OQ": 50, "OK": 50, "OV": 50}
-    assert verify_k(("OK", "OV"), "threshold", 20, {"OK": 12, "OV": 0}) == {"OK": 12}
+    top_max = VOCAB.limits.ablation_top_max
+    assert top_max == 50  # the API's bound on one ablation request
+    assert verify_k(("OQ", "OK", "OV"), "topk", 70, {}, top_max) == {"OQ": 50, "OK": 50, "OV": 50}
+    assert verify_k(("OK", "OV"), "threshold", 20, {"OK": 12, "OV": 0}, top_max) == {"OK": 12}
     verdicts = verdict_map([{"pairing": "OQ", "edges": [
         {"source": "L5H1", "target": "L9H2", "pairing": "OQ", "verdict": "verified"},
         {"source": "L3H0", "target": "L5H1", "pairing": "OQ", "verdict": "no effect"}]}])

@@ -1,8 +1,9 @@
 """The API's vocabulary (GET /api/vocabulary): roles, pairings, metrics, limits, head names.
 
-The dashboard defines none of these itself: each app process reads them from its server once,
-lazily and thread-safely (:class:`VocabularyCache`), and passes a :class:`Vocabulary` to the
-pure state functions (``parse_query`` and friends), so those stay testable without a server.
+The dashboard defines none of these itself, nor the bounds of the requests it sends: each app
+process reads them from its server once, lazily and thread-safely (:class:`VocabularyCache`),
+and passes a :class:`Vocabulary` to the pure state functions (``parse_query`` and friends), so
+those stay testable without a server.
 """
 
 from __future__ import annotations
@@ -25,6 +26,27 @@ def head_label(layer: int, head: int, *, kv: bool = False) -> str:
 
 
 @dataclass(frozen=True)
+class Limits:
+    """The API's bounds on one request that the page keeps to (the vocabulary's ``limits``,
+    each the server's limit of that name): its inputs offer no more, its requests ask no more."""
+
+    recovery_k_max: int  # k of GET /api/recovery
+    ablation_top_max: int  # edges one GET /api/ablation measures
+    timeline_edges_max: int  # k of GET /api/timeline
+    circuit_steps_max: int  # EAP-IG's steps of GET /api/circuit
+    circuit_pairs_min: int  # a bundled task's prompt pairs (GET /api/circuit pairs): the fewest
+    circuit_pairs_max: int  # ... and the most
+    threshold_magnitude_max: float  # |threshold| of GET /api/graph
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Limits:
+        """The page's limits from the vocabulary's ``limits`` object (which holds more)."""
+        ints = {name: int(data[name]) for name in ("recovery_k_max", "ablation_top_max", "timeline_edges_max",
+                                                   "circuit_steps_max", "circuit_pairs_min", "circuit_pairs_max")}
+        return cls(**ints, threshold_magnitude_max=float(data["threshold_magnitude_max"]))
+
+
+@dataclass(frozen=True)
 class Vocabulary:
     """Names the API understands, as served by GET /api/vocabulary."""
 
@@ -35,9 +57,10 @@ class Vocabulary:
     grid_metrics: tuple[str, ...]
     rank_metrics: tuple[str, ...]
     orders: tuple[str, ...]
-    k_max: int
+    k_max: int  # the k of a top-k graph or ranking (the server's graph_k_max)
     default_k: int
     head_pattern: str
+    limits: Limits
     head_re: re.Pattern[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -50,7 +73,8 @@ class Vocabulary:
                    graph_pairings=tuple(data["graph_pairings"]), cs_modes=tuple(data["cs_modes"]),
                    grid_metrics=tuple(data["grid_metrics"]), rank_metrics=tuple(data["rank_metrics"]),
                    orders=tuple(data.get("orders", ())), k_max=int(data["k_max"]),
-                   default_k=int(data["default_k"]), head_pattern=str(data["head_pattern"]))
+                   default_k=int(data["default_k"]), head_pattern=str(data["head_pattern"]),
+                   limits=Limits.from_json(data["limits"]))
 
     def is_head(self, text: Any) -> bool:
         """True for a head name the API accepts ("L9H6", or "L6KV1" for a grouped KV head)."""

@@ -15,7 +15,7 @@ from typing import Any
 from dash import Input, Output, State, dcc, html, no_update
 
 from headgraph.frontend.api.client import ApiError
-from headgraph.frontend.callbacks.common import api, error_note, stat, state_of
+from headgraph.frontend.callbacks.common import api, error_note, stat, state_of, vocab
 from headgraph.frontend.callbacks.define import callback
 from headgraph.frontend.callbacks.router import view_callback
 from headgraph.frontend.figures import empty_figure
@@ -27,7 +27,6 @@ from headgraph.frontend.figures.compare import (
 )
 from headgraph.frontend.layout.compare import step_slider
 from headgraph.frontend.state.readiness import view_params
-from headgraph.frontend.state.url import TIMELINE_K_MAX
 
 PICK_B = "pick model B (a model with the same layers and heads as A, e.g. a checkpoint: demo@step-417)"
 
@@ -135,7 +134,7 @@ def timeline_view(params: dict[str, Any] | None) -> tuple:
     suggestions = _series_suggestions()
     try:
         data = api().get("/api/timeline", series=params["series"], pairing=params["pairing"],
-                         k=min(int(params["k"]), TIMELINE_K_MAX))
+                         k=min(int(params["k"]), vocab().limits.timeline_edges_max))
     except ApiError as err:
         return (empty_figure(err.message, 300), empty_figure("", 200), [error_note(err.message)],
                 no_update, suggestions)
@@ -167,7 +166,8 @@ def download_timeline(n_clicks: int | None, search: str | None) -> Any:
     state = state_of(search)
     try:
         resp = api().request("GET", "/api/timeline", params={
-            "series": state.series, "pairing": state.pairing, "k": min(state.k, TIMELINE_K_MAX), "format": "csv"})
+            "series": state.series, "pairing": state.pairing,
+            "k": min(state.k, vocab().limits.timeline_edges_max), "format": "csv"})
     except ApiError:
         return no_update
     name = "".join(c if c.isalnum() or c in "-_" else "_" for c in state.series)[:60]

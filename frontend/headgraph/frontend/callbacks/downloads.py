@@ -13,12 +13,11 @@ from typing import Any
 from dash import Input, Output, State, ctx, dcc, no_update
 
 from headgraph.frontend.api.client import ApiClient, ApiError
-from headgraph.frontend.callbacks.common import api, state_of
+from headgraph.frontend.callbacks.common import api, state_of, vocab
 from headgraph.frontend.callbacks.define import callback
 from headgraph.frontend.callbacks.graph import load_graph, shown_graph
 from headgraph.frontend.callbacks.heatmap import metric_grid
 from headgraph.frontend.figures import export as exports
-from headgraph.frontend.figures.recovery import K_MAX as RECOVERY_K
 from headgraph.frontend.figures.recovery import recovery_csv
 from headgraph.frontend.layout.page import DOWNLOADABLE, FILTERED
 from headgraph.frontend.state.readiness import view_params
@@ -66,7 +65,8 @@ CSV_MAKERS: dict[str, CsvMaker] = {
     "validation-scatter": lambda c, p: (exports.validation_edges_csv(c.validation(p["model"], p["pairing"],
                                                                                   cached=True)),
                                         _stem(p["model"], "validation-pairs", p["pairing"])),
-    "recovery": lambda c, p: (recovery_csv(c.recovery(p["model"], p["pairing"], p["overlay"], min(p["k"], RECOVERY_K))),
+    "recovery": lambda c, p: (recovery_csv(c.recovery(p["model"], p["pairing"], p["overlay"],
+                                                      min(p["k"], vocab().limits.recovery_k_max))),
                               _stem(p["model"], "recovery", p["pairing"], p["overlay"])),
 }
 

@@ -19,12 +19,11 @@ from dash import Output, html
 
 from headgraph.frontend.api.client import ApiError
 from headgraph.frontend.api.names import O_PAIRINGS
-from headgraph.frontend.callbacks.common import api, error_note, stat, state_of
+from headgraph.frontend.callbacks.common import api, error_note, stat, state_of, vocab
 from headgraph.frontend.callbacks.router import view_callback
 from headgraph.frontend.figures import empty_figure
 from headgraph.frontend.figures.recovery import (
     DIFFS,
-    K_MAX,
     STATS,
     names_no_edge,
     recovery_figure,
@@ -90,7 +89,8 @@ def recovery_view(params: dict[str, Any] | None) -> tuple:
         return empty_figure(msg, 220), [error_note(msg)], []
     if not labels:
         return empty_figure("no reference label set", 220), [], [no_edge_note(NO_LABELS)]
-    k = min(int(params["k"]), K_MAX)
+    k_max = vocab().limits.recovery_k_max
+    k = min(int(params["k"]), k_max)
     try:
         data = api().recovery(params["model"], pairing, labels, k)
     except ApiError as err:
@@ -98,8 +98,8 @@ def recovery_view(params: dict[str, Any] | None) -> tuple:
             msg = f"nothing to recover: {err.message}; pick a label set that names heads of this model"
             return empty_figure("the label set names no head of this model", 220), [], [no_edge_note(msg)]
         return empty_figure(err.message, 220), [error_note(err.message)], []
-    capped = ([html.P(f"top-k capped at the API's {K_MAX} (asked for {params['k']})", className="validation-note")]
-              if params["k"] > K_MAX else [])
+    capped = ([html.P(f"top-k capped at the API's {k_max} (asked for {params['k']})", className="validation-note")]
+              if params["k"] > k_max else [])
     if names_no_edge(data):
         msg = (f"nothing to recover: no valid {pairing} pair joins two heads of '{data.get('labels')}' on "
                f"{data.get('model')} (the set names {len(data.get('reference_heads') or [])} of its heads), so "

@@ -37,7 +37,7 @@ from headgraph.frontend.figures.graph_filters import edge_counts
 from headgraph.frontend.figures.graph_layers import EDGE_DRAW_LIMIT
 from headgraph.frontend.figures.positions import grid_positions
 from headgraph.frontend.figures.task import (
-    TOP_MAX,
+    TASK_EDGES_SHOWN_MAX,
     edge_columns,
     faithfulness_figure,
     grid_value,
@@ -110,7 +110,7 @@ def task_view(params: dict[str, Any] | None) -> tuple:
     steps = int(params["steps"]) if params["method"] == "eap-ig" else 1
     try:
         data = api().circuit(params["model"], params["task"], params["method"], steps,
-                             min(int(params["k"]), TOP_MAX), pairs=params.get("pairs"))
+                             min(int(params["k"]), TASK_EDGES_SHOWN_MAX), pairs=params.get("pairs"))
     except ApiError as err:
         return empty_figure(err.message, 220), [error_note(err.message)], [], empty_figure("")
     grids = (weight_grids(params["model"], data)

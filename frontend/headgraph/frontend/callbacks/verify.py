@@ -17,7 +17,7 @@ from typing import Any
 from dash import Input, Output, State, html, no_update
 
 from headgraph.frontend.api.client import ApiError
-from headgraph.frontend.callbacks.common import api, state_of
+from headgraph.frontend.callbacks.common import api, state_of, vocab
 from headgraph.frontend.callbacks.define import callback
 from headgraph.frontend.callbacks.graph import load_graph
 from headgraph.frontend.figures.common import fmt_value
@@ -158,7 +158,7 @@ def verify_top(n_clicks: int | None, search: str | None, ticks: int | None) -> t
     if not n_clicks:
         return (no_update,) * 10
     state = state_of(search)
-    per = verify_k(state.pairings, state.rule, state.k, graph_edge_counts(state))
+    per = verify_k(state.pairings, state.rule, state.k, graph_edge_counts(state), vocab().limits.ablation_top_max)
     if not per:
         return (no_update,) * 8 + ("no edges to verify", no_update)
     queue = {"model": state.model, "per": [[p, k] for p, k in per.items()], "done": 0, "verdicts": []}

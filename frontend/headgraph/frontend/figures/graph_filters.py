@@ -17,7 +17,6 @@ from headgraph.frontend.api.names import O_PAIRINGS
 from headgraph.frontend.figures.palette import class_key, class_parts
 
 ABLATION_PAIRINGS = O_PAIRINGS  # pairings whose edges path ablation measures
-VERIFY_TOP_MAX = 50  # the API's bound on top (ablation_computations.ABLATION_TOP_MAX)
 VERIFIED, NO_EFFECT, NOT_MEASURED = "verified", "no effect", "not measured"
 NO_NULL = "null not computed"  # measured, its random-pair null not cached yet
 UNRESOLVED = "null too small"  # the null cannot resolve the verdict's quantile: no verdict
@@ -82,17 +81,18 @@ def find_matches(names: Iterable[str], find: str, classes: Mapping[str, str] | N
                   key=head_order)
 
 
-def verify_k(pairings: Iterable[str], rule: str, k: int, edge_counts: dict[str, int]) -> dict[str, int]:
+def verify_k(pairings: Iterable[str], rule: str, k: int, edge_counts: dict[str, int],
+             top_max: int) -> dict[str, int]:
     """How many top edges by PK of each shown pairing verification covers: the graph's k in
-    top-k mode, its edge count in threshold mode, capped at VERIFY_TOP_MAX (0-edge pairings
-    and pairings ablation cannot measure left out)."""
+    top-k mode, its edge count in threshold mode, capped at ``top_max`` (the vocabulary's
+    ``ablation_top_max``); 0-edge pairings and pairings ablation cannot measure left out."""
     out = {}
     for p in pairings:
         if p not in ABLATION_PAIRINGS:
             continue
         n = int(k) if rule == "topk" else int(edge_counts.get(p, 0) or 0)
         if n > 0:
-            out[p] = min(n, VERIFY_TOP_MAX)
+            out[p] = min(n, top_max)
     return out
 
 

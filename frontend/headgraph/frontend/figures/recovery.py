@@ -28,7 +28,6 @@ BASELINE_COLOR = "#9aa4ad"
 STATS: tuple[tuple[str, str], ...] = (("endpoint_share", "endpoint share"), ("precision", "precision@k"),
                                       ("auc", "ROC-AUC"))
 DIFFS: tuple[tuple[str, str], ...] = (("precision_diff", "precision@k − PK"), ("auc_diff", "ROC-AUC − PK"))
-K_MAX = 200  # the API's most top edges per metric (GET /api/recovery k)
 
 
 def metric_label(metric: str) -> str:

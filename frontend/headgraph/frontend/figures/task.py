@@ -21,7 +21,7 @@ from headgraph.frontend.figures.palette import CLASS_PALETTE, NO_CLASS_COLOR
 
 CURVE_COLOR = CLASS_PALETTE[1]  # the faithfulness curve
 CIRCUIT_COLOR = CLASS_PALETTE[0]  # the stated share and the circuit size reaching it
-TOP_MAX = 200  # the most edges the view lists (the API allows more)
+TASK_EDGES_SHOWN_MAX = 200  # the most edges the task view lists (the API allows more: limits.circuit_top_max)
 # (edge key, column title) of the table; "pk" / "cs" only where the API gives them.
 COLUMNS: tuple[tuple[str, str], ...] = (("rank", "rank"), ("writer", "source"), ("reader", "target"),
                                         ("path", "reader"), ("score", "attribution"), ("in_circuit", "in circuit"))

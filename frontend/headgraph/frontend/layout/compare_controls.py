@@ -12,7 +12,7 @@ from typing import Any
 from dash import dcc, html
 
 from headgraph.frontend.api.names import Vocabulary
-from headgraph.frontend.state.url import TIMELINE_K_MAX, ViewState
+from headgraph.frontend.state.url import ViewState
 
 
 def comparison_groups(state: ViewState | None, vocab: Vocabulary | None,
@@ -20,6 +20,7 @@ def comparison_groups(state: ViewState | None, vocab: Vocabulary | None,
     """The "compare" and "series" groups (``group(name, label, shown, *children)``)."""
     view = state.view if state else None
     k = state.k if state else None
+    timeline_k_max = vocab.limits.timeline_edges_max if vocab else None
 
     def text(cid: str, value: str, placeholder: str, datalist: str, title: str) -> Any:
         return html.Span(dcc.Input(id=cid, type="text", value=value, placeholder=placeholder, debounce=True,
@@ -39,6 +40,6 @@ def comparison_groups(state: ViewState | None, vocab: Vocabulary | None,
               text("series-input", state.series if state else "", "demo-series", "series-list",
                    "a named series, or model ids separated by commas"),
               html.Span("top-k", className="ctl-label"),
-              dcc.Input(id="timeline-k-input", type="number", min=1, max=TIMELINE_K_MAX, step=1,
-                        value=min(k, TIMELINE_K_MAX) if k else None, debounce=True, className="num-input")),
+              dcc.Input(id="timeline-k-input", type="number", min=1, max=timeline_k_max, step=1,
+                        value=min(k, timeline_k_max) if k and timeline_k_max else k, debounce=True, className="num-input")),
     ]

@@ -21,7 +21,6 @@ from headgraph.frontend.state.url import (
     DEFAULT_TASK,
     FDR_Q_RANGE,
     RANK_ON,
-    STEPS_MAX,
     SUBSPACES,
     THRESHOLD_ON,
     VERIFICATION_MODES,
@@ -68,7 +67,6 @@ SUBSPACES_LABELS = {"raw": "raw", "norm": "norm-aware"}
 UNAVAILABLE = "not available offline"
 NOT_OFFERED = "not offered"  # a local model the server refuses (a link out of its root)
 HIDE = {"display": "none"}
-RECOVERY_K_MAX = 200  # GET /api/recovery's most top edges per metric
 BUNDLED_TASKS: tuple[str, ...] = ("ioi", "induction", "successor")  # until GET /api/tasks answers
 METHOD_LABELS = {"eap": "EAP", "eap-ig": "EAP-IG"}
 
@@ -195,6 +193,11 @@ def control_groups(state: ViewState | None, vocab: Vocabulary | None,
     topk = bool(state) and state.rule == "topk"
     fdr = bool(state) and not topk and state.threshold_on == "fdr"
     inline = {"display": "inline-block"}
+    # The API's bounds (the vocabulary's limits); the page's first render, before the vocabulary
+    # arrives, has no state and bounds nothing.
+    recovery_k_max = vocab.limits.recovery_k_max if vocab else None
+    steps_max = vocab.limits.circuit_steps_max if vocab else None
+    recovery_k = min(state.k, recovery_k_max) if state and recovery_k_max else (state.k if state else None)
     return [
         _group("pairing", "pairing", "pairing" in shown, dcc.Dropdown(
             id="pairing-select", options=_opts(pairings), value=state.pairing if state else None,
@@ -269,8 +272,8 @@ def control_groups(state: ViewState | None, vocab: Vocabulary | None,
                          title="highlight a head, a layer's heads (L17) or a class's heads (a class of "
                                "the overlay, e.g. induction); a head name opens its panel")),
         _group("recovery", "top-k", "recovery" in shown, dcc.Input(
-            id="recovery-k-input", type="number", min=1, max=RECOVERY_K_MAX, step=1,
-            value=min(state.k, RECOVERY_K_MAX) if state else None, debounce=True, className="num-input")),
+            id="recovery-k-input", type="number", min=1, max=recovery_k_max, step=1,
+            value=recovery_k, debounce=True, className="num-input")),
         *comparison_groups(state, vocab, _group),
         _group("task", "task", "task" in shown,
                dcc.Dropdown(id="task-select", options=task_options(None, (state.task or DEFAULT_TASK) if state else None),
@@ -279,7 +282,7 @@ def control_groups(state: ViewState | None, vocab: Vocabulary | None,
                dcc.RadioItems(id="method-radio", value=state.method if state else None, inline=True,
                               options=_opts(CIRCUIT_METHODS, METHOD_LABELS)),
                html.Span([html.Span("steps", className="ctl-label"),
-                          dcc.Input(id="steps-input", type="number", min=1, max=STEPS_MAX, step=1,
+                          dcc.Input(id="steps-input", type="number", min=1, max=steps_max, step=1,
                                     value=state.steps if state else None, debounce=True, className="num-input")],
                          id="steps-box", title="EAP-IG's integration steps (EAP: one)",
                          style={"display": "inline-flex"} if state and state.method == "eap-ig" else HIDE)),

@@ -23,7 +23,6 @@ from headgraph.frontend.state.url import (
     RULES,
     THRESHOLD_ON,
     VERIFICATION_MODES,
-    STEPS_MAX,
     SUBSPACES,
     VIEWS,
     ViewState,
@@ -136,7 +135,7 @@ def set_field(state: ViewState, field: str, value: Any, vocab: Vocabulary) -> Vi
     if field == "top_percent":
         return state.with_(top_percent=min(max(number, 0.1), 100.0))
     if field == "steps":
-        return state.with_(steps=int(min(max(number, 1), STEPS_MAX)))
+        return state.with_(steps=int(min(max(number, 1), vocab.limits.circuit_steps_max)))
     return state
 
 

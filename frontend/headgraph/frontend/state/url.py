@@ -53,20 +53,18 @@ DEFAULT_MODEL = "demo"
 NORM_SUFFIX = "@norm"
 SUBSPACES: tuple[str, ...] = ("raw", "norm")
 DEFAULT_SERIES = "demo-series"  # the timeline's series (GET /api/series)
-TIMELINE_K_MAX = 50  # the most edges GET /api/timeline follows
 DEFAULT_PAIRING = "OK"
 DEFAULT_ROLE = "O"
 # The API's per-model label set: each model's heads classed by its own attention patterns.
 PATTERN_OVERLAY = "patterns"
 # The task view (GET /api/circuit): a task of GET /api/tasks, the attribution method and
-# EAP-IG's integration steps (the API's defaults and bounds; eap always runs one step).
+# EAP-IG's integration steps (the API's defaults; its bounds are the vocabulary's ``limits``;
+# eap always runs one step).
 DEFAULT_TASK = "induction"
 CIRCUIT_METHODS: tuple[str, ...] = ("eap", "eap-ig")
 DEFAULT_METHOD = "eap-ig"
 DEFAULT_STEPS = 5
-STEPS_MAX = 64
-PAIRS_MAX = 32  # a bundled task's prompt pairs (the API's default); fewer: a quicker circuit
-PAIRS_MIN = 2
+DEFAULT_PAIRS = 32  # a bundled task's prompt pairs, all of them (the API's default); fewer: a quicker circuit
 _TASK_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
 
 
@@ -143,8 +141,8 @@ class ViewState:
     # it in its links), the graph and pair panel mark no circuit.
     task: str = ""
     method: str = DEFAULT_METHOD  # task view: "eap" | "eap-ig" (CIRCUIT_METHODS)
-    steps: int = DEFAULT_STEPS  # task view: EAP-IG's integration steps (1..STEPS_MAX)
-    pairs: int = PAIRS_MAX  # task view: a bundled task's first n prompt pairs (PAIRS_MIN..PAIRS_MAX)
+    steps: int = DEFAULT_STEPS  # task view: EAP-IG's integration steps (1..limits.circuit_steps_max)
+    pairs: int = DEFAULT_PAIRS  # task view: a bundled task's first n prompt pairs (limits.circuit_pairs_min..max)
     pins: tuple[str, ...] = ()  # subgraph: pinned heads (and KV groups), in pin order
     groups: tuple[tuple[str, tuple[str, ...]], ...] = ()  # subgraph: (name, its pinned heads)
     labels: tuple[tuple[str, str], ...] = ()  # subgraph: (head or group name, custom label)
@@ -267,7 +265,7 @@ def parse_query(search: str | None, vocab: Vocabulary,
     threshold, thresholds on its ``metric`` as it did then; otherwise the scales' defaults.
     """
     q = {key: vals[-1] for key, vals in parse_qs((search or "").lstrip("?"), keep_blank_values=True).items()}
-    d = default_state(vocab)
+    d, limits = default_state(vocab), vocab.limits
     view = _choice(q.get("view"), VIEWS, d.view)
     pairings = tuple(p for p in vocab.graph_pairings if p in (q.get("pairings") or "").upper().split(","))
     head = q.get("head") if vocab.is_head(q.get("head")) else None
@@ -290,7 +288,8 @@ def parse_query(search: str | None, vocab: Vocabulary,
         rule=_choice(q.get("rule"), RULES, d.rule),
         rank_on=rank_on,
         threshold_on=on,
-        threshold=clean_threshold(_number(q.get("threshold"), None, -1e6, 1e6), on),
+        threshold=clean_threshold(_number(q.get("threshold"), None, -limits.threshold_magnitude_max,
+                                          limits.threshold_magnitude_max), on),
         metric=_choice(q.get("metric"), vocab.metrics, d.metric),
         layout=_choice(q.get("layout"), LAYOUTS, d.layout),
         overlay=q["overlay"] if "overlay" in q else default_overlay(model, label_sets),
@@ -310,8 +309,8 @@ def parse_query(search: str | None, vocab: Vocabulary,
         checkpoint=q.get("checkpoint", "") if (q.get("checkpoint") or "").isdigit() else "",
         task=parse_task(q.get("task")) or (DEFAULT_TASK if view == "task" else d.task),
         method=_choice(q.get("method"), CIRCUIT_METHODS, d.method),
-        steps=int(_number(q.get("steps"), d.steps, 1, STEPS_MAX) or d.steps),
-        pairs=int(_number(q.get("pairs"), d.pairs, PAIRS_MIN, PAIRS_MAX) or d.pairs),
+        steps=int(_number(q.get("steps"), d.steps, 1, limits.circuit_steps_max) or d.steps),
+        pairs=int(_number(q.get("pairs"), d.pairs, limits.circuit_pairs_min, limits.circuit_pairs_max) or d.pairs),
         pins=pins,
         groups=groups,
         labels=labels,
@@ -366,7 +365,7 @@ def to_query(state: ViewState) -> str:
     task = state.task or (DEFAULT_TASK if state.view == "task" else "")
     if task or (state.method, state.steps) != (DEFAULT_METHOD, DEFAULT_STEPS):
         items += [("task", task), ("method", state.method), ("steps", str(state.steps))]
-    if state.pairs != PAIRS_MAX:
+    if state.pairs != DEFAULT_PAIRS:
         items.append(("pairs", str(state.pairs)))
     items += format_subgraph(state)
     if state.head:
