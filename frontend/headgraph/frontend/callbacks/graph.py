@@ -24,6 +24,7 @@ from headgraph.frontend.callbacks.common import (
     overlay_classes,
     stat,
     state_of,
+    vocab,
     with_overlay,
 )
 from headgraph.frontend.callbacks.circuit_reads import cached_circuit, circuit_chip, circuit_state
@@ -225,7 +226,8 @@ def load_verdicts(client: Any, params: dict[str, Any], counts: dict[str, int]
     """Cached verdicts of the graph's top edges per pairing (graph_filters.verify_k) and the
     API's verdict rule; never computes (an uncovered edge is "not measured")."""
     answers, rule = [], None
-    for pairing, k in verify_k(params["pairings"], params["rule"], params["k"], counts).items():
+    top_max = vocab().limits.ablation_top_max
+    for pairing, k in verify_k(params["pairings"], params["rule"], params["k"], counts, top_max).items():
         try:
             answer = client.ablation(params["model"], pairing, top=k, cached=True)
         except ApiError:
