@@ -134,8 +134,11 @@ def test_a_client_runs_one_cold_computation_at_a_time_and_queues_the_next(lab):
     assert "waiting" in message(refused[0]) and "retry" in message(refused[0])
     assert all(cached_ok)  # a cached read takes no cold slot
     # The client's queue as the page shows it: the first running, the second next in line.
-    assert listed and all(q["running"] == [f"reference · {lab.big}"] for q in listed), listed[:3]
-    assert all(q["queued"] == [f"pk · {lab.big} · VO"] and q["per_client"] == 1 for q in listed)
+    # (A look taken as the first's answer is on its way may already show the second running.)
+    first_w, second_w = f"reference · {lab.big}", f"pk · {lab.big} · VO"
+    assert any(q["running"] == [first_w] and q["queued"] == [second_w] for q in listed), listed[:3]
+    assert all(q["running"] in ([first_w], [second_w]) and q["queued"] in ([second_w], [])
+               and q["per_client"] == 1 for q in listed), listed
     assert after["queued"] == [] and httpx.get(lab.url + "/api/queue", timeout=60).json()["running"] == []
     retry = httpx.get(lab.url + "/api/pk", params={"model": lab.big, "pairing": "OV", "metric": "z"},
                       headers=AUTH, timeout=300)
