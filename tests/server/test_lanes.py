@@ -76,16 +76,18 @@ def test_a_dead_process_fails_its_task_and_the_next_one_gets_a_new_process():
 WIDE = {"n_layers": 16, "n_heads": 32, "d_model": 256, "d_head": 8, "d_vocab": 64, "n_ctx": 64}
 
 
-@pytest.mark.slow  # two compute processes and a wide model's long reference: ~20 s
-def test_a_page_is_answered_while_a_job_stage_holds_the_background_lane(tmp_path, monkeypatch):
+@pytest.mark.slow  # three compute processes, a wide model's long reference, the demo's job
+def test_a_page_and_a_small_job_run_while_a_job_stage_holds_the_background_lane(tmp_path, monkeypatch):
     """A job's stage (the wide model's KL reference of 100x its usual samples: minutes) runs in
     the background lane; meanwhile a page's cold demo results are computed and answered by the
-    interactive lane, the stage still running afterwards (its single-flight lock still held).
-    One shared process would have made the page wait for the whole stage."""
+    interactive lane, and then the demo's whole compute job runs in the small lane, the stage
+    still running afterwards (its single-flight lock still held). One shared process would have
+    made the page wait for the whole stage; one job lane, the demo's job."""
     import json
 
     from headgraph.core.models.demo import ARCHITECTURE
     from headgraph.server.compute.lanes import background
+    from headgraph.server.services.jobs import run_compute
     from headgraph.server.services.wiring import build_services
     from headgraph.server.settings import Settings
 
@@ -118,7 +120,19 @@ def test_a_page_is_answered_while_a_job_stage_holds_the_background_lane(tmp_path
         pk = services.scores.pk(demo, "OK")  # a page's request: demo loaded and computed
         assert pk.scores.shape == (2, 8, 2, 8)
         assert "lock:" + key in services.store.meta and not outcome  # the stage still runs
-        assert len(services.pool.processes()) == 2  # one per lane
+        assert len(services.pool.processes()) == 2  # the interactive and background lanes'
+
+        # The demo's whole job (the views of its page wait for it) is small: its stages run in
+        # the small lane while the big model's stage still holds the background lane.
+        stages: list[str] = []
+        with background():  # as JobManager runs a job
+            done, unavailable = run_compute(services.scores, services.catalog, demo,
+                                            ["OQ", "OK", "OV"],
+                                            lambda stage, fraction, message: stages.append(stage))
+        assert stages[-1] == "done" and not unavailable, unavailable
+        assert {"pk", "cs K", "reference", "null", "patterns"} <= set(done)
+        assert "lock:" + key in services.store.meta and not outcome  # the stage still runs
+        assert len(services.pool.processes()) == 3  # one per lane
     finally:
         children = services.pool.processes() if services.pool is not None else []
         for proc in children:  # the stage would run on for minutes

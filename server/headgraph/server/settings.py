@@ -67,9 +67,11 @@ class Settings:
         started under `nice` keeps its own level for them, never adds this to it).
     compute_processes: spawned compute processes per lane of each API process, where models
         are loaded and cold results computed (0: compute in the API process's own threads).
-    compute_lanes: 2: a page's requests and compute jobs' stages have their own compute
-        processes (a model used by both is loaded in each); 1: they share them, a page's
-        requests first (for a model too big to load twice).
+    compute_lanes: 3: a page's requests, compute jobs' stages and the stages of small jobs
+        (a whole plan estimated at seconds: a small model's) have their own compute processes
+        (a model used by several is loaded in each), so neither a view nor a small model's job
+        waits for a big model's stage; 2: small jobs share the jobs' processes; 1: all share
+        them, a page's requests first (for a model too big to load twice).
     cold_per_client: cold computations one client (an address, or the token holders) may
         have running at once in one API process; more wait in the client's queue.
     cold_queue_per_client: distinct cold computations one client may have waiting (429 beyond).
@@ -98,7 +100,7 @@ class Settings:
     torch_threads: int | None = None
     compute_nice: int = 10
     compute_processes: int = 1
-    compute_lanes: int = 2
+    compute_lanes: int = 3
     cold_per_client: int = 2
     cold_queue_per_client: int = 32
     body_timeout_s: float = 20.0
@@ -146,7 +148,7 @@ class Settings:
             torch_threads=_number(env, "HEADGRAPH_TORCH_THREADS", 0, 0, 1024, int) or None,
             compute_nice=_number(env, "HEADGRAPH_COMPUTE_NICE", 10, 0, 19, int),
             compute_processes=_number(env, "HEADGRAPH_COMPUTE_PROCESSES", 1, 0, 64, int),
-            compute_lanes=_number(env, "HEADGRAPH_COMPUTE_LANES", 2, 1, 2, int),
+            compute_lanes=_number(env, "HEADGRAPH_COMPUTE_LANES", 3, 1, 3, int),
             cold_per_client=_number(env, "HEADGRAPH_COLD_PER_CLIENT", 2, 1, 64, int),
             cold_queue_per_client=_number(env, "HEADGRAPH_COLD_QUEUE_PER_CLIENT", 32, 0, 4096, int),
             body_timeout_s=_number(env, "HEADGRAPH_BODY_TIMEOUT_S", 20.0, 0.1, 3600.0, float),

@@ -48,6 +48,10 @@ MIN_BASIS = 0.05
 PK_SHARE_OF_GEMM = 0.5
 # Null samples per pairing and reference samples (core.stats: the job's defaults).
 NULL_SAMPLES = 2000
+# A job whose whole plan costs at most this many multiply-adds (stage overheads included: a few
+# seconds of one core, whatever its load) is small: its stages go to the small lane
+# (compute.lanes), never behind a big model's stage. The demo's job costs ~3e10, SmolLM2's ~5e12.
+SMALL_JOB_WORK = 2e11
 REFERENCE_MAX_PAIRS = 40000
 # Tokens the patterns stage runs (20 bundled prompts padded, 8 repeated random sequences of 41)
 # and each data-weighted PK prompt set; a forward pass costs about 2 * 12 d^2 per layer-token.
@@ -143,6 +147,12 @@ class JobEstimate:
         self.total = sum(self.costs.values()) or 1.0
         self.seconds: dict[str, float] = {}
 
+    @property
+    def small(self) -> bool:
+        """Whether the whole plan costs at most SMALL_JOB_WORK: a small model's job, run in
+        the small lane. Counted in work, not seconds, so a busy machine does not change it."""
+        return self.total <= SMALL_JOB_WORK
+
     def finished(self, stage: str, seconds: float, *, worked: bool = True) -> None:
         """Record a finished stage and the seconds it took; ``worked=False`` for one that had
         nothing to do here (a model that cannot run) or could not run: its planned cost leaves
@@ -209,4 +219,4 @@ def format_eta(seconds: float | None) -> str:
     return f"about {seconds / 3600.0:.1f} h left"
 
 
-__all__ = ["ESTIMATING", "JobEstimate", "Shape", "format_eta", "machine_rate", "pk_cost", "stage_cost"]
+__all__ = ["ESTIMATING", "SMALL_JOB_WORK", "JobEstimate", "Shape", "format_eta", "machine_rate", "pk_cost", "stage_cost"]

@@ -1,18 +1,25 @@
 """Which compute processes a task goes to, and in which order: lanes and their queues.
 
 A task sent to the compute processes goes to a lane: "interactive" (what a person's page or a
-command asks for: the default) or "background" (a compute job's stages, sent under
-:func:`background`). Each lane has its own compute processes, so a view is never stuck behind
-a job's stage that runs for minutes. Within a lane, tasks wait in the lane's own queue, not in
+command asks for: the default), "background" (a compute job's stages, sent under
+:func:`background`) or "small" (the stages of a job whose whole plan is estimated to take
+seconds: a small model's, sent under ``background(small=True)``). Each lane has its own compute
+processes, so a view is never stuck behind a job's stage that runs for minutes, and a small
+model's job (which its page's views wait for) is never stuck behind a big model's current
+stage; only small models are loaded in the small lane's process, so it costs little memory. Within a lane, tasks wait in the lane's own queue, not in
 the executor's, and a freed process takes the cheapest waiting task first: a job's stage
 carries its estimated cost (server.compute.estimate), an interactive task costs nothing (first
 come, first served), so the small stages of a small model's job go before a big model's next
-stage instead of waiting for its whole job. With one lane (``HEADGRAPH_COMPUTE_LANES=1``: a
+stage instead of waiting for its whole job. With two lanes (``HEADGRAPH_COMPUTE_LANES=2``)
+small jobs share the background lane; with one lane (``HEADGRAPH_COMPUTE_LANES=1``: a
 model too big to be loaded twice) both kinds share its processes, interactive tasks first.
 
 >>> with background(cost=5.0):
 ...     current()
 ('background', 5.0)
+>>> with background(cost=5.0, small=True):
+...     current()
+('small', 5.0)
 >>> current()
 ('interactive', 0.0)
 """
@@ -29,15 +36,16 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
-LANES: tuple[str, ...] = ("interactive", "background")
+LANES: tuple[str, ...] = ("interactive", "background", "small")
 _LANE: ContextVar[str] = ContextVar("headgraph_lane", default="interactive")
 _COST: ContextVar[float] = ContextVar("headgraph_task_cost", default=0.0)
 
 
 @contextmanager
-def background(cost: float = 0.0) -> Iterator[None]:
-    """Tasks sent from inside go to the background lane, queued by ``cost`` (smaller first)."""
-    lane, price = _LANE.set("background"), _COST.set(float(cost))
+def background(cost: float = 0.0, *, small: bool = False) -> Iterator[None]:
+    """Tasks sent from inside go to the background lane (the small lane with ``small``: a
+    stage of a job estimated to take seconds), queued by ``cost`` (smaller first)."""
+    lane, price = _LANE.set("small" if small else "background"), _COST.set(float(cost))
     try:
         yield
     finally:

@@ -238,17 +238,17 @@ def rebuild_error(info: dict[str, Any]) -> Exception:
 
 class ComputePool:
     """Lazily started compute processes for one API process, in lanes (compute.lanes): the
-    interactive lane's and the background lane's (``compute_lanes`` 2), or one shared lane
-    (``compute_lanes`` 1), each of ``compute_processes`` processes."""
+    interactive, background and small lanes' (``compute_lanes`` 3), small jobs in the
+    background lane (2), or one shared lane (1), each of ``compute_processes`` processes."""
 
     def __init__(self, settings: Settings, worker_factory: WorkerFactory) -> None:
         self.settings = settings
         self.worker_factory = worker_factory
-        shared = LaneQueue(self._new_executor, settings.compute_processes) \
-            if settings.compute_lanes == 1 else None
-        self.lanes: dict[str, LaneQueue] = {
-            lane: shared or LaneQueue(self._new_executor, settings.compute_processes)
-            for lane in LANES}
+        count = max(1, min(settings.compute_lanes, len(LANES)))
+        queues = [LaneQueue(self._new_executor, settings.compute_processes) for _ in range(count)]
+        # lane i uses queue i, or the last one there is: (1) all share; (2) small -> background
+        self.lanes: dict[str, LaneQueue] = {lane: queues[min(i, count - 1)]
+                                            for i, lane in enumerate(LANES)}
 
     def _new_executor(self) -> ProcessPoolExecutor:
         return ProcessPoolExecutor(max_workers=self.settings.compute_processes,
@@ -260,7 +260,7 @@ class ComputePool:
         interactive unless inside ``background``); its value (Identify) or None, else its
         error. In a shared lane interactive tasks go first."""
         lane, cost = current()
-        priority = cost if lane == "background" or self.settings.compute_lanes != 1 else -1.0
+        priority = cost if lane != "interactive" or self.settings.compute_lanes != 1 else -1.0
         future = self.lanes[lane].submit(run_task, self.settings, self.worker_factory, task,
                                          priority=priority)
         try:

@@ -246,7 +246,7 @@ def run_compute(scores: ScoresService, catalog: ModelCatalog, ref: ModelRef, pai
                      Timing(dict(estimate.seconds), estimate.remaining_s()))
         started = time.perf_counter()
         try:
-            with background(cost=estimate.costs.get(stage, 0.0)):  # compute.lanes
+            with background(cost=estimate.costs.get(stage, 0.0), small=estimate.small):
                 # a stage already cached says nothing of this machine's speed: it leaves the
                 # estimate's total (its reads are not work) instead of making the rest look fast
                 worked = not cached(thunk) and thunk() is not False
