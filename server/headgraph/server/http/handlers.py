@@ -15,8 +15,8 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from headgraph.core.errors import HeadgraphError
-from headgraph.core.names import HEAD_INPUT_PATTERN
 from headgraph.server.errors import ApiError, error_body, one_line, status_for
+from headgraph.server.http.params import PATTERN_MESSAGES
 
 log = logging.getLogger("headgraph.errors")
 
@@ -48,9 +48,8 @@ def install_handlers(app: FastAPI) -> None:
             loc = ".".join(str(p) for p in e.get("loc", ()) if p not in ("query", "body", "path"))
             got = e.get("input")
             shown = f" (got {got!r:.80})" if isinstance(got, (str, int, float)) else ""
-            msg = e.get("msg", "invalid")
-            if (e.get("ctx") or {}).get("pattern") == HEAD_INPUT_PATTERN:
-                msg = "not a head name (expected like 'L9H6', or 'L6KV1' for a grouped key/value head)"
+            pattern = str((e.get("ctx") or {}).get("pattern"))
+            msg = PATTERN_MESSAGES.get(pattern, e.get("msg", "invalid"))
             details.append(f"{loc or 'request'}: {msg}{shown}")
         message = "; ".join(details) or "invalid request"
         return JSONResponse(error_body(422, one_line(message, 1000)), status_code=422)

@@ -26,12 +26,19 @@ from headgraph.core.names import (
 from headgraph.server.http.schemas.common import ErrorBody
 from headgraph.server.limits import GRAPH_K_MAX
 
-__all__ = ["DEFAULT_K", "ERRORS", "PAIRINGS_PATTERN", "CSMode", "GridMetric",
+__all__ = ["CIRCUIT_EDGE_PATTERN", "DEFAULT_K", "ERRORS", "PAIRINGS_PATTERN", "PATTERN_MESSAGES", "CSMode", "GridMetric",
            "LayerOrder", "Pairing", "RankMetric", "Role", "SimilarityMode", "head_query", "labels_query",
            "optional_k_query", "pairings_query"]
 
 # Comma-separated pairings (case-insensitive): core.names.parse_pairings checks each.
 PAIRINGS_PATTERN = r"^[QKVOqkvo]{2}(,[QKVOqkvo]{2})*$"
+# A task circuit's edge to look up: WRITER>READER in core.circuits' node names (L0H0>L1H3.K).
+CIRCUIT_EDGE_PATTERN = r"^[A-Za-z0-9_.]{1,40}>[A-Za-z0-9_.]{1,40}$"
+# What a 422 says of a query value that misses one of these patterns (instead of the regex).
+PATTERN_MESSAGES = {
+    HEAD_INPUT_PATTERN: "not a head name (expected like 'L9H6', or 'L6KV1' for a grouped key/value head)",
+    CIRCUIT_EDGE_PATTERN: "not an edge (expected WRITER>READER, like 'L0H0>L1H3.K')",
+}
 ERRORS: dict[int | str, dict[str, Any]] = {404: {"model": ErrorBody}, 403: {"model": ErrorBody},
                                            422: {"model": ErrorBody}}
 

@@ -14,11 +14,11 @@ the steps; GET /api/circuit/progress says meanwhile where it is (stage and fract
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.concurrency import run_in_threadpool
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from headgraph.server.computations.circuits import (
     BUNDLED_PAIRS,
@@ -37,7 +37,7 @@ from headgraph.server.http.deps import (
     _service,
     require_token,
 )
-from headgraph.server.http.params import ERRORS
+from headgraph.server.http.params import CIRCUIT_EDGE_PATTERN, ERRORS
 from headgraph.server.http.responses import warm_json
 from headgraph.server.http.schemas.circuits import (
     CircuitOut,
@@ -47,25 +47,48 @@ from headgraph.server.http.schemas.circuits import (
     TaskSummary,
 )
 from headgraph.server.http.schemas.common import ErrorBody
-from headgraph.server.limits import CIRCUIT_LOOKUP_MAX, CIRCUIT_PAIRS_MAX, CIRCUIT_PAIRS_MIN, CIRCUIT_STEPS_MAX, CIRCUIT_TOP_MAX, TASK_UPLOAD_BYTES_MAX
+from headgraph.server.limits import CIRCUIT_LOOKUP_MAX, CIRCUIT_PAIRS_MAX, CIRCUIT_PAIRS_MIN, CIRCUIT_STEPS_MAX, CIRCUIT_TOP_MAX, TASK_ROWS_MAX, TASK_UPLOAD_BYTES_MAX
 from headgraph.server.services.circuits import CircuitService
 
 router = APIRouter(prefix="/api", tags=["circuits"])
 PAIRS_HELP = ("a bundled task's first n prompt pairs (a quicker circuit of a large model: the "
               "time grows with n); an uploaded task is used whole")
-EDGE_PATTERN = r"^[A-Za-z0-9_.]{1,40}>[A-Za-z0-9_.]{1,40}$"
+JSONL_MEDIA_TYPE = "application/x-ndjson"
+NO_NUL = r"^[^\x00]*$"
+# An edge to look up (validated, and documented as the items' pattern).
+EdgeName = Annotated[str, StringConstraints(pattern=CIRCUIT_EDGE_PATTERN)]
 CircuitsDep = Annotated[CircuitService, Depends(_service("circuits"))]
 METHOD_PATTERN = "^(" + "|".join(m.replace("-", r"\-") for m in CIRCUIT_METHODS) + ")$"
 
+
+class TaskRow(BaseModel):
+    """One line of an uploaded task (core.circuits.tasks.read_jsonl's rules): a clean prompt,
+    its corrupt counterpart, the answer and the distractor, each a non-empty string."""
+
+    model_config = ConfigDict(extra="forbid")
+    clean: str = Field(min_length=1, pattern=NO_NUL, description="the clean prompt")
+    corrupt: str = Field(min_length=1, pattern=NO_NUL,
+                         description="the corrupt prompt (as many tokens as clean)")
+    answer: str = Field(min_length=1, pattern=NO_NUL, description="the right next token (one token)")
+    distractor: str = Field(min_length=1, pattern=NO_NUL, description="the token the answer's logit "
+                            "is compared with: the metric is logit(answer) - logit(distractor)")
+
+
+# JSONL is a sequence of JSON texts: as OpenAPI 3.2 reads a sequential media type, the schema
+# is that of the whole sequence as an array, one item a line.
 UPLOAD_BODY = {
     "requestBody": {
         "required": True,
-        "description": "the task as JSONL: one object a line, {\"clean\": str, \"corrupt\": "
-                       "str, \"answer\": str, \"distractor\": str} (clean and corrupt the same "
-                       "length in tokens, answer and distractor one token each); or a "
-                       "multipart form with a 'file' part",
-        "content": {"application/x-ndjson": {"schema": {"type": "string"}},
-                    "text/plain": {"schema": {"type": "string"}}},
+        "description": "the task as JSONL (UTF-8): one object a line, with exactly the keys "
+                       "clean, corrupt, answer and distractor (non-empty strings), blank lines "
+                       f"skipped, 1 to {TASK_ROWS_MAX} rows, at most {TASK_UPLOAD_BYTES_MAX} bytes; "
+                       "the schema is that of the lines as an array. With model=, clean and "
+                       "corrupt must also be as many tokens long and answer and distractor one "
+                       "token each in that model's tokenizer. The same JSONL is also taken as "
+                       "text/plain or as the 'file' part of a multipart form",
+        "content": {JSONL_MEDIA_TYPE: {"schema": {
+            "type": "array", "minItems": 1, "maxItems": TASK_ROWS_MAX,
+            "items": TaskRow.model_json_schema()}}},
     }
 }
 
@@ -129,14 +152,11 @@ async def get_circuit(request: Request, *, ref: ModelDep,
                                        description="edges listed, strongest first"),
                       pairs: int = Query(BUNDLED_PAIRS, ge=CIRCUIT_PAIRS_MIN, le=CIRCUIT_PAIRS_MAX,
                                          description=PAIRS_HELP),
-                      edge: list[str] = Query([], max_length=CIRCUIT_LOOKUP_MAX,
-                                              description="edges to look up (repeatable): "
-                                                          "WRITER>READER, e.g. L0H0>L1H3.K; "
-                                                          "answered in lookup with their rank"),
+                      edge: list[EdgeName] = Query([], max_length=CIRCUIT_LOOKUP_MAX,
+                                                   description="edges to look up (repeatable): "
+                                                               "WRITER>READER, e.g. L0H0>L1H3.K; "
+                                                               "answered in lookup with their rank"),
                       circuits: CircuitsDep) -> Any:
-    for e in edge:
-        if not re.match(EDGE_PATTERN, e):
-            raise Invalid(f"an edge is WRITER>READER (e.g. L0H0>L1H3.K), got {e[:60]!r}")
     _, jsonl = await run_in_threadpool(circuits.task_source, task)
     variant = None if jsonl is None else circuits_content(jsonl)
     return await warm_json(request, CircuitOut, ref,
