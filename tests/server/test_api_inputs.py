@@ -13,7 +13,7 @@ import httpx
 import networkx as nx
 import numpy as np
 import pytest
-
+from jsonschema import Draft202012Validator
 
 from api_support import H, L, err, ok
 
@@ -248,6 +248,62 @@ def test_bad_inputs_are_4xx_with_messages(api, tmp_path):
         assert resp.headers["content-type"] == "application/json", (path, resp.text[:200])
         assert "no API endpoint" in err(resp, 404)
     assert api.post("/api/pk").status_code in (404, 405)
+
+
+@pytest.mark.slow  # on this module's real server (a uvicorn start and cold computes, ~15 s a module)
+def test_the_schema_states_what_the_server_enforces(api):
+    """Requests the OpenAPI schema allows are accepted, and those it refuses are 422s: the
+    subgraph's exactly-one selection, the circuit's edge pattern, a task upload's JSONL rows
+    and a label class (judged by jsonschema, whose regexes are Python's: no value here ends in
+    a line break, where Python's $ and the schema's ECMA $ differ)."""
+    spec = ok(api.get("/openapi.json"))["paths"]
+
+    params = {p["name"]: p for p in spec["/api/subgraph"]["get"]["parameters"]}
+    assert not {"heads", "head", "layers"} & set(params)  # documented as the one selection
+    selection = params["selection"]
+    assert selection["in"] == "query" and selection["style"] == "form" and selection["explode"]
+    allows = Draft202012Validator(selection["schema"]).is_valid
+    for query in ({"heads": "L0H1,L1H3"}, {"head": "L1H3"}, {"layers": "0-1"}, {},
+                  {"heads": "L0H1", "head": "L1H3"}, {"head": "L1H3", "layers": "0-1"},
+                  {"heads": "L0H1", "head": "L1H3", "layers": "0-1"}, {"heads": ""}):
+        status = api.get("/api/subgraph", params={"model": "demo", **query}).status_code
+        assert (len(query) == 1 and "" not in query.values()) == allows(query), query
+        assert status == (200 if allows(query) else 422), (query, status)
+
+    params = {p["name"]: p for p in spec["/api/circuit"]["get"]["parameters"]}
+    allows = Draft202012Validator(params["edge"]["schema"]).is_valid
+    for edges in (["L0H0>L1H3.K"], ["embed>logits", "L1MLP>L0H0.V"], ["L0H0"], ["L0H0>"],
+                  ["L0H0 > L1H3.K"], ["L0H0>L1H3.K>logits"], ["L0H0>L1H3.K", "x"]):
+        # an unknown task: a 404 once the parameters are valid, before any computation
+        status = api.get("/api/circuit", params={"task": "no-such-task", "edge": edges}).status_code
+        assert status == (404 if allows(edges) else 422), (edges, status)
+    assert err(api.get("/api/circuit", params={"task": "no-such-task", "edge": "L0H0>L1H3.K\n"}),
+               422).startswith("edge.0: not an edge")  # $ ends the text, as in the schema
+
+    body = spec["/api/tasks"]["post"]["requestBody"]["content"]
+    assert list(body) == ["application/x-ndjson"]
+    allows = Draft202012Validator(body["application/x-ndjson"]["schema"]).is_valid
+    row = {"clean": "a b c", "corrupt": "d e f", "answer": "g", "distractor": "h"}
+    cases = {"ok": [row, {**row, "answer": "x"}], "extra-key": [{**row, "note": "x"}],
+             "missing-key": [{k: v for k, v in row.items() if k != "answer"}],
+             "empty": [{**row, "clean": ""}], "nul": [{**row, "corrupt": "d\x00e"}],
+             "number": [{**row, "distractor": 7}], "no-rows": [], "list-row": [list(row.values())],
+             "too-many": [row] * 513}
+    for name, rows in cases.items():
+        jsonl = "".join(json.dumps(r) + "\n" for r in rows)
+        resp = api.post("/api/tasks", params={"name": f"schema-{name}"}, content=jsonl,
+                        headers={"content-type": "application/x-ndjson"})
+        assert resp.status_code == (201 if allows(rows) else 422), (name, resp.text[:300])
+    assert allows(cases["ok"]) and allows([row] * 512)
+
+    body = spec["/api/labels"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    allows = Draft202012Validator(body).is_valid
+    for i, cls in enumerate(("Name Mover", "Ünïcode ☃", "A\u202eB", "\u202aA", "A\u200e",
+                             "\u200fA", "A\u2066B", "A\u2069", " A", "A\tB", "x" * 65)):
+        labels = {"name": f"schema-class-{i}", "classes": {"L0H1": cls}}
+        status = api.post("/api/labels", json=labels).status_code
+        assert status == (201 if allows(labels) else 422), (cls, status)
+        assert allows(labels) == (i < 2), cls
 
 
 def test_error_mapping_caller_faults_are_4xx_bugs_are_a_generic_500(caplog):

@@ -5,6 +5,7 @@ and in lab mode (HEADGRAPH_API_TOKEN set) both without and with the token."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -19,6 +20,7 @@ pytestmark = pytest.mark.slow  # fuzzes every operation of a live server three t
 
 SCHEMATHESIS = Path(sys.executable).with_name("schemathesis")
 CONFIG = Path(__file__).with_name("schemathesis.toml")  # per-operation settings, with reasons
+HOOKS = Path(__file__).with_name("schemathesis_hooks.py")  # a JSONL body's serializer
 SLOW_PATH = "/api/circuit"
 TOKEN = "schemathesis-lab-token-0123456789"
 WARM = ("/api/reference", "/api/scatter", "/api/graph", "/api/patterns", "/api/validation",
@@ -59,7 +61,9 @@ def test_every_check_holds_under_schemathesis(launch_server, warm_cache, tmp_pat
                         "--phases", "examples,coverage,fuzzing", "--exclude-path", SLOW_PATH],
                 base + ["--max-examples", "1", "--phases", "examples,fuzzing",
                         "--include-path", SLOW_PATH]]
-        procs = [subprocess.run(cmd, capture_output=True, text=True, timeout=900) for cmd in runs]
+        hooks = {**os.environ, "SCHEMATHESIS_HOOKS": str(HOOKS)}
+        procs = [subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=hooks)
+                 for cmd in runs]
         requests = [r for r in srv.records() if r.get("logger") == "headgraph.access"]
         statuses = {r.get("status") for r in requests}
         errors = srv.server_errors()
