@@ -88,11 +88,16 @@ def test_the_controls_of_the_task_tab() -> None:
     opts = task_options([{"name": "ioi", "bundled": True}, {"name": "mine", "bundled": False}], "gone")
     assert [(o["value"], o["label"]) for o in opts] == [("ioi", "ioi"), ("mine", "mine (uploaded)"),
                                                         ("gone", "gone")]
+    # Until GET /api/tasks answers: core's bundled names, each selectable into the URL.
+    from headgraph.core.names import BUNDLED_TASKS
+
+    assert [o["value"] for o in task_options(None)] == list(BUNDLED_TASKS)
+    assert all(next_state(state, "task-select", n, VOCAB).task == n for n in BUNDLED_TASKS)
 
 
 @pytest.mark.slow
 def test_the_metric_table_and_curve_carry_the_apis_numbers(in_app: None, api: ApiClient) -> None:
-    from headgraph.core.circuits.tasks import bundled_task
+    from headgraph.core.circuits.bundled import bundled_task
     from headgraph.core.models.demo import load_demo_model
 
     assert {"ioi", "induction", "successor"} <= {t["name"] for t in api.tasks()}

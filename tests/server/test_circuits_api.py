@@ -16,8 +16,10 @@ import pytest
 from headgraph.core.circuits.attribution import attribute
 from headgraph.core.circuits.faithfulness import faithfulness
 from headgraph.core.circuits.mib import from_mib
+from headgraph.core.circuits.bundled import bundled_task
 from headgraph.core.circuits.tasks import induction, parse_jsonl
 from headgraph.core.models.demo import load_demo_model
+from headgraph.core.names import BUNDLED_TASKS
 
 from api_support import err, ok
 
@@ -51,8 +53,10 @@ def demo():
 
 def test_tasks_list_the_bundled_ones_anonymously(http):
     tasks = {t["name"]: t for t in ok(http.get("/api/tasks"))["tasks"]}
-    assert {"ioi", "induction", "successor"} <= set(tasks)
-    assert all(tasks[n]["bundled"] and tasks[n]["n_rows"] == 32 for n in ("ioi", "induction"))
+    assert {"ioi", "induction", "successor", "ioi-mib", "addition", "subtraction", "mcqa"} \
+        == set(BUNDLED_TASKS) <= set(tasks)
+    assert all(tasks[n]["bundled"] and tasks[n]["n_rows"] == 32 and tasks[n]["description"]
+               for n in BUNDLED_TASKS)
 
 
 def test_upload_needs_the_token_and_names_bad_rows(http):
@@ -180,6 +184,32 @@ def test_circuit_of_an_uploaded_task_and_unknown_names(http, demo):
     err(http.get("/api/circuit", params={"model": "demo", "task": "induction", "pairs": 1}), 422)
     err(http.get("/api/circuit", params={"model": "demo", "task": "nope"}), 404)
     err(http.get("/api/circuit", params={"model": "demo", "task": "x", "method": "ig"}), 422)
+
+
+def test_a_task_the_demo_cannot_do_is_said_so(http, demo, tmp_path, capsys):
+    """GET /api/circuit/progress knows the new bundled names (idle, not 404); ``headgraph
+    circuit`` on the bundled addition (32 pairs) reports core's metric, which says the demo
+    does not add, and says so in words."""
+    from headgraph.server.cli.main import main
+
+    for name in ("ioi-mib", "addition", "subtraction", "mcqa"):
+        where = {"model": "demo", "task": name, "method": "eap"}
+        assert ok(http.get("/api/circuit/progress", params=where))["state"] == "idle"
+    args = ["circuit", "demo", "--task", "addition", "--method", "eap", "--top", "3", "-q",
+            "--cache-dir", str(tmp_path / "cache")]
+    assert main([*args, "--json"]) == 0
+    body = json.loads(capsys.readouterr().out)
+    task = bundled_task("addition", demo)
+    att = attribute(demo, task, method="eap")
+    assert body["task"]["hash"] == task.content_hash() and body["metrics"]["n_pairs"] == 32
+    m = body["metrics"]
+    assert m["clean"] == pytest.approx(att.metrics.clean, rel=1e-6)
+    assert m["clean_accuracy"] == pytest.approx(att.metrics.clean_accuracy)
+    assert m["able"] is False is att.metrics.able
+    assert main(args) == 0  # cached now
+    text = capsys.readouterr().out
+    assert "task: addition (32 prompt pairs)" in text
+    assert "the model does not do this task (clean accuracy <= 50% or clean not above corrupt)" in text
 
 
 def test_cli_circuit_of_a_file(tmp_path, capsys):

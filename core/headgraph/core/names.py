@@ -59,7 +59,9 @@ SUBGRAPH_CAP = 300  # edges one subgraph answer keeps unless asked for more
 SUBGRAPH_CAP_MAX = THRESHOLD_EDGES_MAX  # edges one subgraph answer keeps: as many as a thresholded graph
 SUBGRAPH_DEPTH_MAX = 4  # steps out from one head: a neighbourhood, not the whole graph
 SUBGRAPH_HEADS_MAX = 512  # names in one head set: every head of a mid-sized model (GPT-2 medium: 384)
-# Circuit discovery (core.circuits): EAP-IG's steps and an uploaded task's size.
+# Circuit discovery (core.circuits): the bundled tasks, EAP-IG's steps and an uploaded task's size.
+BUNDLED_TASKS: tuple[str, ...] = ("ioi", "induction", "successor", "ioi-mib", "addition",
+                                  "subtraction", "mcqa")  # core.circuits.bundled builds them
 CIRCUIT_STEPS_MAX = 64  # EAP-IG's integration steps: each is one more forward and backward pass per batch
 TASK_ROWS_MAX = 512  # prompt pairs in one task: the work grows with them (a forward and backward pass each, per step)
 TASK_TOKENS_MAX = 256  # tokens in one prompt: a task's prompts are short sentences, not documents

@@ -6,7 +6,8 @@ share of prompts whose answer beats the distractor). Token ids are the model's o
 go through ``core.models.runnable.tokenize_prompts`` (BOS as the model's tokenizer adds it),
 answers must be one token on their own.
 
-Bundled builders (each seeded, each checked against the model's tokenizer):
+Builders of the bundled tasks here (each seeded, each checked against the model's tokenizer;
+``core.circuits.benchmark_tasks`` adds MIB's, ``core.circuits.bundled`` names them all):
 
 - ``ioi``: indirect-object identification in the style of Wang et al. (2023): "When Mary and
   John went to the store, John gave a drink to" -> " Mary" (answer: the indirect object)
@@ -39,7 +40,6 @@ import torch
 from headgraph.core.errors import InvalidInput
 from headgraph.core.names import TASK_ROWS_MAX, TASK_TOKENS_MAX
 
-BUNDLED: tuple[str, ...] = ("ioi", "induction", "successor")
 JSONL_KEYS: tuple[str, ...] = ("clean", "corrupt", "answer", "distractor")
 
 
@@ -97,8 +97,11 @@ class TaskTokenizer:
 
         self.source = source
         self.demo = isinstance(source, DemoModel)
-        bridge = None if self.demo else getattr(source, "bridge", None)
-        self.tokenizer = None if bridge is None else getattr(bridge, "tokenizer", None)
+        # the checkpoint's own tokenizer (a TokenizedSource's), else its bridge's
+        self.tokenizer = None if self.demo else getattr(source, "tokenizer", None)
+        if not self.demo and self.tokenizer is None:
+            bridge = getattr(source, "bridge", None)
+            self.tokenizer = None if bridge is None else getattr(bridge, "tokenizer", None)
         if not self.demo and self.tokenizer is None:
             raise InvalidInput("this model has no tokenizer, so it cannot run a task")
 
@@ -145,7 +148,7 @@ def task_tokenizer(model: Any) -> TaskTokenizer:
     return TaskTokenizer(model)
 
 
-def _from_texts(tok: TaskTokenizer, name: str, description: str,
+def from_texts(tok: TaskTokenizer, name: str, description: str,
                 rows: Sequence[tuple[str, str, str, str]], *, where: str = "row") -> Task:
     """A Task from (clean, corrupt, answer, distractor) texts; InvalidInput names the bad row."""
     if len(rows) > TASK_ROWS_MAX:
@@ -201,7 +204,7 @@ SEQUENCES: tuple[tuple[str, ...], ...] = (
     tuple("ABCDEFGHIJKLMNOPQRSTUVWXYZ"))
 
 
-def _single_words(tok: TaskTokenizer, words: Sequence[str]) -> dict[str, int]:
+def single_words(tok: TaskTokenizer, words: Sequence[str]) -> dict[str, int]:
     """The words that are one token with a leading space, with their ids, ids distinct."""
     out: dict[str, int] = {}
     seen: set[int] = set()
@@ -216,7 +219,7 @@ def _single_words(tok: TaskTokenizer, words: Sequence[str]) -> dict[str, int]:
 def ioi(model: Any, *, n: int = 32, seed: int = 0) -> Task:
     """Indirect-object identification (module docstring): ``n`` prompt pairs."""
     tok = model if isinstance(model, TaskTokenizer) else task_tokenizer(model)
-    names = list(_single_words(tok, NAMES))
+    names = list(single_words(tok, NAMES))
     if len(names) < 3:
         raise InvalidInput(f"ioi needs three names that are single tokens for this tokenizer; "
                            f"it has {len(names)} ({names})")
@@ -228,7 +231,7 @@ def ioi(model: Any, *, n: int = 32, seed: int = 0) -> Task:
         first, second = (io, s) if rng.random() < 0.5 else (s, io)  # ABB and BAB orders
         rows.append((template.format(A=first, B=second, S=s),
                      template.format(A=first, B=second, S=third), " " + io, " " + s))
-    return _from_texts(tok, "ioi", "indirect-object identification (Wang et al. 2023): answer "
+    return from_texts(tok, "ioi", "indirect-object identification (Wang et al. 2023): answer "
                        "the indirect object, distractor the subject; corrupt: a third name "
                        "for the repeated subject", rows, where="prompt")
 
@@ -265,7 +268,7 @@ def successor(model: Any, *, n: int = 32, seed: int = 0) -> Task:
     tok = model if isinstance(model, TaskTokenizer) else task_tokenizer(model)
     windows: list[tuple[str, ...]] = []
     for seq in SEQUENCES:
-        single = _single_words(tok, seq)
+        single = single_words(tok, seq)
         for i in range(len(seq)):  # cyclic windows (before, a, b, c, next), all single tokens
             w = tuple(seq[(i + j) % len(seq)] for j in range(5))
             if all(x in single for x in w) and len({single[x] for x in w}) == 5:
@@ -279,18 +282,9 @@ def successor(model: Any, *, n: int = 32, seed: int = 0) -> Task:
         before, a, b, c, nxt = rng.choice(windows)
         rows.append((f"Sequence: {a}, {b}, {c},", f"Sequence: {c}, {b}, {a},",
                      " " + nxt, " " + before))
-    return _from_texts(tok, "successor", "the next item of an ordered list (weekdays, months, "
+    return from_texts(tok, "successor", "the next item of an ordered list (weekdays, months, "
                        "letters): answer the successor, distractor the item before; corrupt: "
                        "the same items reversed", rows, where="prompt")
-
-
-def bundled_task(name: str, model: Any, *, n: int = 32, seed: int = 0) -> Task:
-    """A bundled task by name (BUNDLED) for ``model``."""
-    builders = {"ioi": ioi, "induction": induction, "successor": successor}
-    if name not in builders:
-        raise InvalidInput(f"unknown task {name!r}; bundled: {list(BUNDLED)}",
-                           allowed=list(BUNDLED))
-    return builders[name](model, n=n, seed=seed)
 
 
 # -- user tasks --------------------------------------------------------------------------------
@@ -345,7 +339,7 @@ def parse_jsonl(data: bytes | str, model: Any, *, name: str = "uploaded",
     lines = _line_numbers(data)
     tok = model if isinstance(model, TaskTokenizer) else task_tokenizer(model)
     try:
-        return _from_texts(tok, name, description, rows, where="row")
+        return from_texts(tok, name, description, rows, where="row")
     except InvalidInput as err:
         msg = str(err)
         if msg.startswith("row ") and lines:
@@ -382,6 +376,6 @@ def batches(task: Task, batch_size: int) -> list[list[int]]:
     return out
 
 
-__all__ = ["BUNDLED", "JSONL_KEYS", "Task", "TaskTokenizer",
-           "batches", "bundled_task", "induction", "ioi", "logit_diff", "parse_jsonl",
-           "read_jsonl", "successor", "task_tokenizer"]
+__all__ = ["JSONL_KEYS", "NAMES", "Task", "TaskTokenizer", "batches", "from_texts",
+           "induction", "ioi", "logit_diff", "parse_jsonl", "read_jsonl", "single_words",
+           "successor", "task_tokenizer"]

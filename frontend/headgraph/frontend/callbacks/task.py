@@ -1,6 +1,6 @@
 """The task view: which head-to-head edges carry a behaviour (GET /api/circuit).
 
-Renders the URL's task (GET /api/tasks: the bundled ioi, induction, successor and uploaded
+Renders the URL's task (GET /api/tasks: the bundled ones, ioi to mcqa, and the uploaded
 ones), method (eap | eap-ig) and steps: the task metric first (clean and corrupt logit
 difference and accuracy; a model that cannot do the task is said to be unable), the circuit's
 top k edges as a table (source, target, reader, attribution, in the circuit; once the model's

@@ -67,7 +67,8 @@ SUBSPACES_LABELS = {"raw": "raw", "norm": "norm-aware"}
 UNAVAILABLE = "not available offline"
 NOT_OFFERED = "not offered"  # a local model the server refuses (a link out of its root)
 HIDE = {"display": "none"}
-BUNDLED_TASKS: tuple[str, ...] = ("ioi", "induction", "successor")  # until GET /api/tasks answers
+BUNDLED_TASKS: tuple[str, ...] = ("ioi", "induction", "successor", "ioi-mib", "addition",
+                                  "subtraction", "mcqa")  # until GET /api/tasks answers
 METHOD_LABELS = {"eap": "EAP", "eap-ig": "EAP-IG"}
 
 

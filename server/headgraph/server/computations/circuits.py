@@ -22,13 +22,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from headgraph.core.errors import UnsupportedModel
+from headgraph.core.names import BUNDLED_TASKS as CORE_BUNDLED_TASKS
 from headgraph.server.errors import Invalid
 from headgraph.server.limits import CIRCUIT_PAIRS_MAX, CIRCUIT_PAIRS_MIN, CIRCUIT_STEPS_MAX
 
 if TYPE_CHECKING:  # the CLI's parser reads the constants below without importing torch
     from headgraph.server.compute.registry import Computation, Inputs
 
-BUNDLED_TASKS: tuple[str, ...] = ("ioi", "induction", "successor")  # core.circuits.tasks.BUNDLED
+BUNDLED_TASKS: tuple[str, ...] = CORE_BUNDLED_TASKS  # core.circuits.bundled builds each
 CIRCUIT_METHODS: tuple[str, ...] = ("eap", "eap-ig")  # core.circuits.attribution.METHODS
 DEFAULT_METHOD = "eap-ig"
 DEFAULT_STEPS = 5
@@ -83,7 +84,8 @@ def task_content(task: str, jsonl: str | None, pairs: int = BUNDLED_PAIRS) -> st
 def build_task(source: Any, task: str, jsonl: str | None, pairs: int = BUNDLED_PAIRS) -> Any:
     """core.circuits.tasks.Task of a bundled name (``jsonl`` None; ``pairs`` prompt pairs) or
     of uploaded JSONL, in ``source``'s token ids."""
-    from headgraph.core.circuits.tasks import bundled_task, parse_jsonl
+    from headgraph.core.circuits.bundled import bundled_task
+    from headgraph.core.circuits.tasks import parse_jsonl
 
     if jsonl is None:
         return bundled_task(task, source, n=pairs, seed=BUNDLED_SEED)

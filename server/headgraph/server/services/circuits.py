@@ -47,6 +47,20 @@ BUNDLED_DESCRIPTIONS: dict[str, str] = {
                  "repeats (any vocabulary, the demo's too)",
     "successor": "ordered lists (weekdays, months, letters): 'Sequence: Monday, Tuesday, "
                  "Wednesday,' -> ' Thursday' vs ' Sunday'; corrupt: the same items reversed",
+    "ioi-mib": "MIB's IOI (circuit track): 'Then, Mary and John went to the garden. John gave a "
+               "ring to' -> ' Mary' vs ' John'; corrupt (MIB's s2_io_flip): the repeated subject "
+               "replaced by the indirect object, so the distractor becomes the answer; each pair "
+               "also mirrored",
+    "addition": "two-digit addition: 'Calculate:\\n23 + 45 =' -> the result's first token (the "
+                "whole number, or its tens digit where the tokenizer splits digits) vs the "
+                "corrupt prompt's; corrupt: other operands; each pair also mirrored",
+    "subtraction": "two-digit subtraction with a two-digit result: 'Calculate:\\n71 - 25 =' -> "
+                   "the result's first token (as for addition) vs the corrupt prompt's; corrupt: "
+                   "other operands; each pair also mirrored",
+    "mcqa": "multiple choice (after MIB's CopyColors MCQA): 'The apple is red. What color is the "
+            "apple?' with options A-D, then 'Answer:' -> the right letter; corrupt: the options "
+            "permuted so the right colour sits under another letter (the distractor); each pair "
+            "also mirrored",
 }
 
 
