@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from headgraph.frontend.api import answers
+
 # The paper's O -> Q / K / V pairings (the API's ``graph_pairings``), for the pure functions that
 # hold no Vocabulary: the graph's verdicts, the pair panel's data-weighted PK, the report.
 O_PAIRINGS: tuple[str, ...] = ("OQ", "OK", "OV")
@@ -39,7 +41,7 @@ class Limits:
     threshold_magnitude_max: float  # |threshold| of GET /api/graph
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Limits:
+    def from_json(cls, data: answers.Limits) -> Limits:
         """The page's limits from the vocabulary's ``limits`` object (which holds more)."""
         ints = {name: int(data[name]) for name in ("recovery_k_max", "ablation_top_max", "timeline_edges_max",
                                                    "circuit_steps_max", "circuit_pairs_min", "circuit_pairs_max")}
@@ -67,7 +69,7 @@ class Vocabulary:
         object.__setattr__(self, "head_re", re.compile(self.head_pattern))
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Vocabulary:
+    def from_json(cls, data: answers.VocabularyOut) -> Vocabulary:
         """A Vocabulary from the endpoint's JSON body."""
         return cls(roles=tuple(data["roles"]), pairings=tuple(data["pairings"]),
                    graph_pairings=tuple(data["graph_pairings"]), cs_modes=tuple(data["cs_modes"]),
@@ -99,7 +101,7 @@ class VocabularyCache:
         self._value: Vocabulary | None = None
         self._lock = threading.Lock()
 
-    def get(self, fetch: Callable[[], dict[str, Any]]) -> Vocabulary:
+    def get(self, fetch: Callable[[], answers.VocabularyOut]) -> Vocabulary:
         """The vocabulary; ``fetch()`` (the GET) runs only while none is held yet."""
         value = self._value
         if value is not None:
