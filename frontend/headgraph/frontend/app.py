@@ -63,7 +63,7 @@ def create_dash(*, api_url: str | None = None, requests_pathname_prefix: str = "
     app = Dash(
         __name__,
         title="headgraph",
-        update_title=None,
+        update_title=None,  # pyright: ignore[reportArgumentType]  # None: no "Updating..." title (Dash's type says str)
         requests_pathname_prefix=requests_pathname_prefix,
         routes_pathname_prefix="/",
         suppress_callback_exceptions=True,

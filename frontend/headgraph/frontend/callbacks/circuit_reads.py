@@ -13,8 +13,10 @@ from typing import Any
 
 from dash import html
 
+from headgraph.frontend.api.answers import CircuitOut
 from headgraph.frontend.api.client import ApiError
-from headgraph.frontend.callbacks.common import api
+from headgraph.frontend.callbacks.common import api, data_attrs
+from headgraph.frontend.figures.circuit import CircuitMarks
 
 CIRCUIT_TOP = 50  # top edges read besides the circuit (node hovers)
 
@@ -35,7 +37,7 @@ def circuit_state(params: dict[str, Any] | None) -> str | None:
         return None
 
 
-def cached_circuit(params: dict[str, Any] | None, edges: list[str] | None = None) -> dict[str, Any] | None:
+def cached_circuit(params: dict[str, Any] | None, edges: list[str] | None = None) -> CircuitOut | None:
     """The params' task circuit (GET /api/circuit, its top CIRCUIT_TOP edges, ``edges`` looked
     up) when it is cached, else None (never computes)."""
     if circuit_state(params) != "cached":
@@ -48,7 +50,7 @@ def cached_circuit(params: dict[str, Any] | None, edges: list[str] | None = None
         return None
 
 
-def circuit_chip(params: dict[str, Any], state: str | None, marks: dict[str, Any] | None,
+def circuit_chip(params: dict[str, Any], state: str | None, marks: CircuitMarks | None,
                  drawn: int | None = None) -> html.Span | None:
     """The graph's chip about the chosen task's circuit (id "graph-circuit"): how many of its
     heads and edges the graph marks, or that it is not computed yet; None without a task."""
@@ -58,12 +60,12 @@ def circuit_chip(params: dict[str, Any], state: str | None, marks: dict[str, Any
         what = ("is being computed (see the Task view)" if state == "running"
                 else "is not computed yet: open the Task view to compute it")
         return html.Span(f"task {params['task']}: its circuit {what}", className="hint", id="graph-circuit",
-                         **{"data-state": state or ""})
+                         **data_attrs({"data-state": state or ""}))
     text = (f"{marks['label']} ({marks['method']}, {marks['size']} edges): {len(marks['heads'])} heads; "
             f"{drawn if drawn is not None else '–'} of the graph's edges are in it")
     return html.Span(text, className="hint", id="graph-circuit",
-                     **{"data-state": "cached", "data-heads": ",".join(sorted(marks["heads"])),
-                        "data-edges": str(drawn if drawn is not None else "")})
+                     **data_attrs({"data-state": "cached", "data-heads": ",".join(sorted(marks["heads"])),
+                                   "data-edges": str(drawn if drawn is not None else "")}))
 
 
 def pair_attribution(params: dict[str, Any], source: str, target: str) -> html.Div | None:
@@ -79,12 +81,12 @@ def pair_attribution(params: dict[str, Any], source: str, target: str) -> html.D
     attrs: dict[str, str] = {"data-task": str(params["task"])}
     if data is None:
         text = f"attribution on task {params['task']}: its circuit is not computed yet (open the Task view)"
-        return html.Div(text, id="pair-attribution", className="hint", **attrs)
+        return html.Div(text, id="pair-attribution", className="hint", **data_attrs(attrs))
     method = {"eap": "EAP", "eap-ig": "EAP-IG"}.get(str(data.get("method")), str(data.get("method")))
     found = data.get("lookup") or []
     if not found:
         text = f"attribution on task {params['task']} ({method}): {source} → {reader} is no edge of its graph"
-        return html.Div(text, id="pair-attribution", className="hint", **attrs)
+        return html.Div(text, id="pair-attribution", className="hint", **data_attrs(attrs))
     e = found[0]
     size = data.get("circuit_size")
     attrs.update({"data-score": repr(e["score"]), "data-rank": str(e["rank"]),
@@ -93,4 +95,4 @@ def pair_attribution(params: dict[str, Any], source: str, target: str) -> html.D
              else f"not in its circuit ({size if size is not None else 'none'} edges)")
     return html.Div([html.B(f"attribution on task {params['task']} ({method}): "),
                      f"{e['score']:+.4g} · rank {e['rank']} of {data.get('n_edges'):,} edges · {where}"],
-                    id="pair-attribution", className="pair-attribution", **attrs)
+                    id="pair-attribution", className="pair-attribution", **data_attrs(attrs))

@@ -6,11 +6,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from dash import html
 
+from headgraph.frontend.api.answers import LabelSetSummary
 from headgraph.frontend.api.client import ApiClient, ApiError
 from headgraph.frontend.api.context import api, vocab
 from headgraph.frontend.callbacks.router import mark_error
@@ -20,12 +21,18 @@ from headgraph.frontend.state.url import PATTERN_OVERLAY, ViewState, parse_query
 
 T = TypeVar("T")
 
-__all__ = ["UNAVAILABLE", "WAITING", "api", "class_order", "error_note", "overlay_classes", "stat", "state_of", "vocab",
-           "with_overlay"]
+__all__ = ["UNAVAILABLE", "WAITING", "api", "class_order", "data_attrs", "error_note", "overlay_classes", "stat",
+           "state_of", "vocab", "with_overlay"]
 WAITING = "waiting for the model's results (see the progress bar above)…"
 
 
-def state_of(search: str | None, label_sets: list[dict[str, Any]] | None = None) -> ViewState:
+def data_attrs(attrs: Mapping[str, object]) -> dict[str, Any]:
+    """``data-*`` attributes as keyword arguments of a Dash component (``**data_attrs({...})``):
+    Dash takes them through ``**kwargs``, which its typed signatures do not show."""
+    return dict(attrs)
+
+
+def state_of(search: str | None, label_sets: list[LabelSetSummary] | None = None) -> ViewState:
     """The URL's view state, read with the API's vocabulary."""
     return parse_query(search, vocab(), label_sets)
 
@@ -36,12 +43,13 @@ def overlay_classes(client: ApiClient, overlay: str | None, model: str | None = 
     if not overlay:
         return {}
     try:
-        return dict(client.get(f"/api/labels/{overlay}", model=model).get("classes", {}))
+        return dict(client.label_set(overlay, model).get("classes", {}))
     except ApiError:
         return {}
 
 
-def class_order(client: Any, overlay: str | None, label_sets: list[dict[str, Any]] | None = None) -> tuple[str, ...]:
+def class_order(client: ApiClient, overlay: str | None,
+                label_sets: list[LabelSetSummary] | None = None) -> tuple[str, ...]:
     """The class order of the overlay (its colours, figures.palette), from the label-set list
     (``label_sets``, else GET /api/labels); () without an overlay or when it is not listed."""
     if not overlay:
@@ -71,7 +79,7 @@ def stat(label: str, value: Any, key: str, fmt: str = "{}") -> html.Span:
     """A summary chip ``label value`` exposing the raw value as data-value for tests."""
     shown = fmt.format(value) if value is not None else "–"
     return html.Span([html.Span(label, className="stat-label"), html.Span(shown, className="stat-value")],
-                     className="stat", id=f"stat-{key}", **{"data-value": "" if value is None else str(value)})
+                     className="stat", id=f"stat-{key}", **data_attrs({"data-value": "" if value is None else str(value)}))
 
 
 def error_note(message: str) -> html.Div:

@@ -14,6 +14,7 @@ from typing import Any
 
 from dash import Input, Output, State, dcc, html, no_update
 
+from headgraph.frontend.api.answers import CompareOut, EdgeChangeOut
 from headgraph.frontend.api.client import ApiError
 from headgraph.frontend.callbacks.common import api, error_note, stat, state_of, vocab
 from headgraph.frontend.callbacks.define import callback
@@ -36,20 +37,20 @@ def model_suggestions() -> list[Any]:
     ids: list[str] = []
     try:
         ids += [m["id"] for m in api().models()]
-        for checkpoints in api().get("/api/series").get("series", {}).values():
+        for checkpoints in api().series().get("series", {}).values():
             ids += [c["model"] for c in checkpoints]
     except ApiError:
         pass
     return [html.Option(value=i) for i in dict.fromkeys(ids)]
 
 
-def _edge_rows(rows: list[dict[str, Any]], status: str) -> list[Any]:
+def _edge_rows(rows: list[EdgeChangeOut], status: str) -> list[Any]:
     return [html.Tr([html.Td(f"{r['source']} → {r['target']}"), html.Td(status), html.Td(f"{r['a']:.3f}"),
                      html.Td(f"{r['b']:.3f}"), html.Td(f"{r['delta']:+.3f}"), html.Td(str(r["rank_a"] or "–")),
                      html.Td(str(r["rank_b"] or "–"))], className=f"edge-{status}") for r in rows]
 
 
-def compare_tables(data: dict[str, Any]) -> list[Any]:
+def compare_tables(data: CompareOut) -> list[Any]:
     """Edges gained / lost / changed and the hubs that moved, as HTML tables."""
     head = html.Tr([html.Th(h) for h in ("edge", "status", "A", "B", "B − A", "rank A", "rank B")])
     edges = html.Table([html.Thead(head), html.Tbody(
@@ -83,7 +84,7 @@ def compare_view(params: dict[str, Any] | None) -> tuple:
         return (empty_figure(PICK_B, 300), empty_figure("", 200),
                 [html.Span(PICK_B, id="compare-pick-b", className="validation-note")], [], suggestions)
     try:
-        data = api().get("/api/compare", a=a, b=params["b"], pairing=params["pairing"], k=params["k"])
+        data = api().compare(a, params["b"], params["pairing"], params["k"])
     except ApiError as err:
         return empty_figure(err.message, 300), empty_figure("", 200), [error_note(err.message)], [], suggestions
     s = data["summary"]
@@ -97,7 +98,7 @@ def compare_view(params: dict[str, Any] | None) -> tuple:
 
 def _series_suggestions() -> list[Any]:
     try:
-        names = list(api().get("/api/series").get("series", {}))
+        names = list(api().series().get("series", {}))
     except ApiError:
         names = []
     return [html.Option(value=n) for n in names]
@@ -133,8 +134,8 @@ def timeline_view(params: dict[str, Any] | None) -> tuple:
         return blank, blank, [], no_update, no_update
     suggestions = _series_suggestions()
     try:
-        data = api().get("/api/timeline", series=params["series"], pairing=params["pairing"],
-                         k=min(int(params["k"]), vocab().limits.timeline_edges_max))
+        data = api().timeline(params["series"], params["pairing"],
+                              min(int(params["k"]), vocab().limits.timeline_edges_max))
     except ApiError as err:
         return (empty_figure(err.message, 300), empty_figure("", 200), [error_note(err.message)],
                 no_update, suggestions)

@@ -14,12 +14,15 @@ from typing import Any
 
 from dash import Input, Output, html, no_update
 
-from headgraph.frontend.api.client import ApiError
+from headgraph.frontend.api.answers import GraphOut, LabelSetSummary
+from headgraph.frontend.api.client import ApiClient, ApiError
 from headgraph.frontend.api.names import head_label
+from headgraph.frontend.callbacks.circuit_reads import cached_circuit, circuit_chip, circuit_state
 from headgraph.frontend.callbacks.common import (
     WAITING,
     api,
     class_order,
+    data_attrs,
     error_note,
     overlay_classes,
     stat,
@@ -27,14 +30,13 @@ from headgraph.frontend.callbacks.common import (
     vocab,
     with_overlay,
 )
-from headgraph.frontend.callbacks.circuit_reads import cached_circuit, circuit_chip, circuit_state
 from headgraph.frontend.callbacks.router import view_callback
 from headgraph.frontend.figures import empty_figure, graph_figure
 from headgraph.frontend.figures.circuit import circuit_marks
 from headgraph.frontend.figures.graph_filters import (
     NOT_MEASURED,
     VERDICTS,
-    EdgeKey,
+    Verdicts,
     edge_counts,
     filter_layers,
     find_matches,
@@ -49,7 +51,7 @@ from headgraph.frontend.figures.graph_filters import (
 from headgraph.frontend.figures.graph_layers import EDGE_DRAW_LIMIT, layer_graph_figure, too_many_note
 from headgraph.frontend.figures.palette import JOINED
 from headgraph.frontend.figures.positions import grid_positions, positions
-from headgraph.frontend.state.readiness import waiting_for, view_params
+from headgraph.frontend.state.readiness import view_params, waiting_for
 from headgraph.frontend.state.url import (
     FDR_DEFAULT_Q,
     format_layers,
@@ -57,6 +59,14 @@ from headgraph.frontend.state.url import (
     graph_on,
     quantize_threshold,
 )
+
+
+class GraphView(GraphOut, total=False):
+    """A GET /api/graph answer as the view shows it: ``overlay_note`` says why the overlay is
+    not applied (callbacks.common.with_overlay)."""
+
+    overlay_note: str
+
 
 DEFAULT_FRACTION = 0.8  # threshold mode without a threshold: this far from the scale's min to its max
 API_METRIC = {"pk": "raw", "normalized": "normalized", "z": "z"}  # threshold_on -> GET /api/pk metric
@@ -79,14 +89,15 @@ def all_head_nodes(info: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def metric_range(client: Any, model: str, pairings: list[str], on: str) -> tuple[float, float]:
+def metric_range(client: ApiClient, model: str, pairings: list[str], on: str) -> tuple[float, float]:
     """(min, max) of the threshold scale ``on`` (pk, normalized, z) over the valid pairs of the
     chosen pairings."""
     lo, hi = float("inf"), float("-inf")
     for p in pairings:
         g = client.pk(model, p, API_METRIC.get(on, "raw"))
-        if g.get("min") is not None:
-            lo, hi = min(lo, g["min"]), max(hi, g["max"])
+        low, high = g.get("min"), g.get("max")
+        if low is not None and high is not None:  # both, or neither: no valid pair
+            lo, hi = min(lo, low), max(hi, high)
     if lo > hi:
         return 0.0, 1.0
     return lo, hi
@@ -115,7 +126,7 @@ def slider_range(lo: float, hi: float) -> dict[str, Any]:
             "marks": {smin: format_threshold(smin), smax: format_threshold(smax)}}
 
 
-def evidence_chips(data: dict[str, Any]) -> list[Any]:
+def evidence_chips(data: GraphOut) -> list[Any]:
     """What the hubs do (pattern-based descriptions, ties shown as ties) and the attention-sink
     edges, from the API's hub rows and flags; says "not measured" when they are missing."""
     flags = data.get("flags") or {}
@@ -130,19 +141,19 @@ def evidence_chips(data: dict[str, Any]) -> list[Any]:
     out: list[Any] = []
     if what:
         out.append(html.Span("hub " + "; ".join(what) + (f" · tied: {' = '.join(tie)}" if len(tie) > 1 else ""),
-                             className="hint", id="graph-hub-what", **{"data-tie": ",".join(tie)}))
+                             className="hint", id="graph-hub-what", **data_attrs({"data-tie": ",".join(tie)})))
     sink_edges = flags.get("sink_edges") or {}
     sinks = flags.get("sinks") or []
     out.append(html.Span([html.Span("sink edges", className="stat-label"),
                           html.Span(str(sum(sink_edges.values())), className="stat-value")],
-                         className="stat", id="stat-sink-edges", **{"data-value": str(sum(sink_edges.values()))},
+                         className="stat", id="stat-sink-edges", **data_attrs({"data-value": str(sum(sink_edges.values()))}),
                          title=(f"edges touching an attention-sink head (first-token attention ≥ "
                                 f"{flags.get('threshold', 0.9)}), drawn dotted from a sink; sinks: "
                                 + (", ".join(sinks) or "none"))))
     return out
 
 
-def summary(data: dict[str, Any], threshold: float | None, on: str | None = None) -> list[Any]:
+def summary(data: GraphView, threshold: float | None, on: str | None = None) -> list[Any]:
     """Summary chips of a graph; ``threshold`` the one it applied on scale ``on`` (printed as the
     API's rule prints it: rounded to THRESHOLD_DIGITS significant digits)."""
     counts = data.get("edge_counts", {})
@@ -166,15 +177,15 @@ def summary(data: dict[str, Any], threshold: float | None, on: str | None = None
         parts.append(html.Span(f"edges capped ({kept}); {fix} to see all",
                                className="hint warn", id="graph-capped"))
     parts += evidence_chips(data)
-    if data.get("overlay_note"):
-        parts.append(html.Span(data["overlay_note"], className="hint", id="graph-overlay-note"))
+    if note := data.get("overlay_note"):
+        parts.append(html.Span(note, className="hint", id="graph-overlay-note"))
     parts.append(html.Span("click a node for its head panel, the middle of an edge for the pair",
                            className="hint"))
     return parts
 
 
-def load_graph(client: Any, params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], float | None,
-                                                               dict[str, Any] | None]:
+def load_graph(client: ApiClient, params: dict[str, Any]) -> tuple[GraphView, dict[str, Any], float | None,
+                                                                     dict[str, Any] | None]:
     """(graph JSON, model info, threshold applied, slider range or None) for view params.
 
     The slider range (:func:`slider_range` plus ``key``) is the threshold scale's span over
@@ -198,12 +209,13 @@ def load_graph(client: Any, params: dict[str, Any]) -> tuple[dict[str, Any], dic
                       **slider_range(*metric_range(client, model, pairings, on))}
             threshold = slider["value"] if threshold is None else threshold
         threshold = quantize_threshold(threshold)
-    data, note = with_overlay(
+    answer, note = with_overlay(
         lambda labels: client.graph(model, pairings, k=None if threshold is not None else params["k"],
                                     threshold=threshold, threshold_on=on, labels=labels),
         params.get("overlay"))
+    data: GraphView = {**answer}
     if note:
-        data = {**data, "overlay_note": note}
+        data["overlay_note"] = note
     return data, info, threshold, slider
 
 
@@ -221,8 +233,8 @@ def ablation_digest(params: dict[str, Any]) -> str | None:
     return hashlib.blake2b(json.dumps(names).encode(), digest_size=8).hexdigest()
 
 
-def load_verdicts(client: Any, params: dict[str, Any], counts: dict[str, int]
-                  ) -> tuple[dict[EdgeKey, dict[str, Any]], str | None]:
+def load_verdicts(client: ApiClient, params: dict[str, Any], counts: dict[str, int]
+                  ) -> tuple[Verdicts, str | None]:
     """Cached verdicts of the graph's top edges per pairing (graph_filters.verify_k) and the
     API's verdict rule; never computes (an uncovered edge is "not measured")."""
     answers, rule = [], None
@@ -240,7 +252,7 @@ def load_verdicts(client: Any, params: dict[str, Any], counts: dict[str, int]
 def chip(label: str, shown: str, key: str, value: str, title: str = "") -> html.Span:
     """A summary chip ``label shown`` (id "stat-<key>", the raw ``value`` as data-value)."""
     return html.Span([html.Span(label, className="stat-label"), html.Span(shown, className="stat-value")],
-                     className="stat", id=f"stat-{key}", title=title, **{"data-value": value})
+                     className="stat", id=f"stat-{key}", title=title, **data_attrs({"data-value": value}))
 
 
 def filter_chips(params: dict[str, Any], shown: int, total: int, found: list[str],
@@ -269,8 +281,8 @@ def filter_chips(params: dict[str, Any], shown: int, total: int, found: list[str
     return out
 
 
-def shown_edges_of(client: Any, params: dict[str, Any], data: dict[str, Any]
-                   ) -> tuple[dict[str, Any], dict[str, Any], dict[EdgeKey, dict[str, Any]] | None, str | None]:
+def shown_edges_of(client: ApiClient, params: dict[str, Any], data: GraphOut
+                   ) -> tuple[dict[str, Any], dict[str, Any], Verdicts | None, str | None]:
     """What the graph view shows of an API graph ``data``: (node-link in the layer range, the
     node-link drawn: in range and, with verification=verified, verified only; the verdicts
     read, or None when verification is off; their rule). The figure and its CSV both use it."""
@@ -282,7 +294,7 @@ def shown_edges_of(client: Any, params: dict[str, Any], data: dict[str, Any]
     return in_range, node_link, verdicts, rule
 
 
-def shown_graph(client: Any, params: dict[str, Any]) -> dict[str, Any]:
+def shown_graph(client: ApiClient, params: dict[str, Any]) -> GraphView:
     """The API graph of ``params`` with only the edges (and nodes) the view draws."""
     data = load_graph(client, params)[0]
     return {**data, "graph": shown_edges_of(client, params, data)[1]}
@@ -300,7 +312,7 @@ def render_graph(search: str | None, ready: dict | None, label_sets: list | None
                       waiting=waiting_for(state, ready, "graph"))
 
 
-def search_classes(client: Any, params: dict[str, Any], nodes: list[dict[str, Any]],
+def search_classes(client: ApiClient, params: dict[str, Any], nodes: list[dict[str, Any]],
                    backdrop: list[dict[str, Any]]) -> dict[str, str]:
     """head -> class for a class search: the graph nodes' classes, the overlay's for heads
     without edges (a KV group: its query heads' classes joined); {} for a head or layer search."""
@@ -319,7 +331,7 @@ def search_classes(client: Any, params: dict[str, Any], nodes: list[dict[str, An
     return out
 
 
-def graph_view(params: dict[str, Any] | None, label_sets: list[dict[str, Any]] | None = None,
+def graph_view(params: dict[str, Any] | None, label_sets: list[LabelSetSummary] | None = None,
                waiting: str = WAITING) -> tuple:
     """(figure, summary, slider range, edge count, hubs) for graph params (None: waiting);
     ``label_sets``: the API's label-set list (the overlay's class order; read when None)."""
@@ -373,6 +385,6 @@ def graph_view(params: dict[str, Any] | None, label_sets: list[dict[str, Any]] |
         chips.append(circuit_chip(params, "cached" if marks else circuit_state(params), marks, in_circuit))
     if too_many:
         chips.append(html.Span(too_many_note(len(shown_edges)), className="hint warn", id="graph-aggregated",
-                               **{"data-edges": str(len(shown_edges))}))
+                               **data_attrs({"data-edges": str(len(shown_edges))})))
     return (fig, summary(data, threshold, graph_on(params)) + chips, no_update if slider is None else slider,
             str(total), hubs)

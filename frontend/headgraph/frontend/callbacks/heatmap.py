@@ -6,6 +6,7 @@ from typing import Any
 
 from dash import Output
 
+from headgraph.frontend.api.answers import LabelSetSummary, ScoreGrid
 from headgraph.frontend.api.client import ApiClient, ApiError
 from headgraph.frontend.callbacks.common import (
     WAITING,
@@ -20,10 +21,10 @@ from headgraph.frontend.callbacks.common import (
 from headgraph.frontend.callbacks.router import view_callback
 from headgraph.frontend.figures import empty_figure, head_grid_figure, score_heatmap
 from headgraph.frontend.figures.heatmaps import block_grid, grid_labels, layer_overview
-from headgraph.frontend.state.readiness import waiting_for, view_params
+from headgraph.frontend.state.readiness import view_params, waiting_for
 
 
-def metric_grid(client: ApiClient, model: str, pairing: str, metric: str) -> dict[str, Any]:
+def metric_grid(client: ApiClient, model: str, pairing: str, metric: str) -> ScoreGrid:
     """The API grid for a metric switch value: GET /api/pk's raw / normalized / z PK and its
     cka / procrustes grids (the PK paper's baselines on PK's pairs), or GET /api/cs (CS exists
     for OQ / OK / OV only).
@@ -38,9 +39,9 @@ def metric_grid(client: ApiClient, model: str, pairing: str, metric: str) -> dic
     return client.pk(model, pairing, metric)
 
 
-def hover_grids(client: ApiClient, model: str, pairing: str, metric: str) -> dict[str, dict[str, Any]]:
+def hover_grids(client: ApiClient, model: str, pairing: str, metric: str) -> dict[str, ScoreGrid]:
     """Other metrics shown in the hover: raw PK and CS next to the coloured one."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, ScoreGrid] = {}
     if metric != "raw":
         out["PK"] = client.pk(model, pairing, "raw")
     if metric != "cs" and pairing in vocab().cs_pairings:
@@ -58,7 +59,7 @@ def render_heatmap(search: str | None, ready: dict | None, label_sets: list | No
                         waiting=waiting_for(state, ready, "heatmap"))
 
 
-def heatmap_view(params: dict[str, Any] | None, label_sets: list[dict[str, Any]] | None = None,
+def heatmap_view(params: dict[str, Any] | None, label_sets: list[LabelSetSummary] | None = None,
                  waiting: str = WAITING) -> tuple:
     """(figure, summary chips, cell count) for heatmap params (None: a waiting note);
     ``label_sets``: the API's label-set list (the overlay's class order; read when None)."""

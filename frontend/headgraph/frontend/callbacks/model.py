@@ -12,6 +12,7 @@ from urllib.parse import parse_qs, urlparse
 
 from dash import Input, Output, State, ctx, no_update
 
+from headgraph.frontend.api.answers import Job
 from headgraph.frontend.api.client import ApiClient, ApiError
 from headgraph.frontend.api.names import Vocabulary
 from headgraph.frontend.callbacks.auth import auth_view
@@ -93,7 +94,7 @@ def describe(info: dict[str, Any] | None) -> str:
             f"{quant}{norm}")
 
 
-def time_left(job: dict[str, Any], now: float | None = None) -> str:
+def time_left(job: Job, now: float | None = None) -> str:
     """What a running job's record says of the time left, counted down to ``now``: "about
     12 min left", "finishing (past the estimate)", or "estimating time left…" while it has
     no estimate (``finish_by`` null)."""
@@ -118,7 +119,7 @@ def seconds_left(seconds: float) -> str:
     return f"about {seconds / 3600.0:.1f} h left"
 
 
-def progress_view(job: dict[str, Any]) -> tuple[dict[str, str], dict[str, str], str, str]:
+def progress_view(job: Job) -> tuple[dict[str, str], dict[str, str], str, str]:
     """(container style, bar style, label, state) for a job record: stage, share done and the
     time left while it runs (the whole label shows: it wraps, never cut)."""
     frac = float(job.get("fraction") or 0.0)

@@ -17,6 +17,7 @@ from typing import Any
 
 from dash import Input, Output, State, ctx, no_update
 
+from headgraph.frontend.api.answers import LabelSetSummary, ModelSummary
 from headgraph.frontend.api.names import Vocabulary
 from headgraph.frontend.callbacks.common import state_of, vocab
 from headgraph.frontend.callbacks.define import callback
@@ -49,7 +50,7 @@ HIDE = {"display": "none"}
 
 
 def next_query(search: str | None, changes: list[tuple[str, Any]], vocab: Vocabulary,
-               label_sets: list[dict[str, Any]] | None = None,
+               label_sets: list[LabelSetSummary] | None = None,
                slider_range: dict[str, Any] | None = None) -> str | None:
     """The new URL query after ``changes`` ((source id, new value), in order), or None if the
     state stays the same (values equal to the URL's, a component just rendered).
@@ -108,8 +109,8 @@ def slider_for(state: ViewState, slider_range: dict[str, Any] | None) -> dict[st
           Output("controls-dynamic", "children"), Output("controls-dynamic", "data-rendered"),
           Input("url", "search"), Input("models-store", "data"), Input("labels-store", "data"),
           Input("slider-range", "data"))
-def render_controls(search: str | None, models: list[dict[str, Any]] | None,
-                    label_sets: list[dict[str, Any]] | None,
+def render_controls(search: str | None, models: list[ModelSummary] | None,
+                    label_sets: list[LabelSetSummary] | None,
                     slider_range: dict[str, Any] | None) -> tuple[Any, Any, Any, str]:
     """URL -> the model dropdown, the view tabs (links) and every control, valued from the URL.
 

@@ -10,16 +10,16 @@ from typing import Any
 
 from dash import Dash, Input, Output, dcc, html
 
+from headgraph.frontend.api.answers import HeadOut, PairOut
 from headgraph.frontend.api.client import ApiError
 from headgraph.frontend.api.names import O_PAIRINGS
-from headgraph.frontend.callbacks.common import api, error_note, state_of, with_overlay
 from headgraph.frontend.callbacks.circuit_reads import circuit_state, pair_attribution
+from headgraph.frontend.callbacks.common import api, data_attrs, error_note, state_of, with_overlay
 from headgraph.frontend.callbacks.router import view_callback
 from headgraph.frontend.figures import PAIRING_COLORS, cosines_figure, empty_figure
 from headgraph.frontend.state.readiness import view_params, waiting_for
 from headgraph.frontend.state.transitions import toggle_pin
 from headgraph.frontend.state.url import ViewState, to_query
-
 
 
 def _num(v: Any, digits: int = 4) -> str:
@@ -56,15 +56,15 @@ def close_link(link_id: str, state: ViewState) -> dcc.Link:
     return dcc.Link("×", id=link_id, href=to_query(state), className="close-btn", title="close")
 
 
-def head_body(d: dict[str, Any], state: ViewState) -> list[Any]:
+def head_body(d: HeadOut, state: ViewState) -> list[Any]:
     """Head panel content for an /api/head answer; links are built from the current ``state``."""
     head = d["head"]
     members = list(d.get("heads") or []) if d.get("kind") == "kv_group" else []
     out: list[Any] = [close_link("head-close", state.with_(head=None)),
                       html.H3([head, html.Span(d.get("class") or "no class", className="badge")],
                               id="head-panel-title",
-                              **{"data-head": head, "data-kind": d.get("kind") or "head",
-                                 "data-members": ",".join(members)}),
+                              **data_attrs({"data-head": head, "data-kind": d.get("kind") or "head",
+                                 "data-members": ",".join(members)})),
                       dcc.Link("unpin" if head in state.pins else "pin", id="head-pin", className="partner",
                                href=to_query(toggle_pin(state, head)),
                                title="pin this head into the subgraph (the Subgraph tab draws the pinned heads)")]
@@ -80,8 +80,8 @@ def head_body(d: dict[str, Any], state: ViewState) -> list[Any]:
             what.append(html.Span(f"attention sink (first-token attention {float(flags.get('first_token') or 0):.2f}"
                                   f" ≥ {flags.get('threshold', 0.9)}): its output barely varies",
                                   className="badge warn"))
-        out.append(html.Div(what, id="head-what", **{"data-description": flags.get("description") or "",
-                                                      "data-sink": str(bool(flags.get("sink"))).lower()}))
+        out.append(html.Div(what, id="head-what", **data_attrs({"data-description": flags.get("description") or "",
+                                                      "data-sink": str(bool(flags.get("sink"))).lower()})))
     pats = d.get("patterns")
     if pats:
         out.append(html.H4("attention-pattern scores"))
@@ -121,7 +121,7 @@ DATA_PK_SETS = (("text", "text"), ("random", "random tokens"))
 DATA_PK_PAIRINGS = O_PAIRINGS
 
 
-def data_pk_rows(d: dict[str, Any]) -> list[tuple[str, Any, str]]:
+def data_pk_rows(d: PairOut) -> list[tuple[str, Any, str]]:
     """The pair panel's data-weighted PK rows of an O -> Q/K/V pair: out / in share per prompt
     set as /api/pair gives them (only read from the cache there), "not computed" for a set it
     lacks, or "unavailable" with the reason for a set the model cannot give; [] for other
@@ -138,21 +138,21 @@ def data_pk_rows(d: dict[str, Any]) -> list[tuple[str, Any, str]]:
             cid = f"pair-datapk-{share[:-6]}-{key}"
             if cell is None and key in failed:
                 rows.append((label, html.Span(f"unavailable: {failed[key]}", className="error-note",
-                                              **{"data-value": ""}), cid))
+                                              **data_attrs({"data-value": ""})), cid))
             elif cell is None:
-                rows.append((label, html.Span("not computed", className="hint", **{"data-value": ""}), cid))
+                rows.append((label, html.Span("not computed", className="hint", **data_attrs({"data-value": ""})), cid))
             else:
                 v = cell.get(share)
                 base = cell.get(share + "_baseline")
                 text = _num(v) + ("" if base is None else f" (random {_num(base, 3)})")
-                rows.append((label, html.Span(text, **{"data-value": "" if v is None else repr(v)}), cid))
+                rows.append((label, html.Span(text, **data_attrs({"data-value": "" if v is None else repr(v)})), cid))
     return rows
 
 
 SIMILARITY_ROWS = (("cka", "CKA"), ("procrustes", "Procrustes"))
 
 
-def similarity_rows(d: dict[str, Any]) -> list[tuple[str, Any, str]]:
+def similarity_rows(d: PairOut) -> list[tuple[str, Any, str]]:
     """The pair panel's CKA and Procrustes rows as /api/pair gives them (read from the cached
     forward grids only): the value, "–" for a pair outside the grid's valid ones (not forward),
     "not computed" for a kind whose grid is not cached (a CKA / Procrustes heatmap computes it)."""
@@ -160,20 +160,20 @@ def similarity_rows(d: dict[str, Any]) -> list[tuple[str, Any, str]]:
     for key, name in SIMILARITY_ROWS:
         v = d.get(key)
         if v is None and key not in (d.get("similarity_cached") or ()):
-            cell = html.Span("not computed", className="hint", **{"data-value": ""})
+            cell = html.Span("not computed", className="hint", **data_attrs({"data-value": ""}))
         else:
-            cell = html.Span(_num(v), **{"data-value": "" if v is None else repr(v)})
+            cell = html.Span(_num(v), **data_attrs({"data-value": "" if v is None else repr(v)}))
         rows.append((name, cell, f"pair-{key}"))
     return rows
 
 
-def pair_body(d: dict[str, Any], state: ViewState) -> list[Any]:
+def pair_body(d: PairOut, state: ViewState) -> list[Any]:
     """Pair panel content for an /api/pair answer (close link from the current ``state``)."""
     title = f"{d['source']} → {d['target']}"
     sig = d.get("significant")
     rows = [
         ("PK", _num(d["pk"]), "pair-pk"), ("normalized", _num(d["normalized"]), "pair-normalized"),
-        ("CS", _num(d.get("cs")) + (f" ({d['cs_of']})" if d.get("cs_of") and d.get("cs") is not None else ""),
+        ("CS", _num(d.get("cs")) + (f" ({cs_of})" if (cs_of := d.get("cs_of")) and d.get("cs") is not None else ""),
          "pair-cs"),
         *similarity_rows(d),
         *data_pk_rows(d),
@@ -190,8 +190,8 @@ def pair_body(d: dict[str, Any], state: ViewState) -> list[Any]:
         close_link("pair-close", state.with_(pair=None)),
         html.H3([title, html.Span(d["pairing"], className="badge",
                                   style={"background": PAIRING_COLORS.get(d["pairing"], "#777")})],
-                id="pair-panel-title", **{"data-pair": f"{d['source']},{d['target']}",
-                                          "data-pairing": d["pairing"], "data-pk": repr(d["pk"])}),
+                id="pair-panel-title", **data_attrs({"data-pair": f"{d['source']},{d['target']}",
+                                                      "data-pairing": d["pairing"], "data-pk": repr(d["pk"])})),
         html.Div(classes, className="pair-classes"),
         kv_table(rows),
         html.H4("top tokens"),
@@ -206,14 +206,14 @@ def waiting(title: str, link: dcc.Link, note: Any) -> list[Any]:
     return [link, html.H3(title), note]
 
 
-def pending_note(data: dict[str, Any], id_: str) -> list[Any]:
+def pending_note(data: HeadOut | PairOut, id_: str) -> list[Any]:
     """A panel opened while its model's job runs: which of its results are still to come
     (the API's "pending"); nothing when complete."""
     pending = list(data.get("pending") or [])
     if not pending:
         return []
     return [html.P(f"still being computed by the model's job: {', '.join(pending)} (shown when done)",
-                   id=id_, className="note", **{"data-pending": ",".join(pending)})]
+                   id=id_, className="note", **data_attrs({"data-pending": ",".join(pending)}))]
 
 
 STALE_JS = """

@@ -11,6 +11,7 @@ from typing import Any
 
 from dash import Input, Output, no_update
 
+from headgraph.frontend.api.answers import Queue
 from headgraph.frontend.api.client import ApiError
 from headgraph.frontend.callbacks.common import api
 from headgraph.frontend.callbacks.define import callback
@@ -20,7 +21,7 @@ HIDDEN = {"display": "none"}
 NAMED = 3  # queued computations named (the rest counted)
 
 
-def queue_note(queue: dict[str, Any]) -> tuple[str, dict[str, str]]:
+def queue_note(queue: Queue) -> tuple[str, dict[str, str]]:
     """(text, style) of the model bar's queue line for a GET /api/queue answer: hidden while
     nothing of this page waits for a slot."""
     running, queued = list(queue.get("running") or []), list(queue.get("queued") or [])
@@ -39,6 +40,6 @@ def queue_note(queue: dict[str, Any]) -> tuple[str, dict[str, str]]:
 def show_queue(_ticks: int | None) -> tuple[Any, Any]:
     """Every few seconds: this browser's queue, read from the API (nothing is computed)."""
     try:
-        return queue_note(api().get("/api/queue"))
+        return queue_note(api().queue())
     except ApiError:
         return no_update, no_update

@@ -17,6 +17,7 @@ from typing import Any
 
 from dash import Output, html
 
+from headgraph.frontend.api.answers import RecoveryOut
 from headgraph.frontend.api.client import ApiError
 from headgraph.frontend.api.names import O_PAIRINGS
 from headgraph.frontend.callbacks.common import api, error_note, stat, state_of, vocab
@@ -41,7 +42,7 @@ def no_edge_note(message: str) -> html.P:
     return html.P(message, id="recovery-no-edge", className="validation-note")
 
 
-def recovery_table(data: dict[str, Any]) -> html.Table:
+def recovery_table(data: RecoveryOut) -> html.Table:
     """The table (id "recovery-table"): a row per metric (id "recovery-row-<metric>"), a cell
     per statistic whose data-value / data-low / data-high carry the API's numbers."""
     k = data.get("k")
@@ -60,7 +61,7 @@ def recovery_table(data: dict[str, Any]) -> html.Table:
     return html.Table([html.Thead(head), html.Tbody(body)], id="recovery-table", className="paired-table")
 
 
-def summary(data: dict[str, Any]) -> list[Any]:
+def summary(data: RecoveryOut) -> list[Any]:
     """Summary chips: the reference set, its heads, the valid and reference pairs, k."""
     return [stat("label set", data.get("labels"), "rec-labels"),
             stat("reference heads", len(data.get("reference_heads") or []), "rec-heads"),

@@ -17,7 +17,7 @@ from headgraph.frontend.figures import (
     null_summary,
     reference_figure,
 )
-from headgraph.frontend.state.readiness import waiting_for, view_params
+from headgraph.frontend.state.readiness import view_params, waiting_for
 
 
 @view_callback("reference", Output("kl-grid", "figure"), Output("ref-hist", "figure"),
@@ -50,7 +50,8 @@ def reference_view(params: dict[str, Any] | None, waiting: str = WAITING) -> tup
              stat("model mean", hist.get("model_mean"), "model-mean", "{:.4g}"),
              stat("random mean", hist.get("random_mean"), "random-mean", "{:.4g}"),
              stat("anisotropic null mean", None if null is None else null["mean"], "null-mean", "{:.4g}")]
-    entry = nulls.get(pairing) if isinstance(nulls.get(pairing), dict) else {}
+    found = nulls.get(pairing)
+    entry: dict[str, Any] = found if isinstance(found, dict) else {}
     init = entry.get("summary_random_init") or {}
     if init.get("mean") is not None:
         chips.append(stat("random-init mean", init["mean"], "init-mean", "{:.4g}"))

@@ -20,7 +20,7 @@ import dataclasses
 import hashlib
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import flask
 from dash import Dash, Input, Output, State, no_update
@@ -35,6 +35,7 @@ ROUTED = ROUTED_VIEWS  # graph, heatmap, head-grid, ..., head-panel, pair-panel
 URL_FIELDS: dict[str, tuple[str, ...]] = {v: VIEW_PARAMS[v] + (("head", "pair") if v == "head-grid" else ())
                                           for v in ROUTED}
 ERROR_FLAG = "headgraph_view_error"
+ViewFn = TypeVar("ViewFn", bound=Callable[..., Any])  # a view's render function, kept as it is
 DEFAULT_VIEW = next(f.default for f in dataclasses.fields(ViewState) if f.name == "view")
 
 ROUTER_JS = """
@@ -123,15 +124,15 @@ def mark_error() -> None:
 def view_callback(view: str, *outputs: Output, labels: bool = True, triggers: tuple[Input, ...] = (),
                   variant: Callable[[dict[str, Any]], Any] | None = None,
                   settle: tuple[Callable[..., tuple], tuple[State, ...]] | None = None
-                  ) -> Callable[[Callable[..., tuple]], Callable[..., tuple]]:
-    """Register ``func(search, ready[, label_sets]) -> tuple of outputs`` as ``view``'s callback,
-    fed by the router's stores and skipped when its parameters are those last rendered.
+                  ) -> Callable[[ViewFn], ViewFn]:
+    """Register ``func(search, ready[, label_sets]) -> tuple of outputs`` (or its one output) as
+    ``view``'s callback, fed by the router's stores and skipped when its parameters are those last rendered.
     ``triggers``: more inputs that make it look again (their values are not passed);
     ``variant``: see render_key; ``settle``: ``(fn, states)``, ``fn(outputs, *state values)``
     gives the outputs sent, computed or replayed, against the page as it was when the render
     was asked for (a control it would redraw unchanged is left alone). Returns ``func``
     unchanged (tests call it directly)."""
-    def decorate(func: Callable[..., tuple]) -> Callable[..., tuple]:
+    def decorate(func: ViewFn) -> ViewFn:
         inputs = [Input(f"in-{view}-search", "data"), Input(f"in-{view}-ready", "data")]
         if labels:
             inputs.append(Input(f"in-{view}-labels", "data"))

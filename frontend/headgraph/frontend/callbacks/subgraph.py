@@ -17,7 +17,8 @@ from typing import Any
 
 from dash import Input, Output, State, ctx, html, no_update
 
-from headgraph.frontend.api.client import ApiError
+from headgraph.frontend.api.answers import SubgraphOut
+from headgraph.frontend.api.client import ApiClient, ApiError
 from headgraph.frontend.callbacks.common import (
     api,
     class_order,
@@ -44,7 +45,7 @@ from headgraph.frontend.figures.subgraph import (
     rank_on,
     subgraph_figure,
 )
-from headgraph.frontend.state.readiness import waiting_for, view_params
+from headgraph.frontend.state.readiness import view_params, waiting_for
 from headgraph.frontend.state.url import ViewState
 
 SUB_CAP = 500  # edges one subgraph view asks for (the API's default cap is lower)
@@ -52,7 +53,7 @@ NO_PINS = ("no pinned heads yet: Ctrl/⌘/Shift + click a node of the head graph
            "panel) to pin it here")
 
 
-def load_subgraph(client: Any, state: ViewState | dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+def load_subgraph(client: ApiClient, state: ViewState | dict[str, Any]) -> tuple[SubgraphOut, dict[str, Any]]:
     """(the API's answer for the pinned heads, the drawn node-link with groups and labels)."""
     d = state.to_dict() if isinstance(state, ViewState) else state
     groups = [(str(n), [str(h) for h in m]) for n, m in d["groups"]]
@@ -99,7 +100,7 @@ def render_subgraph(search: str | None, ready: dict | None, label_sets: list | N
     return fig, summary(answer, drawn, on), ticks, targets
 
 
-def summary(answer: dict[str, Any], drawn: dict[str, Any], on: str) -> list[Any]:
+def summary(answer: SubgraphOut, drawn: dict[str, Any], on: str) -> list[Any]:
     """Chips: drawn nodes and edges, the API's edges (and what its cap left out), the rule and
     the aggregation; ``data-nodes`` / ``data-edges`` carry the drawn ids and labels for tests."""
     nodes = {str(n["id"]): str(n["label"]) for n in drawn["nodes"]}
@@ -152,7 +153,7 @@ def edit_subgraph(_g: Any, _u: Any, _p: Any, _l: Any, ticked: list[str] | None, 
 QUERY_K_MAX = 50  # edges a "pin their heads" query keeps (a pin list stays readable)
 
 
-def query_heads(answer: dict[str, Any]) -> list[str]:
+def query_heads(answer: SubgraphOut) -> list[str]:
     """The query heads of a subgraph answer's edges, strongest edge first (a KV group counts as
     the query heads it serves, which are what a pin names)."""
     members = {str(n["name"]): [str(h) for h in n.get("heads") or [n["name"]]] for n in answer.get("nodes", [])}
@@ -180,17 +181,18 @@ def pin_from_query(_n: Any, _l: Any, head: str | None, depth: Any, layers: str |
     common = {"pairings": list(state.pairings), "rank_on": rank_on(state.metric)}
     try:
         if ctx.triggered_id == "sub-pin-neighbourhood-btn":
-            if not (head or "").strip():
+            head = (head or "").strip()
+            if not head:
                 return no_update, "type a head (e.g. L4H7) to pin its neighbourhood"
-            answer = client.subgraph(state.model, head=head.strip(), depth=int(depth or 1), cap=QUERY_K_MAX,
-                                     **common)
-            what = f"the neighbourhood of {head.strip()} (depth {int(depth or 1)})"
+            answer = client.subgraph(state.model, head=head, depth=int(depth or 1), cap=QUERY_K_MAX, **common)
+            what = f"the neighbourhood of {head} (depth {int(depth or 1)})"
         else:
-            if not (layers or "").strip():
+            layers = (layers or "").strip()
+            if not layers:
                 return no_update, "type a layer range (e.g. 10-20)"
             top = max(1, min(int(k or 10), QUERY_K_MAX))
-            answer = client.subgraph(state.model, layers=layers.strip(), k=top, cap=top, **common)
-            what = f"the top {top} edges of layers {layers.strip()}"
+            answer = client.subgraph(state.model, layers=layers, k=top, cap=top, **common)
+            what = f"the top {top} edges of layers {layers}"
     except ApiError as err:
         return no_update, [html.B("not pinned: "), err.message]
     except (TypeError, ValueError):

@@ -24,6 +24,7 @@ from typing import Any
 import plotly.graph_objects as go
 from dash import Input, Output, State, ctx, html, no_update
 
+from headgraph.frontend.api.answers import CircuitOut, CircuitProgressOut, ScoreGrid
 from headgraph.frontend.api.client import ApiError
 from headgraph.frontend.callbacks.common import api, error_note, stat, state_of
 from headgraph.frontend.callbacks.define import callback
@@ -38,6 +39,7 @@ from headgraph.frontend.figures.graph_layers import EDGE_DRAW_LIMIT
 from headgraph.frontend.figures.positions import grid_positions
 from headgraph.frontend.figures.task import (
     TASK_EDGES_SHOWN_MAX,
+    WeightGrids,
     edge_columns,
     faithfulness_figure,
     grid_value,
@@ -52,7 +54,7 @@ from headgraph.frontend.state.url import parse_task
 HIDE = {"display": "none"}
 
 
-def circuit_table(data: dict[str, Any]) -> html.Table:
+def circuit_table(data: CircuitOut) -> html.Table:
     """The table (id "task-table"): a row per edge (id "task-edge-<rank>"), a cell per column
     (id "task-<rank>-<key>") whose data-value carries the API's value."""
     columns = edge_columns(data)
@@ -70,7 +72,7 @@ def circuit_table(data: dict[str, Any]) -> html.Table:
     return html.Table([html.Thead(head), html.Tbody(body)], id="task-table", className="paired-table")
 
 
-def summary(data: dict[str, Any]) -> list[Any]:
+def summary(data: CircuitOut) -> list[Any]:
     """Summary chips: the task metric first (clean, corrupt, accuracies, gap, able), then the
     circuit (its size, the stated share, the edges scored), the EAP vs patching Spearman and
     MIB's CPR (area under the faithfulness curve over 0.1 %..100 % of edges, higher is better)
@@ -124,8 +126,7 @@ def task_view(params: dict[str, Any] | None) -> tuple:
     return faithfulness_figure(data), summary(data), [*words, circuit_table(data)], circuit_graph(data, grids)
 
 
-def circuit_graph(data: dict[str, Any], grids: dict[str, tuple[dict[str, Any], dict[str, Any] | None]]
-                  ) -> go.Figure:
+def circuit_graph(data: CircuitOut, grids: WeightGrids) -> go.Figure:
     """The circuit's head -> head edges on the head graph's layered layout (figures.graph:
     the same layer x head grid, KV diamonds, pairing colours; opacity = |attribution|), its
     heads ringed; an edge's hover gives its attribution and, once the model's job is done, PK
@@ -156,7 +157,7 @@ def circuit_graph(data: dict[str, Any], grids: dict[str, tuple[dict[str, Any], d
     return fig
 
 
-def poll_view(progress: dict[str, Any] | None) -> tuple:
+def poll_view(progress: CircuitProgressOut | None) -> tuple:
     """(bar style, fill style, label, data-state, data-fraction, poll disabled) of a GET
     /api/circuit/progress answer: a running circuit shows its stage and fraction and keeps the
     poll going; a cached one hides the bar and stops it; an idle one (not started yet, or its
@@ -206,11 +207,11 @@ def poll_task(search: str | None, _n: int | None) -> tuple:
     return out
 
 
-def weight_grids(model: str, data: dict[str, Any]) -> dict[str, tuple[dict[str, Any], dict[str, Any] | None]]:
+def weight_grids(model: str, data: CircuitOut) -> WeightGrids:
     """Per reader input Q / K / V among the listed head -> head edges, the model's PK grid of
     the pairing O -> it and its CS grid (None where the API has none): GET /api/pk and
     /api/cs, read once the model's job is done (cached then); a grid the API refuses is left out."""
-    out: dict[str, tuple[dict[str, Any], dict[str, Any] | None]] = {}
+    out: WeightGrids = {}
     paths = {e.get("path") for e in data.get("edges") or [] if e.get("writer_kind") == "head"}
     for path in sorted(p for p in paths if p in ("Q", "K", "V")):
         try:
@@ -218,7 +219,7 @@ def weight_grids(model: str, data: dict[str, Any]) -> dict[str, tuple[dict[str, 
         except ApiError:
             continue
         try:
-            cs: dict[str, Any] | None = api().cs(model, path)
+            cs: ScoreGrid | None = api().cs(model, path)
         except ApiError:
             cs = None
         out[path] = (pk, cs)

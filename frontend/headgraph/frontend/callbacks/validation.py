@@ -19,8 +19,9 @@ from typing import Any
 
 from dash import Input, Output, State, html, no_update
 
+from headgraph.frontend.api.answers import ValidationOut
 from headgraph.frontend.api.client import ApiError
-from headgraph.frontend.callbacks.common import api, error_note, stat, state_of
+from headgraph.frontend.callbacks.common import api, data_attrs, error_note, stat, state_of
 from headgraph.frontend.callbacks.define import callback
 from headgraph.frontend.callbacks.router import view_callback
 from headgraph.frontend.figures import empty_figure
@@ -67,14 +68,14 @@ def cached_state(params: dict[str, Any]) -> bool | None:
         return None
 
 
-def chips(data: dict[str, Any]) -> list[Any]:
+def chips(data: ValidationOut) -> list[Any]:
     """Summary chips: computed or not, the sample size (of the requested), its power for
     ρ = 0.3, k, seed and the pairs measured."""
     computed = bool(data.get("computed"))
     power = data.get("power") or {}
     out = [html.Span("computed" if computed else "not computed", id="validation-state",
                      className="badge verdict verdict-" + ("verified" if computed else "not-measured"),
-                     **{"data-computed": "true" if computed else "false"})]
+                     **data_attrs({"data-computed": "true" if computed else "false"}))]
     if computed:
         out += [stat("random pairs", data.get("n_sample"), "val-n"),
                 stat("asked for", power.get("requested"), "val-requested"),
@@ -87,7 +88,7 @@ def chips(data: dict[str, Any]) -> list[Any]:
     return out
 
 
-def paired_table(data: dict[str, Any]) -> html.Table:
+def paired_table(data: ValidationOut) -> html.Table:
     """The decision rule's table (id "validation-paired"): per prompt set, PK minus each other
     metric's Spearman on the same random pairs with its paired bootstrap 95% interval and
     verdict; a row's data-verdict / data-difference carry the API's values."""
@@ -101,8 +102,8 @@ def paired_table(data: dict[str, Any]) -> html.Table:
             html.Td(str(r["n"])),
             html.Td(verdict_text(r), className="paired-verdict paired-" + (r["verdict"] or "none"))],
             id=paired_row_id(r["prompts"], r["metric_b"]), className="paired-row",
-            **{"data-verdict": r["verdict"] or "", "data-difference": "" if r["difference"] is None
-               else repr(r["difference"])}))
+            **data_attrs({"data-verdict": r["verdict"] or "", "data-difference": "" if r["difference"] is None
+                          else repr(r["difference"])})))
     return html.Table([html.Thead(head), html.Tbody(rows)], id="validation-paired", className="paired-table")
 
 
@@ -115,7 +116,7 @@ def _p_text(p: Any) -> str:
     return "—" if p is None else (f"{p:.1e}" if p < 1e-3 else f"{p:.3f}")
 
 
-def precision_table(data: dict[str, Any]) -> html.Table | None:
+def precision_table(data: ValidationOut) -> html.Table | None:
     """Calibrated precision (id "validation-precision"): per metric, the share of its top-k
     pairs verified against the random-pair null, the null's own share above the same
     thresholds, and the one-sided Fisher exact test of the difference; a row's data-verified /
@@ -139,9 +140,9 @@ def precision_table(data: dict[str, Any]) -> html.Table | None:
                      _p_text(r.get("p_value")), _p_text(matched.get("p_value"))]
         rows.append(html.Tr([html.Td(r["metric"]), *[html.Td(c) for c in cells]],
                             id=precision_row_id(r["metric"]), className="precision-row",
-                            **{"data-verified": "" if r.get("verified") is None else str(r["verified"]),
-                               "data-k": str(r["k"]),
-                               "data-p": "" if r.get("p_value") is None else repr(r["p_value"])}))
+                            **data_attrs({"data-verified": "" if r.get("verified") is None else str(r["verified"]),
+                                          "data-k": str(r["k"]),
+                                          "data-p": "" if r.get("p_value") is None else repr(r["p_value"])})))
     return html.Table([html.Thead(head), html.Tbody(rows)], id="validation-precision", className="paired-table")
 
 

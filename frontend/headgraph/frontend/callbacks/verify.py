@@ -16,8 +16,9 @@ from typing import Any
 
 from dash import Input, Output, State, html, no_update
 
+from headgraph.frontend.api.answers import AblationEdge
 from headgraph.frontend.api.client import ApiError
-from headgraph.frontend.callbacks.common import api, state_of, vocab
+from headgraph.frontend.callbacks.common import api, data_attrs, state_of, vocab
 from headgraph.frontend.callbacks.define import callback
 from headgraph.frontend.callbacks.graph import load_graph
 from headgraph.frontend.figures.common import fmt_value
@@ -31,12 +32,12 @@ MEASURES = {"tvd": "share of the target's attention mass moved (TVD)",
             "relative_output": "relative change of the target's output"}
 
 
-def ablation_section(row: dict[str, Any] | None, rule: str | None) -> list[Any]:
+def ablation_section(row: AblationEdge | None, rule: str | None) -> list[Any]:
     """The pair panel's path-ablation block for its GET /api/ablation edge row (None or a
     "not measured" row: says so)."""
     verdict = (row or {}).get("verdict") or NOT_MEASURED
     badge = html.Span(verdict, className="badge verdict verdict-" + verdict.replace(" ", "-"),
-                      id="pair-verdict", title=rule or "", **{"data-verdict": verdict})
+                      id="pair-verdict", title=rule or "", **data_attrs({"data-verdict": verdict}))
     out: list[Any] = [html.H4(["path ablation ", badge])]
     if verdict == NOT_MEASURED or row is None:
         out.append(html.P("not measured: the source head's output mean-ablated on the target's "
@@ -47,7 +48,7 @@ def ablation_section(row: dict[str, Any] | None, rule: str | None) -> list[Any]:
     for name, key in (("text", "effect_text"), ("random tokens", "effect_random")):
         split = halves.get("text" if name == "text" else "random") or []
         rows.append(html.Tr([html.Th(name), html.Td(fmt_value(row.get(key)), id=f"pair-effect-{key[7:]}",
-                                                     **{"data-value": repr(row.get(key))}),
+                                                     **data_attrs({"data-value": repr(row.get(key))})),
                              html.Td("halves " + " / ".join(fmt_value(v) for v in split), className="hint")]))
     out.append(html.Table(html.Tbody(rows), className="kv", id="pair-ablation-table"))
     out.append(html.P(MEASURES.get(str(row.get("measure")), str(row.get("measure"))), className="hint"))
@@ -56,7 +57,7 @@ def ablation_section(row: dict[str, Any] | None, rule: str | None) -> list[Any]:
         words = (f"verified means {note}" if verdict == "verified" else note if verdict == "null too small"
                  else f"{verdict}: not {note}")
         out.append(html.P(words, className="hint", id="pair-verdict-rule",
-                          **{"data-quantile": repr(row.get("null_quantile"))}))
+                          **data_attrs({"data-quantile": repr(row.get("null_quantile"))})))
     elif verdict == "null not computed":
         out.append(html.P("measured; its random-pair null is not computed yet (verify to compute it)",
                           className="hint", id="pair-verdict-rule"))

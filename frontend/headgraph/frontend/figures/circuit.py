@@ -15,9 +15,11 @@ the task view's table. Pure functions of that JSON (no HTTP, no Dash).
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, TypedDict
 
 import plotly.graph_objects as go
+
+from headgraph.frontend.api.answers import CircuitEdge, CircuitOut
 
 CIRCUIT_EDGE_COLOR = "rgba(255, 127, 14, 0.38)"  # the underlay of an edge in the circuit
 CIRCUIT_RING_COLOR = "#ff7f0e"  # the ring around a head in the circuit
@@ -26,7 +28,20 @@ METHOD_NAMES = {"eap": "EAP", "eap-ig": "EAP-IG"}
 EdgeKey = tuple[str, str, str]
 
 
-def graph_key(edge: dict[str, Any]) -> EdgeKey | None:
+class CircuitMarks(TypedDict):
+    """What figures.graph marks of a circuit answer (:func:`circuit_marks`)."""
+
+    task: str
+    label: str  # the legend's "in <task> circuit"
+    size: int | None
+    n_edges: int
+    method: str
+    edges: dict[EdgeKey, CircuitEdge]  # head graph key -> circuit edge
+    heads: set[str]  # heads the circuit touches
+    notes: dict[str, str]  # head -> hover lines
+
+
+def graph_key(edge: CircuitEdge) -> EdgeKey | None:
     """The head graph's key (source, target, pairing) of a circuit edge, or None when it is
     not a head -> Q / K / V edge."""
     path = str(edge.get("path", ""))
@@ -35,34 +50,34 @@ def graph_key(edge: dict[str, Any]) -> EdgeKey | None:
     return str(edge["writer"]), str(edge["reader"]).rsplit(".", 1)[0], "O" + path
 
 
-def reader_head(edge: dict[str, Any]) -> str | None:
+def reader_head(edge: CircuitEdge) -> str | None:
     """The head (or KV group) an edge reads into; None for an MLP or the logits."""
     return str(edge["reader"]).rsplit(".", 1)[0] if edge.get("path") in ("Q", "K", "V") else None
 
 
-def _edges(data: dict[str, Any]) -> list[dict[str, Any]]:
+def _edges(data: CircuitOut) -> list[CircuitEdge]:
     """The circuit's edges and the listed top edges, once each, strongest first."""
-    seen: dict[int, dict[str, Any]] = {}
+    seen: dict[int, CircuitEdge] = {}
     for e in [*(data.get("circuit") or []), *(data.get("edges") or [])]:
         seen.setdefault(int(e["rank"]), e)
     return [seen[r] for r in sorted(seen)]
 
 
-def score_text(edge: dict[str, Any], n_edges: Any) -> str:
+def score_text(edge: CircuitEdge, n_edges: int | None) -> str:
     """"+0.123 (rank 4 of 257)"."""
     s = edge.get("score")
     value = f"{s:+.3g}" if isinstance(s, (int, float)) and math.isfinite(s) else "–"
     return f"{value} (rank {edge.get('rank')} of {n_edges})"
 
 
-def circuit_marks(data: dict[str, Any]) -> dict[str, Any]:
+def circuit_marks(data: CircuitOut) -> CircuitMarks:
     """What figures.graph marks of a circuit answer: {"task", "label" (the legend's "in <task>
     circuit"), "size", "edges": {graph key: circuit edge}, "heads": set of heads touched,
     "notes": {head: hover lines (attribution of its strongest circuit edges out and in)}}."""
     task = str((data.get("task") or {}).get("name", ""))
     circuit = list(data.get("circuit") or [])
     n = data.get("n_edges")
-    edges: dict[EdgeKey, dict[str, Any]] = {}
+    edges: dict[EdgeKey, CircuitEdge] = {}
     heads: set[str] = set()
     for e in circuit:
         key = graph_key(e)
@@ -96,14 +111,14 @@ def circuit_marks(data: dict[str, Any]) -> dict[str, Any]:
             "n_edges": n, "method": method, "edges": edges, "heads": heads, "notes": notes}
 
 
-def edge_note(marks: dict[str, Any] | None, key: EdgeKey) -> str:
+def edge_note(marks: CircuitMarks | None, key: EdgeKey) -> str:
     """Hover line of a head graph edge in the circuit ("" when it is not)."""
     if not marks or key not in marks["edges"]:
         return ""
     return f"<br><b>{marks['label']}</b>: attribution {score_text(marks['edges'][key], marks['n_edges'])}"
 
 
-def underlay(xs: list[float | None], ys: list[float | None], marks: dict[str, Any], count: int) -> go.Scatter:
+def underlay(xs: list[float | None], ys: list[float | None], marks: CircuitMarks, count: int) -> go.Scatter:
     """The wide line under the circuit's edges drawn (segments ``xs``, ``ys``), with the
     legend entry "in <task> circuit (n)"."""
     return go.Scatter(x=xs, y=ys, mode="lines", hoverinfo="skip", line=dict(color=CIRCUIT_EDGE_COLOR, width=9),
@@ -111,7 +126,7 @@ def underlay(xs: list[float | None], ys: list[float | None], marks: dict[str, An
                       legendrank=3, meta="circuit")
 
 
-def rings(marks: dict[str, Any], where: dict[str, tuple[float, float]]) -> go.Scatter | None:
+def rings(marks: CircuitMarks, where: dict[str, tuple[float, float]]) -> go.Scatter | None:
     """Rings around the circuit's heads placed in ``where`` (None when none is)."""
     shown = sorted(h for h in marks["heads"] if h in where)
     if not shown:
@@ -123,7 +138,7 @@ def rings(marks: dict[str, Any], where: dict[str, tuple[float, float]]) -> go.Sc
                       showlegend=True, legendrank=3, meta="circuit-heads")
 
 
-def circuit_node_link(data: dict[str, Any], heads: list[dict[str, Any]], limit: int) -> dict[str, Any]:
+def circuit_node_link(data: CircuitOut, heads: list[dict[str, Any]], limit: int) -> dict[str, Any]:
     """The circuit's head -> head edges (at most ``limit``, strongest first) as a head graph
     node-link: nodes are the records of ``heads`` (callbacks.graph.all_head_nodes) they touch,
     with degrees; edges carry the pairing, the attribution (``attribution``, ``rank``) and an

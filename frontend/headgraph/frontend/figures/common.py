@@ -72,11 +72,11 @@ def fitted_margins(fig: go.Figure, base: dict[str, int]) -> dict[str, int]:
     labels and, when they overflow the margins, draws the whole figure a second time: on a
     270-row grid that second pass was ~40% of the draw. Margins generous enough up front
     make it a no-op."""
-    layout = fig.layout
+    layout: Any = fig.layout  # plotly's layout objects carry no usable types
     traces = list(fig.data)
     out = dict(base)
     for name in [k for k in layout.to_plotly_json() if k.startswith(("xaxis", "yaxis"))] or ["xaxis", "yaxis"]:
-        axis = layout[name]
+        axis: Any = layout[name]
         if axis.visible is False:
             continue
         letter = name[0]

@@ -9,11 +9,10 @@ the shown checkpoint marked.
 
 from __future__ import annotations
 
-from typing import Any
-
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from headgraph.frontend.api.answers import CompareOut, EdgeChangeOut, ScoreGrid, TimelineOut
 from headgraph.frontend.figures.common import base_layout, empty_figure
 from headgraph.frontend.figures.heatmaps import flatten_grid
 
@@ -43,7 +42,7 @@ def cropped(grids: list[list[list[float | None]]], rows: list[str], cols: list[s
             [cols[j] for j in keep_c])
 
 
-def compare_heatmaps(data: dict[str, Any]) -> go.Figure:
+def compare_heatmaps(data: CompareOut) -> go.Figure:
     """A | B | B - A heatmaps of the compared metric (null cells: not a valid pair in both;
     rows and columns with no valid pair left out)."""
     grids, src, tgt = cropped([flatten_grid(data[k]) for k in ("grid_a", "grid_b", "diff")],
@@ -77,7 +76,7 @@ def _position(name: str, layer_of: dict[int, int]) -> tuple[float, float]:
     return int(head) + (0.5 if kv else 0.0), -layer_of.get(int(layer), int(layer))
 
 
-def _edge_traces(fig: go.Figure, edges: list[dict[str, Any]], layer_of: dict[int, int], col: int, *,
+def _edge_traces(fig: go.Figure, edges: list[EdgeChangeOut], layer_of: dict[int, int], col: int, *,
                  name: str, group: str, color: str, dash: str, width: float, legend: bool) -> None:
     """One line trace of ``edges`` and one trace of hover markers at their midpoints."""
     xs: list[float | None] = []
@@ -116,7 +115,7 @@ def _node_trace(fig: go.Figure, names: list[str], hubs: dict[str, str], layer_of
         hovertemplate="%{hovertext}<extra></extra>"), row=1, col=col)
 
 
-def compare_graph(data: dict[str, Any]) -> go.Figure:
+def compare_graph(data: CompareOut) -> go.Figure:
     """Side by side on a layer x head grid: A's top-k edges, B's top-k edges, and the change
     (gained green, lost dashed red, kept grey, width growing with |B - A|); hubs as stars (of
     A, of B, and every hub of either in the change panel)."""
@@ -152,7 +151,7 @@ def compare_graph(data: dict[str, Any]) -> go.Figure:
     return base_layout(fig, f"{data['pairing']} top-{data['k']} edges of A and B, and what changed", height=480)
 
 
-def timeline_figure(data: dict[str, Any], step: int | None) -> go.Figure:
+def timeline_figure(data: TimelineOut, step: int | None) -> go.Figure:
     """One PK line per edge over the series' steps (log x), the shown checkpoint marked."""
     if not data["edges"]:
         return empty_figure("no edges to follow")
@@ -173,7 +172,7 @@ def timeline_figure(data: dict[str, Any], step: int | None) -> go.Figure:
     return base_layout(fig, f"{data['pairing']} PK over {data['series']}: {data['selection']}", height=440)
 
 
-def checkpoint_heatmap(grid: dict[str, Any], step: int, model: str, zmax: float | None = None) -> go.Figure:
+def checkpoint_heatmap(grid: ScoreGrid, step: int, model: str, zmax: float | None = None) -> go.Figure:
     """The shown checkpoint's PK grid (GET /api/pk), source heads x target heads (invalid
     pairs blank; rows and columns with no valid pair left out). ``zmax``: the colour scale's
     top shared by every checkpoint of a series (default: this grid's max)."""

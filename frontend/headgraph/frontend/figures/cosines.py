@@ -3,14 +3,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import plotly.graph_objects as go
 
+from headgraph.frontend.api.answers import PairOut
 from headgraph.frontend.figures.common import base_layout, pairing_color
 
 
-def cosines_figure(pair: dict[str, Any]) -> go.Figure:
+def cosines_figure(pair: PairOut) -> go.Figure:
     """Principal-angle cosines of one head pair, descending (PK = sum of their squares)."""
     cos = pair["cosines"]
     fig = go.Figure(go.Bar(x=list(range(1, len(cos) + 1)), y=cos,

@@ -16,6 +16,16 @@ from typing import Any
 import plotly.graph_objects as go
 import plotly.io as pio
 
+from headgraph.frontend.api.answers import (
+    GraphOut,
+    PairOut,
+    PatternsOut,
+    ReferenceOut,
+    ScatterOut,
+    ScoreGrid,
+    TokensOut,
+    ValidationOut,
+)
 from headgraph.frontend.api.names import head_label
 from headgraph.frontend.figures import flatten_grid, head_slice, null_summary
 from headgraph.frontend.figures.heatmaps import grid_labels
@@ -43,7 +53,8 @@ def figure_image(figure: dict[str, Any] | go.Figure, fmt: str, *, width: int = 1
         raise RuntimeError("no Chromium found for figure export: install chromium or set BROWSER_PATH")
     os.environ.setdefault("BROWSER_PATH", path)
     fig = figure if isinstance(figure, go.Figure) else go.Figure(figure)
-    height = fig.layout.height or 520
+    layout: Any = fig.layout  # plotly's layout objects carry no usable types
+    height = layout.height or 520
     return pio.to_image(fig, format=fmt, width=width, height=int(height), scale=2 if fmt == "png" else 1)
 
 
@@ -56,14 +67,14 @@ def csv_text(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     return out.getvalue()
 
 
-def graph_csv(data: dict[str, Any]) -> str:
+def graph_csv(data: GraphOut) -> str:
     """One row per edge of a /api/graph answer."""
     edges = data["graph"].get("edges", data["graph"].get("links", []))
     cols = ("source", "target", "pairing", "score", "normalized", "cs", "opacity", "rank")
     return csv_text(cols, ([e.get(c) for c in cols] for e in edges))
 
 
-def grid_csv(grid: dict[str, Any]) -> str:
+def grid_csv(grid: ScoreGrid) -> str:
     """Valid cells of a /api/pk or /api/cs grid: source, target, value."""
     z, ok = flatten_grid(grid["grid"]), flatten_grid(grid["valid"])
     src, tgt = grid["source_labels"], grid["target_labels"]
@@ -71,7 +82,7 @@ def grid_csv(grid: dict[str, Any]) -> str:
                     ((src[i], tgt[j], z[i][j]) for i in range(len(src)) for j in range(len(tgt)) if ok[i][j]))
 
 
-def head_grid_csv(grid: dict[str, Any], head: str, direction: str) -> str:
+def head_grid_csv(grid: ScoreGrid, head: str, direction: str) -> str:
     """One head's row of the grid; the other heads named as the grid names them (L6KV1 on a
     grouped-query model's K / V axis)."""
     grid = grid_labels(grid)
@@ -83,7 +94,7 @@ def head_grid_csv(grid: dict[str, Any], head: str, direction: str) -> str:
                      if rows[i][h] is not None))
 
 
-def scatter_csv(data: dict[str, Any]) -> str:
+def scatter_csv(data: ScatterOut) -> str:
     p = data["points"]
     quad = p.get("quadrant") or [None] * len(p["pk"])
     return csv_text(("source", "target", "pk", "cs", "quadrant"),
@@ -103,7 +114,7 @@ def histogram_csv(kl: dict[str, Any], pairing: str) -> str:
                     zip(e[:-1], e[1:], h["model_density"], h["random_density"]))
 
 
-def nulls_csv(reference: dict[str, Any]) -> str:
+def nulls_csv(reference: ReferenceOut) -> str:
     haar = reference.get("haar_moments") or {}
     rows = []
     for p in reference.get("nulls", {}):
@@ -114,13 +125,13 @@ def nulls_csv(reference: dict[str, Any]) -> str:
                      "haar_mean", "haar_std"), rows)
 
 
-def tokens_csv(tokens: dict[str, Any]) -> str:
+def tokens_csv(tokens: TokensOut) -> str:
     return csv_text(("head", "role", "rank", "token_id", "token", "score"),
                     ((h["name"], tokens["role"], r + 1, t.get("id"), t.get("text"), t.get("score"))
                      for h in tokens["heads"] for r, t in enumerate(h["tokens"])))
 
 
-def patterns_csv(patterns: dict[str, Any]) -> str:
+def patterns_csv(patterns: PatternsOut) -> str:
     kinds = patterns["kinds"]
     layers = patterns["layer_indices"]
     first = patterns["scores"][kinds[0]]
@@ -129,12 +140,12 @@ def patterns_csv(patterns: dict[str, Any]) -> str:
                      for i, layer in enumerate(layers) for h in range(len(first[i]))))
 
 
-def cosines_csv(pair: dict[str, Any]) -> str:
+def cosines_csv(pair: PairOut) -> str:
     return csv_text(("index", "cosine", "angle_rad"),
                     ((i + 1, c, a) for i, (c, a) in enumerate(zip(pair["cosines"], pair["angles"]))))
 
 
-def validation_csv(data: dict[str, Any]) -> str:
+def validation_csv(data: ValidationOut) -> str:
     """A /api/validation answer's summary: one row per prompt set, metric and statistic."""
     return csv_text(("prompts", "metric", "statistic", "value", "low", "high", "n"),
                     ((prompts, row["metric"], key, iv.get("value"), iv.get("low"), iv.get("high"), iv.get("n"))
@@ -142,7 +153,7 @@ def validation_csv(data: dict[str, Any]) -> str:
                      for key in ("random_rho", "top_mean_effect", "top_rho") if (iv := row.get(key) or {})))
 
 
-def validation_edges_csv(data: dict[str, Any]) -> str:
+def validation_edges_csv(data: ValidationOut) -> str:
     """Every pair a /api/validation answer measured: its metric values and effects."""
     metrics = list(data.get("metrics") or [])
     cols = ("source", "target", "in_sample", "top_of", "effect_text", "effect_random", *metrics)

@@ -15,11 +15,18 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from headgraph.frontend.figures.circuit import CircuitMarks
 from headgraph.frontend.figures.circuit import edge_note as circuit_edge_note
 from headgraph.frontend.figures.circuit import rings as circuit_rings
 from headgraph.frontend.figures.circuit import underlay as circuit_underlay
 from headgraph.frontend.figures.common import base_layout, fmt_value, pairing_color
-from headgraph.frontend.figures.graph_filters import EdgeKey, edge_key, null_quantiles, verdict_counts, verdict_of
+from headgraph.frontend.figures.graph_filters import (
+    Verdicts,
+    edge_key,
+    null_quantiles,
+    verdict_counts,
+    verdict_of,
+)
 from headgraph.frontend.figures.handles import place_handles
 from headgraph.frontend.figures.palette import LEGEND_SYMBOL, NO_CLASS_COLOR, class_palette
 from headgraph.frontend.figures.positions import Positions, grid_row, is_kv_node
@@ -136,7 +143,7 @@ def labelled_nodes(nodes: Sequence[dict[str, Any]], edges: Sequence[dict[str, An
     return (out | set(pinned)) & ids
 
 
-def edge_line(edge: dict[str, Any], other: str, arrow: str, verdicts: dict[EdgeKey, dict[str, Any]] | None) -> str:
+def edge_line(edge: dict[str, Any], other: str, arrow: str, verdicts: Verdicts | None) -> str:
     """One hover line of a node's edge: the other head, PK, normalized PK, the verdict if measured."""
     text = f"{arrow} {other}: PK {fmt_value(edge.get('score'))} · norm {fmt_value(edge.get('normalized'))}"
     if verdicts is not None and edge_key(edge) in verdicts:
@@ -144,7 +151,7 @@ def edge_line(edge: dict[str, Any], other: str, arrow: str, verdicts: dict[EdgeK
     return text
 
 
-def edge_lists(edges: Sequence[dict[str, Any]], verdicts: dict[EdgeKey, dict[str, Any]] | None = None,
+def edge_lists(edges: Sequence[dict[str, Any]], verdicts: Verdicts | None = None,
                per: int = HOVER_EDGES) -> dict[str, str]:
     """node -> hover lines of its ``per`` strongest outgoing and incoming edges per pairing
     (strongest first, by the API's rank), with how many more it has."""
@@ -173,9 +180,9 @@ def graph_figure(data: dict[str, Any], pos: Positions, *, layout: str,
                  head_pos: Positions | None = None, selected: str | None = None,
                  selected_edge: tuple[str, str, str] | None = None,
                  backdrop: Sequence[dict[str, Any]] = (),
-                 verdicts: dict[EdgeKey, dict[str, Any]] | None = None,
+                 verdicts: Verdicts | None = None,
                  highlight: Sequence[str] = (), class_order: Sequence[str] = (),
-                 pinned: Sequence[str] = (), circuit: dict[str, Any] | None = None) -> go.Figure:
+                 pinned: Sequence[str] = (), circuit: CircuitMarks | None = None) -> go.Figure:
     """The head graph: edges coloured by pairing with opacity = score / max, hubs marked.
 
     Each edge gets an invisible marker on it (customdata ["edge", source, target, pairing]) so it
@@ -214,9 +221,10 @@ def graph_figure(data: dict[str, Any], pos: Positions, *, layout: str,
     segments = [_offset(pos[e["source"]], pos[e["target"]], shift.get(e.get("pairing", e.get("key", "")), 0) * step)
                 for e in drawn]
     obstacles = {str(n["id"]): node_size(n) / 2 for n in nodes if n["id"] in pos}
-    for h in all_heads if head_pos else ():
-        if h not in obstacles and h in head_pos:
-            obstacles[h] = BACKDROP_SIZE / 2
+    if head_pos:
+        for h in all_heads:
+            if h not in obstacles and h in head_pos:
+                obstacles[h] = BACKDROP_SIZE / 2
     where = {**(head_pos or {}), **pos}
     node_classes = {str(n["id"]): classes.get(n["id"]) or n.get("head_class") or "" for n in nodes}
     handles = place_handles(segments, [0.3 + 0.4 * order[e["source"]] / max(1, len(order) - 1) for e in drawn],

@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from headgraph.frontend.api.answers import AblationEdge, AblationOut
 from headgraph.frontend.api.names import O_PAIRINGS
 from headgraph.frontend.figures.palette import class_key, class_parts
 
@@ -23,6 +24,7 @@ UNRESOLVED = "null too small"  # the null cannot resolve the verdict's quantile:
 VERDICTS: tuple[str, ...] = (VERIFIED, NO_EFFECT, NOT_MEASURED, NO_NULL, UNRESOLVED)
 _NAME_RE = re.compile(r"^L(\d+)(?:H|KV)\d+$")
 EdgeKey = tuple[str, str, str]  # (source, target, pairing)
+Verdicts = dict[EdgeKey, AblationEdge]  # an edge's GET /api/ablation row (verdict, effects)
 
 
 def layer_of(name: str) -> int | None:
@@ -96,10 +98,10 @@ def verify_k(pairings: Iterable[str], rule: str, k: int, edge_counts: dict[str, 
     return out
 
 
-def verdict_map(answers: Iterable[dict[str, Any]]) -> dict[EdgeKey, dict[str, Any]]:
+def verdict_map(answers: Iterable[AblationOut]) -> Verdicts:
     """(source, target, pairing) -> the API's edge row (verdict, effects) over GET
     /api/ablation answers."""
-    out: dict[EdgeKey, dict[str, Any]] = {}
+    out: Verdicts = {}
     for answer in answers:
         for e in answer.get("edges", []):
             out[(e["source"], e["target"], e.get("pairing") or answer.get("pairing", ""))] = e
@@ -110,13 +112,13 @@ def edge_key(edge: dict[str, Any]) -> EdgeKey:
     return (edge["source"], edge["target"], str(edge.get("pairing", edge.get("key", ""))))
 
 
-def verdict_of(edge: dict[str, Any], verdicts: dict[EdgeKey, dict[str, Any]]) -> str:
+def verdict_of(edge: dict[str, Any], verdicts: Verdicts) -> str:
     """An API graph edge's verdict: its ablation row's, else "not measured"."""
     row = verdicts.get(edge_key(edge))
     return str(row.get("verdict") or NOT_MEASURED) if row else NOT_MEASURED
 
 
-def keep_verified(node_link: dict[str, Any], verdicts: dict[EdgeKey, dict[str, Any]]) -> dict[str, Any]:
+def keep_verified(node_link: dict[str, Any], verdicts: Verdicts) -> dict[str, Any]:
     """Only the verified edges and the nodes they touch."""
     edges = [e for e in node_link.get("edges", node_link.get("links", []))
              if verdict_of(e, verdicts) == VERIFIED]
@@ -124,7 +126,7 @@ def keep_verified(node_link: dict[str, Any], verdicts: dict[EdgeKey, dict[str, A
     return {**node_link, "nodes": [n for n in node_link.get("nodes", []) if n["id"] in touched], "edges": edges}
 
 
-def verdict_counts(edges: Iterable[dict[str, Any]], verdicts: dict[EdgeKey, dict[str, Any]]) -> dict[str, int]:
+def verdict_counts(edges: Iterable[dict[str, Any]], verdicts: Verdicts) -> dict[str, int]:
     """Edges per verdict, every verdict named (0 when none)."""
     out = dict.fromkeys(VERDICTS, 0)
     for e in edges:
@@ -132,9 +134,9 @@ def verdict_counts(edges: Iterable[dict[str, Any]], verdicts: dict[EdgeKey, dict
     return out
 
 
-def null_quantiles(verdicts: dict[EdgeKey, dict[str, Any]]) -> list[float]:
+def null_quantiles(verdicts: Verdicts) -> list[float]:
     """The distinct random-pair null quantiles of the measured rows' verdicts (sorted)."""
-    return sorted({float(r["null_quantile"]) for r in verdicts.values() if r.get("null_quantile") is not None})
+    return sorted({float(q) for r in verdicts.values() if (q := r.get("null_quantile")) is not None})
 
 
 def edge_counts(edges: Iterable[dict[str, Any]], pairings: Iterable[str]) -> dict[str, int]:

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
+from headgraph.frontend.api.answers import ScoreGrid
 from headgraph.frontend.api.names import head_label
 from headgraph.frontend.figures.common import METRIC_TITLES, base_layout
 from headgraph.frontend.figures.palette import NO_CLASS, class_palette
@@ -22,12 +23,18 @@ from headgraph.frontend.figures.palette import NO_CLASS, class_palette
 _NAME_RE = re.compile(r"^L(\d+)(H|KV)(\d+)$")
 
 
+class BlockGrid(ScoreGrid):
+    """One (source layer, target layer) block of a grid (:func:`block_grid`), ``zoom`` naming it."""
+
+    zoom: list[str]
+
+
 def flatten_grid(grid: list) -> list[list[float | None]]:
     """[L][Hs][L][Ht] nested lists -> [(L*Hs)][(L*Ht)] rows (source-major, as the labels)."""
     return [[v for tl in sh for v in tl] for sl in grid for sh in sl]
 
 
-def grid_labels(grid: dict[str, Any]) -> dict[str, Any]:
+def grid_labels(grid: ScoreGrid) -> ScoreGrid:
     """``grid`` with axis labels that match its shape.
 
     A CS grid always has query heads on both axes; a server that names a CS K / V axis by the
@@ -37,7 +44,7 @@ def grid_labels(grid: dict[str, Any]) -> dict[str, Any]:
     if not g or not layers:
         return grid
     n_src, n_tgt = len(g[0]), len(g[0][0][0]) if g[0] and g[0][0] else 0
-    fixed = dict(grid)
+    fixed = grid.copy()
     for key, n in (("source_labels", n_src), ("target_labels", n_tgt)):
         if len(grid.get(key) or []) != len(layers) * n:
             fixed[key] = [head_label(layer, h) for layer in layers for h in range(n)]
@@ -86,7 +93,7 @@ def align_axis(main: Sequence[str], other: Sequence[str], *, group: int | None =
     return out
 
 
-def dense(grid: dict[str, Any]) -> np.ndarray:
+def dense(grid: ScoreGrid) -> np.ndarray:
     """A /api/pk or /api/cs answer as a [(L*Hs), (L*Ht)] float64 array, NaN where not valid."""
     g = np.array(grid["grid"], dtype=float)
     ok = np.array(grid["valid"], dtype=bool)
@@ -102,7 +109,7 @@ def _indicator(mapping: list[list[int]], n_other: int) -> np.ndarray:
     return out
 
 
-def hover_values(main: dict[str, Any], other: dict[str, Any]) -> tuple[np.ndarray, bool]:
+def hover_values(main: ScoreGrid, other: ScoreGrid) -> tuple[np.ndarray, bool]:
     """``other``'s valid scores at ``main``'s cells ([rows, cols], NaN where none), and whether
     any cell is a mean over several query heads (a KV group of a grouped-query model reads
     the mean of its query heads' scores, as the pair panel and the scatter do)."""
@@ -184,7 +191,7 @@ def class_strips(fig: go.Figure, src: Sequence[str], tgt: Sequence[str], classes
                                   zeroline=False, fixedrange=True))
 
 
-def score_heatmap(grid: dict[str, Any], *, metric: str, hover_grids: dict[str, dict[str, Any]] | None = None,
+def score_heatmap(grid: ScoreGrid, *, metric: str, hover_grids: dict[str, ScoreGrid] | None = None,
                   classes: dict[str, str] | None = None, class_order: Sequence[str] = ()) -> go.Figure:
     """Full source-head x target-head grid of one pairing, blocked by layer with layer ticks.
 
@@ -215,8 +222,9 @@ def score_heatmap(grid: dict[str, Any], *, metric: str, hover_grids: dict[str, d
     line = dict(type="line", line=dict(color="white", width=2), layer="above")
     for axis, labels in (("x", tgt), ("y", src)):
         blocks = _layer_blocks(labels)
-        ticks = dict(type="category", tickmode="array", tickvals=[(a + b) / 2 for _, a, b in blocks],
-                     ticktext=[name for name, _, _ in blocks], showgrid=False, zeroline=False)
+        ticks: dict[str, Any] = dict(type="category", tickmode="array",
+                                     tickvals=[(a + b) / 2 for _, a, b in blocks],
+                                     ticktext=[name for name, _, _ in blocks], showgrid=False, zeroline=False)
         if axis == "x":
             fig.update_xaxes(title=f"target head ({grid['target_role']})", **ticks)
             shapes += [dict(x0=a - 0.5, x1=a - 0.5, y0=-0.5, y1=len(src) - 0.5, **line) for _, a, _ in blocks[1:]]
@@ -233,7 +241,7 @@ def score_heatmap(grid: dict[str, Any], *, metric: str, hover_grids: dict[str, d
     return base_layout(fig, title, height=grid_height(len(src)))
 
 
-def layer_blocks(grid: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def layer_blocks(grid: ScoreGrid) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per (source layer, target layer) block of a grid: the mean and the max of its valid
     cells and their count, each [L, L] (NaN where a block has none, e.g. backward layers)."""
     grid = grid_labels(grid)
@@ -249,7 +257,7 @@ def layer_blocks(grid: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarr
     return mean, peak, count
 
 
-def layer_overview(grid: dict[str, Any], *, metric: str) -> go.Figure:
+def layer_overview(grid: ScoreGrid, *, metric: str) -> go.Figure:
     """Layer-aggregated heatmap: one cell per (source layer, target layer) block, its mean
     score (hover: max and valid pairs). A click drills down to the block's heads: on a
     1024-head model the whole grid is 10^6 cells, the overview L^2."""
@@ -275,7 +283,7 @@ def layer_overview(grid: dict[str, Any], *, metric: str) -> go.Figure:
                        height=int(max(520, min(1000, 160 + 16 * len(layers)))))
 
 
-def block_grid(grid: dict[str, Any], zoom: tuple[str, str]) -> dict[str, Any]:
+def block_grid(grid: ScoreGrid, zoom: tuple[str, str]) -> BlockGrid:
     """The (source layer, target layer) block of a /api/pk or /api/cs answer, in the same
     shape ([1][Hs][1][Ht] with the block's labels). KeyError for a layer the grid lacks."""
     grid = grid_labels(grid)
@@ -294,7 +302,7 @@ def block_grid(grid: dict[str, Any], zoom: tuple[str, str]) -> dict[str, Any]:
             "zoom": list(zoom)}
 
 
-def axis_head(grid: dict[str, Any], head: str, direction: str) -> str:
+def axis_head(grid: ScoreGrid, head: str, direction: str) -> str:
     """The name ``head`` has on the grid's source (out) or target (in) axis: itself, or on a
     KV axis of a grouped-query model the KV group a query head reads (L6H4 -> L6KV1).
 
@@ -313,7 +321,7 @@ def axis_head(grid: dict[str, Any], head: str, direction: str) -> str:
     return labels[hit[0]]
 
 
-def head_slice(grid: dict[str, Any], head: str, direction: str) -> tuple[list[list[float | None]], list[int], int]:
+def head_slice(grid: ScoreGrid, head: str, direction: str) -> tuple[list[list[float | None]], list[int], int]:
     """A head's outgoing (as source) or incoming (as target) scores as [layer][head] rows.
 
     Returns (rows, layer block numbers, heads per row); invalid cells are None. A query head
@@ -337,7 +345,7 @@ def head_slice(grid: dict[str, Any], head: str, direction: str) -> tuple[list[li
     return rows, layers, n_src
 
 
-def head_grid_figure(grid: dict[str, Any], head: str, direction: str, *, metric: str) -> go.Figure:
+def head_grid_figure(grid: ScoreGrid, head: str, direction: str, *, metric: str) -> go.Figure:
     """Layer x head grid of one head's outgoing or incoming scores (deeper layers higher)."""
     grid = grid_labels(grid)
     rows, layers, n = head_slice(grid, head, direction)

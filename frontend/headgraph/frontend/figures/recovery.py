@@ -17,6 +17,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from headgraph.frontend.api.answers import Estimate, RecoveryOut
 from headgraph.frontend.figures.common import base_layout
 
 METRIC_LABELS: dict[str, str] = {"pk": "PK", "pk_normalized": "PK (normalized)", "cs": "CS", "cka": "CKA",
@@ -39,7 +40,7 @@ def _finite(x: Any) -> float | None:
     return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else None
 
 
-def estimate_text(est: dict[str, Any] | None, signed: bool = False) -> str:
+def estimate_text(est: Estimate | None, signed: bool = False) -> str:
     """``0.77 [0.63, 0.88]`` (``+0.03 [...]`` when ``signed``); "–" where undefined."""
     if not est or _finite(est.get("value")) is None:
         return "–"
@@ -49,12 +50,12 @@ def estimate_text(est: dict[str, Any] | None, signed: bool = False) -> str:
     return f"{f.format(est['value'])} [{f.format(est['low'])}, {f.format(est['high'])}]"
 
 
-def names_no_edge(data: dict[str, Any]) -> bool:
+def names_no_edge(data: RecoveryOut) -> bool:
     """True when no valid pair of the pairing joins two reference heads (nothing to recover)."""
     return not data.get("n_reference")
 
 
-def recovery_figure(data: dict[str, Any]) -> go.Figure:
+def recovery_figure(data: RecoveryOut) -> go.Figure:
     """ROC-AUC per metric (a row each, the table's order) with its bootstrap 95% interval as
     error bars and a dotted line at 0.5 (a random ranking). customdata per point: [metric,
     value, low, high] as the API gave them."""
@@ -62,8 +63,8 @@ def recovery_figure(data: dict[str, Any]) -> go.Figure:
     labels = [metric_label(r["metric"]) for r in rows]
     aucs = [r.get("auc") or {} for r in rows]
     x = [_finite(a.get("value")) for a in aucs]
-    lo = [None if v is None or _finite(a.get("low")) is None else v - a["low"] for v, a in zip(x, aucs)]
-    hi = [None if v is None or _finite(a.get("high")) is None else a["high"] - v for v, a in zip(x, aucs)]
+    lo = [None if v is None or (low := _finite(a.get("low"))) is None else v - low for v, a in zip(x, aucs)]
+    hi = [None if v is None or (high := _finite(a.get("high"))) is None else high - v for v, a in zip(x, aucs)]
     colors = [BASELINE_COLOR if r["metric"] in BASELINES else METRIC_COLOR for r in rows]
     fig = go.Figure(go.Scatter(
         x=x, y=labels, mode="markers", name="ROC-AUC", showlegend=False,
@@ -81,7 +82,7 @@ def recovery_figure(data: dict[str, Any]) -> go.Figure:
     return base_layout(fig, title, height=140 + 38 * max(len(rows), 1), margin=dict(l=120, r=30, t=60, b=60))
 
 
-def table_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
+def table_rows(data: RecoveryOut) -> list[dict[str, Any]]:
     """Per metric, the table's cells: {metric, label, baseline, endpoint_share, precision, auc,
     precision_diff, auc_diff (texts), values: {stat: the API's estimate}}."""
     out = []
@@ -95,7 +96,7 @@ def table_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def recovery_words(data: dict[str, Any]) -> list[str]:
+def recovery_words(data: RecoveryOut) -> list[str]:
     """The answer in words: the reference, then the best ROC-AUC and which metrics' paired
     difference to PK excludes 0 (better / worse than PK)."""
     k = data.get("k")
@@ -106,21 +107,21 @@ def recovery_words(data: dict[str, Any]) -> list[str]:
     if not rows:
         out.append("ROC-AUC is undefined: the reference holds every valid pair or none.")
         return out
-    best = max(rows, key=lambda r: r["auc"]["value"])
+    best = max(rows, key=lambda r: r["auc"]["value"] or 0.0)  # every value here is finite
     out.append(f"Highest ROC-AUC: {metric_label(best['metric'])} {estimate_text(best['auc'])}.")
     better, worse = [], []
     for r in rows:
         d = r.get("auc_diff") or {}
-        if _finite(d.get("low")) is not None and d["low"] > 0:
+        if (low := _finite(d.get("low"))) is not None and low > 0:
             better.append(metric_label(r["metric"]))
-        elif _finite(d.get("high")) is not None and d["high"] < 0:
+        elif (high := _finite(d.get("high"))) is not None and high < 0:
             worse.append(metric_label(r["metric"]))
     out.append(f"Paired against PK on the same resamples, ROC-AUC above PK's: {', '.join(better) or 'none'}; "
                f"below: {', '.join(worse) or 'none'}; the rest hold 0 in their interval.")
     return out
 
 
-def recovery_csv(data: dict[str, Any]) -> str:
+def recovery_csv(data: RecoveryOut) -> str:
     """The table: one row per metric and statistic (value, low, high)."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
+from headgraph.frontend.api.answers import ScatterOut
 from headgraph.frontend.figures.common import base_layout, fmt_value
 
 QUADRANTS: dict[int, tuple[str, str]] = {3: ("both", "#9467bd"), 1: ("PK only", "#d62728"),
@@ -39,7 +40,7 @@ def density_trace(cs: np.ndarray, pk: np.ndarray, name: str) -> go.Heatmap:
         hovertemplate="%{customdata:.0f} pairs here (CS ≈ %{x:.3g}, PK ≈ %{y:.3g})<extra>" + name + "</extra>")
 
 
-def scatter_figure(data: dict[str, Any]) -> go.Figure:
+def scatter_figure(data: ScatterOut) -> go.Figure:
     """PK vs CS per pair (paper Fig. 5): quadrant colours, top-x% cutoff lines, Spearman rho.
 
     Every pair of the top sets (both, PK only, CS only) is a point (hover: its heads; click:

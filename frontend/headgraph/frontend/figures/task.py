@@ -16,6 +16,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from headgraph.frontend.api.answers import CircuitEdge, CircuitOut, ScoreGrid
 from headgraph.frontend.figures.common import base_layout
 from headgraph.frontend.figures.palette import CLASS_PALETTE, NO_CLASS_COLOR
 
@@ -39,14 +40,14 @@ def number_text(x: Any, fmt: str = "{:.3g}") -> str:
     return "–" if v is None else fmt.format(v)
 
 
-def edge_columns(data: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+def edge_columns(data: CircuitOut) -> tuple[tuple[str, str], ...]:
     """The table's columns: COLUMNS, then PK and CS when the API's edges carry them."""
     edges = data.get("edges") or []
     extra = tuple(c for c in EXTRA_COLUMNS if any(c[0] in e for e in edges))
     return COLUMNS + extra
 
 
-def grid_value(grid: dict[str, Any], source: str, target: str) -> float | None:
+def grid_value(grid: ScoreGrid, source: str, target: str) -> float | None:
     """The cell (source head, target head) of a GET /api/pk or /api/cs answer (its labels name
     the flattened [layer, head] axes), or None where it is invalid or not on the grid."""
     try:
@@ -61,16 +62,26 @@ def grid_value(grid: dict[str, Any], source: str, target: str) -> float | None:
     return _finite(grid["grid"][cell[0]][cell[1]][cell[2]][cell[3]])
 
 
-def with_scores(data: dict[str, Any], grids: dict[str, tuple[dict[str, Any], dict[str, Any] | None]]
-                ) -> dict[str, Any]:
+# Per reader input Q / K / V: the PK grid of O -> it and its CS grid (None where there is none).
+WeightGrids = dict[str, tuple[ScoreGrid, ScoreGrid | None]]
+
+
+class ScoredEdge(CircuitEdge, total=False):
+    """A circuit edge with its PK (and CS) from the weight grids (:func:`with_scores`)."""
+
+    pk: float | None
+    cs: float | None
+
+
+def with_scores(data: CircuitOut, grids: WeightGrids) -> CircuitOut:
     """``data`` with each head -> head edge's PK (and CS) from ``grids`` (reader input Q / K / V
     -> (the PK grid of O -> it, its CS grid or None)) as ``pk`` / ``cs``; other edges get None.
     Unchanged without grids."""
     if not grids:
         return data
-    edges = []
-    for e in data.get("edges") or []:
-        e = dict(e)
+    edges: list[CircuitEdge] = []
+    for edge in data.get("edges") or []:
+        e: ScoredEdge = {**edge}
         pk, cs = grids.get(str(e.get("path")), (None, None))
         target = str(e.get("reader", "")).rsplit(".", 1)[0]
         head = e.get("writer_kind") == "head"
@@ -81,7 +92,7 @@ def with_scores(data: dict[str, Any], grids: dict[str, tuple[dict[str, Any], dic
     return {**data, "edges": edges}
 
 
-def table_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
+def table_rows(data: CircuitOut) -> list[dict[str, Any]]:
     """Per listed edge (the API's order: strongest first), its cells' texts and the API's
     values: {key: text, ..., "values": {key: value}}."""
     out = []
@@ -99,7 +110,7 @@ def table_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def task_words(data: dict[str, Any]) -> list[str]:
+def task_words(data: CircuitOut) -> list[str]:
     """The task metric first, in words: whether the model does the task, then the circuit's
     size at the stated share and the EAP vs patching check."""
     m = data.get("metrics") or {}
@@ -131,7 +142,7 @@ def task_words(data: dict[str, Any]) -> list[str]:
 
 
 
-def faithfulness_figure(data: dict[str, Any]) -> go.Figure:
+def faithfulness_figure(data: CircuitOut) -> go.Figure:
     """The share of the clean - corrupt gap recovered vs circuit size (the top-n edges kept
     clean, every other edge corrupt), a dashed line at the stated share and a marker at the
     smallest size reaching it. customdata per point: [size, recovered, metric]."""

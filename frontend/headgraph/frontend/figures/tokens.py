@@ -9,11 +9,12 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from headgraph.frontend.api.answers import PatternsOut, TokensOut
 from headgraph.frontend.api.names import head_label
 from headgraph.frontend.figures.common import base_layout
 
 
-def patterns_figure(patterns: dict[str, Any], classes: dict[str, str] | None = None) -> go.Figure:
+def patterns_figure(patterns: PatternsOut, classes: dict[str, str] | None = None) -> go.Figure:
     """One layer x head heatmap per attention-pattern score (identity, previous token, ...)."""
     kinds = patterns["kinds"]
     layers = patterns["layer_indices"]
@@ -54,7 +55,7 @@ def baseline_line(head: dict[str, Any] | None) -> str:
 DENSE_TOKEN_CELLS = 144
 
 
-def token_grid_figure(tokens: dict[str, Any], layers: Sequence[int], n_heads: int,
+def token_grid_figure(tokens: TokensOut, layers: Sequence[int], n_heads: int,
                       shown: int | None = None) -> go.Figure:
     """Top tokens of each head's role subspace in a layer x head grid (paper Fig. 6).
 

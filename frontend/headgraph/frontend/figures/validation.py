@@ -12,11 +12,13 @@ comparison in words, decided by the paired rule. Pure functions of that JSON (no
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from headgraph.frontend.api.answers import Estimate, PairedDifference, ValidationOut
 from headgraph.frontend.figures.common import CLASS_PALETTE, base_layout, fmt_value
 
 PROMPT_LABELS: dict[str, str] = {"text": "text prompts", "random": "repeated random tokens"}
@@ -39,13 +41,13 @@ def metric_color(metric: str, index: int = 0) -> str:
     return METRIC_COLORS.get(metric, CLASS_PALETTE[index % len(CLASS_PALETTE)])
 
 
-def prompt_sets(data: dict[str, Any]) -> list[str]:
+def prompt_sets(data: ValidationOut) -> list[str]:
     """The answer's prompt sets in display order (text, random, then any other)."""
     sets = list((data.get("summary") or {}).keys())
     return sorted(sets, key=lambda s: (list(PROMPT_LABELS).index(s) if s in PROMPT_LABELS else 99, s))
 
 
-def interval_text(iv: dict[str, Any] | None) -> str:
+def interval_text(iv: Estimate | None) -> str:
     """``0.69 [0.39, 0.89]``; "undefined" where the API has no value (too few pairs, ties)."""
     if not iv or iv.get("value") is None:
         return "undefined"
@@ -58,7 +60,7 @@ def _finite(x: Any) -> float | None:
     return float(x) if isinstance(x, (int, float)) and math.isfinite(x) else None
 
 
-def validation_figure(data: dict[str, Any]) -> go.Figure:
+def validation_figure(data: ValidationOut) -> go.Figure:
     """Forest plot: a row per prompt set, a column per statistic (STATS), a point per metric
     at its value with its bootstrap 95% interval as error bars.
 
@@ -90,7 +92,8 @@ def validation_figure(data: dict[str, Any]) -> go.Figure:
                 hovertemplate="%{customdata[0]}: %{customdata[1]:.3f} [%{customdata[2]:.3f}, "
                               "%{customdata[3]:.3f}], n = %{customdata[4]}<extra>" + PROMPT_LABELS.get(prompts, prompts)
                               + "</extra>"), row=row, col=col)
-        fig.add_vline(x=0, line=dict(color="#999", dash="dot", width=1), row=row, col=1)
+        # pyright reads plotly's row/col as str (their default is "all"); an int picks a subplot
+        fig.add_vline(x=0, line=dict(color="#999", dash="dot", width=1), row=row, col=1)  # pyright: ignore[reportArgumentType]
         fig.update_xaxes(range=[-1.05, 1.05], row=row, col=1)
     fig.update_yaxes(categoryorder="array", categoryarray=list(reversed(metrics)))
     fig.update_annotations(font_size=13)  # the subplot titles
@@ -103,7 +106,7 @@ def validation_figure(data: dict[str, Any]) -> go.Figure:
                        margin=dict(l=100, r=30, t=90, b=60))
 
 
-def scatter_keys(data: dict[str, Any], prompts: str, metric: str) -> tuple[str, str]:
+def scatter_keys(data: ValidationOut, prompts: str, metric: str) -> tuple[str, str]:
     """(metric key, effect key) of a validation edge row for one prompt set: the held-out set
     reads the refit metrics ("data-PK in (held-out)") against the odd prompts' effect."""
     held = data.get("held_out") or {}
@@ -112,7 +115,7 @@ def scatter_keys(data: dict[str, Any], prompts: str, metric: str) -> tuple[str, 
     return (f"{metric} (held-out)" if metric in (held.get("metrics") or []) else metric), "effect_text_odd"
 
 
-def validation_scatter_figure(data: dict[str, Any]) -> go.Figure:
+def validation_scatter_figure(data: ValidationOut) -> go.Figure:
     """Metric against effect, a row per prompt set and a column per metric: the random
     sample's pairs (whose Spearman the forest plot shows) and that metric's top-k.
 
@@ -148,20 +151,20 @@ def validation_scatter_figure(data: dict[str, Any]) -> go.Figure:
     return base_layout(fig, title, height=170 + 260 * max(len(sets), 1), margin=dict(l=70, r=20, t=90, b=60))
 
 
-def comparison(stats: dict[str, dict[str, Any] | None]) -> tuple[str | None, list[str]]:
+def comparison(stats: Mapping[str, Estimate | None]) -> tuple[str | None, list[str]]:
     """The metric with the highest value and the metrics whose whole interval lies below its
     interval (their high end under its low end); (None, []) when no metric has a value."""
     known = {m: iv for m, iv in stats.items() if iv and iv.get("value") is not None}
     if not known:
         return None, []
-    best = max(known, key=lambda m: known[m]["value"])
+    best = max(known, key=lambda m: known[m]["value"] or 0.0)  # every value here is a number
     low = known[best].get("low")
-    below = [m for m, iv in known.items() if m != best and low is not None and iv.get("high") is not None
-             and iv["high"] < low]
+    below = [m for m, iv in known.items() if m != best and low is not None and (high := iv.get("high")) is not None
+             and high < low]
     return best, below
 
 
-def power_text(data: dict[str, Any]) -> str:
+def power_text(data: ValidationOut) -> str:
     """The sample's size and power in words: "64 random pairs of the 200 asked for (all the
     model's valid forward pairs): power 0.65 to detect ρ = 0.3 (90 pairs reach 0.8)"."""
     p = data.get("power") or {}
@@ -177,12 +180,13 @@ def power_text(data: dict[str, Any]) -> str:
             f"ρ = {p['rho']:g} (two-sided, α = {p['alpha']:g}; {p['n_for_80']} pairs reach 0.8)")
 
 
-def verdict_text(d: dict[str, Any]) -> str:
-    """One paired comparison's outcome: "PK better", "CS better", "no difference" or "undefined"."""
+def verdict_text(d: Mapping[str, Any]) -> str:
+    """One paired comparison's outcome (a PairedDifference, or a row of :func:`paired_rows`):
+    "PK better", "CS better", "no difference" or "undefined"."""
     return VERDICT_WORDS.get(d.get("verdict") or "", "undefined").format(b=d.get("metric_b"))
 
 
-def paired_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
+def paired_rows(data: ValidationOut) -> list[dict[str, Any]]:
     """Every paired comparison of the answer, prompt sets in display order: {prompts, metric_a,
     metric_b, difference, low, high, n, verdict, baseline (metric_b is a trivial baseline)}."""
     baselines = set(data.get("baselines") or ())
@@ -195,7 +199,7 @@ def paired_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
 TRIVIAL = ("layer gap", "source variance")
 
 
-def baseline_sentence(data: dict[str, Any], prompts: str, pk_cs: dict[str, Any]) -> str:
+def baseline_sentence(data: ValidationOut, prompts: str, pk_cs: PairedDifference) -> str:
     """PK against the trivial baselines on ``prompts`` (the same paired rule): a PK win over CS
     that a baseline matches or beats is "not supported over the trivial baselines"."""
     rows = {d.get("metric_b"): d for d in (data.get("paired") or {}).get(prompts, [])}
@@ -212,7 +216,7 @@ def baseline_sentence(data: dict[str, Any], prompts: str, pk_cs: dict[str, Any])
     return "PK beats the trivial baselines (" + ", ".join(found) + ")"
 
 
-def validation_words(data: dict[str, Any]) -> list[str]:
+def validation_words(data: ValidationOut) -> list[str]:
     """The answer in words: the sample (and its power), then a sentence per prompt set: the
     paired verdict of PK against CS (the decision rule), which metric's Spearman is highest,
     and the top-k's mean effect."""

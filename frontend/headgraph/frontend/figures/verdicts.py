@@ -11,6 +11,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from headgraph.frontend.api.answers import AblationEdge
 from headgraph.frontend.figures.common import fmt_value, pairing_color
 
 NO_EFFECT_COLOR = "rgba(120,124,130,0.75)"
@@ -37,7 +38,7 @@ def verdict_line(pairing: str, alpha: float, verdict: str, sink: bool) -> dict[s
     return {"color": color, "width": width, "dash": dash or ("dot" if sink else "solid")}
 
 
-def verdict_hover(row: dict[str, Any] | None) -> str:
+def verdict_hover(row: AblationEdge | None) -> str:
     """Hover lines of an edge's verdict and effects (row: its GET /api/ablation edge)."""
     if not row or row.get("verdict") in (None, "not measured"):
         return "<br>ablation: not measured"

@@ -11,7 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from dash import dcc, html
+from dash.development.base_component import Component
 
+from headgraph.frontend.api.answers import LabelSetSummary, ModelSummary, TaskSummary
 from headgraph.frontend.api.names import Vocabulary
 from headgraph.frontend.figures import PAIRING_COLORS
 from headgraph.frontend.layout.compare_controls import comparison_groups
@@ -72,7 +74,7 @@ BUNDLED_TASKS: tuple[str, ...] = ("ioi", "induction", "successor", "ioi-mib", "a
 METHOD_LABELS = {"eap": "EAP", "eap-ig": "EAP-IG"}
 
 
-def task_options(tasks: list[dict[str, Any]] | None, current: str | None = None) -> list[dict[str, Any]]:
+def task_options(tasks: list[TaskSummary] | None, current: str | None = None) -> list[dict[str, Any]]:
     """Task dropdown options: GET /api/tasks's tasks (the bundled ones until it answers);
     keeps ``current`` selectable."""
     out = [{"label": t["name"] + ("" if t.get("bundled") else " (uploaded)"), "value": t["name"],
@@ -84,7 +86,7 @@ def task_options(tasks: list[dict[str, Any]] | None, current: str | None = None)
     return out
 
 
-def model_options(models: list[dict[str, Any]] | None, current: str | None) -> list[dict[str, Any]]:
+def model_options(models: list[ModelSummary] | None, current: str | None) -> list[dict[str, Any]]:
     """Model dropdown options; models that cannot be loaded offline, or that the server refuses
     (not offered), are disabled with the API's message as their title. The current value is always an option (Dash 4 clears a value missing from options)."""
     opts = []
@@ -97,7 +99,7 @@ def model_options(models: list[dict[str, Any]] | None, current: str | None) -> l
     return opts
 
 
-def overlay_options(sets: list[dict[str, Any]] | None, current: str | None = None) -> list[dict[str, Any]]:
+def overlay_options(sets: list[LabelSetSummary] | None, current: str | None = None) -> list[dict[str, Any]]:
     """Label-set dropdown options (name, head count, model hint); keeps ``current`` selectable."""
     out = []
     for s in sets or []:
@@ -110,7 +112,7 @@ def overlay_options(sets: list[dict[str, Any]] | None, current: str | None = Non
     return out
 
 
-def model_dropdown(state: ViewState | None, models: list[dict[str, Any]] | None) -> dcc.Dropdown:
+def model_dropdown(state: ViewState | None, models: list[ModelSummary] | None) -> dcc.Dropdown:
     """The model picker; its value is the model without its subspaces mode (the toggle's)."""
     model, _ = split_subspaces(state.model if state else DEFAULT_MODEL)
     return dcc.Dropdown(id="model-select", options=model_options(models, model), value=model,
@@ -128,7 +130,7 @@ def subspaces_toggle(state: ViewState | None) -> html.Span:
                            "folded into the heads (the model id's @norm variant)")
 
 
-def model_picker(state: ViewState | None, models: list[dict[str, Any]] | None) -> list[Any]:
+def model_picker(state: ViewState | None, models: list[ModelSummary] | None) -> list[Any]:
     """The model bar's picker: the model dropdown and the subspaces toggle."""
     return [model_dropdown(state, models), subspaces_toggle(state)]
 
@@ -141,7 +143,7 @@ def tab_links(state: ViewState | None) -> list[Any]:
             for v, label in VIEW_LABELS.items() if v in VIEWS]
 
 
-def _group(name: str, label: str, shown: bool, *children: object) -> html.Div:
+def _group(name: str, label: str, shown: bool, *children: Component) -> html.Div:
     return html.Div([html.Label(label, className="ctl-label"), *children], id=f"ctl-{name}",
                     className="ctl-group", style={"display": "flex"} if shown else HIDE)
 
@@ -180,7 +182,7 @@ def slider_props(state: ViewState | None, slider: dict[str, Any] | None) -> dict
 
 
 def control_groups(state: ViewState | None, vocab: Vocabulary | None,
-                   label_sets: list[dict[str, Any]] | None = None,
+                   label_sets: list[LabelSetSummary] | None = None,
                    slider: dict[str, Any] | None = None) -> list[html.Div]:
     """Every control group, values from ``state`` (None: empty placeholders with the same ids).
 
@@ -232,7 +234,7 @@ def control_groups(state: ViewState | None, vocab: Vocabulary | None,
                         style={"display": "block"} if state and not topk and not fdr else HIDE),
                html.Span([html.Span("q", className="ctl-label"),
                           dcc.Input(id="fdr-q-input", type="number", min=FDR_Q_RANGE[0], max=FDR_Q_RANGE[1],
-                                    step=0.001, value=state.threshold if fdr else None, debounce=True,
+                                    step=0.001, value=state.threshold if fdr and state else None, debounce=True,
                                     className="num-input")],
                          id="fdr-box", title=f"Benjamini-Hochberg q level ({format_threshold(FDR_Q_RANGE[0])}"
                                              f"..{format_threshold(FDR_Q_RANGE[1])})",

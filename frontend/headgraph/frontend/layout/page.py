@@ -22,8 +22,8 @@ from headgraph.frontend.layout.controls import control_groups, model_picker, tab
 from headgraph.frontend.layout.subgraph import subgraph_view
 from headgraph.frontend.state.readiness import ROUTED_PARTS, ROUTED_VIEWS
 
-GRAPH_CONFIG = {"displaylogo": False, "toImageButtonOptions": {"format": "png", "scale": 2},
-                "modeBarButtonsToRemove": ["select2d", "lasso2d"]}
+GRAPH_CONFIG: dcc.Graph.Config = {"displaylogo": False, "toImageButtonOptions": {"format": "png", "scale": 2},
+                                  "modeBarButtonsToRemove": ["select2d", "lasso2d"]}
 # Figures with PNG / SVG / CSV buttons.
 DOWNLOADABLE: tuple[str, ...] = ("graph", "heatmap", "head-grid", "scatter", "kl-grid", "ref-hist",
                                  "null-fig", "token-grid", "patterns", "cosines", "validation", "validation-scatter",

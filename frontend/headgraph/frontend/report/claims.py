@@ -95,7 +95,7 @@ def pattern_kinds(numbers: dict[str, Any], head: str) -> list[str] | None:
     except (ValueError, IndexError, KeyError):
         return None
     found = sorted(((v, k) for k, v in scores.items() if v is not None and v >= PATTERN_MIN), reverse=True)
-    return [KIND_WORDS.get(k, k) for _, k in found]
+    return [KIND_WORDS.get(str(k), str(k)) for _, k in found]
 
 
 KIND_WORDS = {"previous_token": "previous-token", "first_token": "sink", "duplicate_token": "duplicate"}

@@ -10,8 +10,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from headgraph.frontend.api.answers import LabelSetSummary
 from headgraph.frontend.api.names import Vocabulary
 from headgraph.frontend.state.readiness import focus_head
+from headgraph.frontend.state.subgraph import clean_name, clean_subgraph
 from headgraph.frontend.state.url import (
     CIRCUIT_METHODS,
     DEFAULT_SERIES,
@@ -21,9 +23,9 @@ from headgraph.frontend.state.url import (
     LAYOUTS,
     RANK_ON,
     RULES,
+    SUBSPACES,
     THRESHOLD_ON,
     VERIFICATION_MODES,
-    SUBSPACES,
     VIEWS,
     ViewState,
     clean_threshold,
@@ -34,7 +36,6 @@ from headgraph.frontend.state.url import (
     split_subspaces,
     with_subspaces,
 )
-from headgraph.frontend.state.subgraph import clean_name, clean_subgraph
 
 _LAYER_RE = re.compile(r"^L\d+$")
 
@@ -140,7 +141,7 @@ def set_field(state: ViewState, field: str, value: Any, vocab: Vocabulary) -> Vi
 
 
 def apply_control(state: ViewState, field: str, value: Any, vocab: Vocabulary,
-                  label_sets: list[dict[str, Any]] | None = None) -> ViewState:
+                  label_sets: list[LabelSetSummary] | None = None) -> ViewState:
     """The state after the user changed one control (with that control's side rules).
 
     A model change clears the selection; an overlay that was the old model's default
@@ -302,7 +303,7 @@ def apply_subgraph_action(state: ViewState, action: Any, vocab: Vocabulary) -> V
 
 
 def next_state(state: ViewState, source: str | None, value: Any, vocab: Vocabulary,
-               label_sets: list[dict[str, Any]] | None = None) -> ViewState:
+               label_sets: list[LabelSetSummary] | None = None) -> ViewState:
     """The state after ``source`` (a control id, a figure id, or the upload store) got ``value``.
 
     Anything else (no trigger, a component just rendered) leaves the state as it is.

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 from urllib.parse import parse_qs, urlencode
 
+from headgraph.frontend.api.answers import LabelSetSummary
 from headgraph.frontend.api.names import Vocabulary
 from headgraph.frontend.state.subgraph import parse_subgraph
 
@@ -88,7 +89,7 @@ def with_subspaces(model: str, subspaces: str) -> str:
     return base + NORM_SUFFIX if subspaces == "norm" else base
 
 
-def default_overlay(model: str, label_sets: list[dict[str, Any]] | None = None) -> str:
+def default_overlay(model: str, label_sets: list[LabelSetSummary] | None = None) -> str:
     """The class overlay a link that names none opens ``model`` with.
 
     A built-in set made for the model (GET /api/labels ``model`` hint equal to the model id,
@@ -100,7 +101,7 @@ def default_overlay(model: str, label_sets: list[dict[str, Any]] | None = None) 
     own = [s for s in label_sets or [] if s.get("builtin") and not s.get("per_model")
            and s.get("model") and s.get("model") == model and s.get("n_heads")]
     if own:
-        return sorted(own, key=lambda s: (-int(s["n_heads"]), str(s["name"])))[0]["name"]
+        return sorted(own, key=lambda s: (-(s["n_heads"] or 0), str(s["name"])))[0]["name"]  # all > 0
     return PATTERN_OVERLAY
 
 
@@ -256,7 +257,7 @@ def _legacy_on(metric: str | None) -> str:
 
 
 def parse_query(search: str | None, vocab: Vocabulary,
-                label_sets: list[dict[str, Any]] | None = None) -> ViewState:
+                label_sets: list[LabelSetSummary] | None = None) -> ViewState:
     """ViewState from a URL query string such as ``?model=demo&view=heatmap&pairing=OV``.
 
     A query without ``overlay`` gets the model's ``default_overlay`` (from ``label_sets``, the
