@@ -48,7 +48,7 @@ run: install
 # Static checks: lint, types over core/ and server/, the layer contracts (no cycles), the manual.
 check: install-test docs
 	$(BIN)/ruff check .
-	$(BIN)/pyright core server
+	$(BIN)/pyright core server frontend
 	$(BIN)/lint-imports
 
 # The manual (mkdocs-material + mkdocstrings API reference of headgraph.core), warnings as errors.
