@@ -116,8 +116,8 @@ def test_compute_processes_run_at_an_absolute_nice_level(inherited, expected):
     import subprocess
     import sys
 
-    code = "from headgraph.server.compute.pool import run_at_nice; print(run_at_nice(10))"
-    out = subprocess.run(["nice", "-n", str(inherited), sys.executable, "-c", code],
-                         capture_output=True, text=True, check=True, timeout=120)
+    code = "from headgraph.server.compute.nice import run_at_nice; print(run_at_nice(10))"
+    out = subprocess.run(["nice", "-n", str(inherited), sys.executable, "-c", code],  # a hang guard:
+                         capture_output=True, text=True, check=True, timeout=600)  # no torch import
     base = int(subprocess.run(["nice"], capture_output=True, text=True, check=True).stdout)
     assert int(out.stdout) == max(expected, min(19, base + inherited))

@@ -45,6 +45,7 @@ import psutil
 import headgraph.core.errors as core_errors
 from headgraph.core.errors import HeadgraphError, InvalidInput
 from headgraph.server.compute.lanes import LANES, LaneQueue, current
+from headgraph.server.compute.nice import run_at_nice
 from headgraph.server.errors import ApiError, one_line, status_for
 from headgraph.server.models.catalog import Identify
 from headgraph.server.models.offered import ModelRef
@@ -159,18 +160,6 @@ def watch_parent() -> None:
     ppid = spawner.pid if spawner is not None and spawner.pid else os.getppid()
     _parent = (ppid, process_started(ppid))
     threading.Thread(target=_watch_parent, name="headgraph-parent-watch", daemon=True).start()
-
-
-def run_at_nice(level: int) -> int:
-    """Lower this process to nice ``level``, an absolute level: never added to the level it
-    inherited (a server started under ``nice``), never raised back above it. The level now."""
-    try:
-        current = os.nice(0)
-        if level > current:
-            current = os.nice(level - current)
-    except OSError:
-        pass
-    return os.nice(0)
 
 
 def _init_worker(settings: Settings) -> None:
