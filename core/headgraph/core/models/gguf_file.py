@@ -24,6 +24,7 @@ import torch
 
 from headgraph.core.errors import InvalidInput, UnsupportedModel
 from headgraph.core.models.fingerprint import weights_fingerprint
+from headgraph.core.models.gguf_reads import GGUFTensorError, parse
 from headgraph.core.models.norm_fold import NormGains
 from headgraph.core.models.shapes import CONFIG_FIELDS, bounded_int, check_tensor_size
 from headgraph.core.types import HeadWeights, ModelInfo
@@ -80,38 +81,11 @@ def is_gguf_spec(path: str | os.PathLike[str]) -> bool:
         return False
 
 
-class GGUFTensorError(ValueError):
-    """A GGUF tensor whose data cannot be mapped (past the file's end, an unknown type)."""
-
-    def __init__(self, name: str, cause: BaseException) -> None:
-        super().__init__(f"tensor {name[:80]!r} cannot be read ({type(cause).__name__}: "
-                         f"{' '.join(str(cause).split())[:160]}): the file is truncated or the "
-                         "tensor's declared shape is larger than its data")
-
-
 def _reader(path: Path, shown: str) -> Any:
-    import gguf
-
-    class NamingReader(gguf.GGUFReader):
-        """GGUFReader whose tensor errors name the tensor (its own say "cannot reshape")."""
-
-        def _build_tensors(self, start_offs: int, fields: list[Any]) -> None:
-            built: list[Any] = []
-            for field in fields:
-                name = bytes(field.parts[1]).decode("utf-8", "replace")
-                try:
-                    super()._build_tensors(start_offs, [field])
-                except (ValueError, OverflowError, TypeError, IndexError, KeyError) as err:
-                    raise GGUFTensorError(name, err) from err
-                built.extend(self.tensors)
-            names = Counter(t.name for t in built)
-            twice = [n for n, c in names.items() if c > 1]
-            if twice:
-                raise ValueError(f"tensor {twice[0][:80]!r} appears twice")
-            self.tensors = built
-
+    """The file's reader (one parse per ``gguf_reads.shared_reads`` scope); UnsupportedModel
+    naming ``shown`` when it cannot be read."""
     try:
-        return NamingReader(str(path), "r")
+        return parse(path)
     except GGUFTensorError as err:
         raise UnsupportedModel(f"{shown}: not a readable GGUF file: {err}") from None
     except (OSError, ValueError, KeyError, IndexError, TypeError) as err:

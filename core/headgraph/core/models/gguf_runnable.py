@@ -12,6 +12,7 @@ stays as cheap as before: nothing here runs until patterns or ablations are aske
 transformers reads the GGUF from a private temporary folder holding only a link to the one
 file (already checked against the model root by the loader), so it never reads any other
 file that happens to sit next to it (a config.json, a generation config, a link elsewhere).
+The file is parsed once for all of that (``core.models.gguf_reads``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 import torch
 
 from headgraph.core.errors import UnsupportedModel
+from headgraph.core.models.gguf_reads import shared_reads
 
 
 def transformers_supports(architecture: str) -> bool:
@@ -146,9 +148,10 @@ class LazyGGUFSource:
                 if self._inner is None:
                     from headgraph.core.models.runnable import BridgePatternSource
 
-                    check_fits_in_memory(self.file, self.shown)
-                    bridge = boot_gguf_bridge(self.file, device=self.device,
-                                              tokenizer=self._tokenizer, shown=self.shown)
+                    with shared_reads(self.file):  # one parse for headgraph and transformers
+                        check_fits_in_memory(self.file, self.shown)
+                        bridge = boot_gguf_bridge(self.file, device=self.device,
+                                                  tokenizer=self._tokenizer, shown=self.shown)
                     inner = BridgePatternSource(bridge, tokenizer=self._tokenizer)
                     if inner.layer_indices != self.layer_indices:
                         raise UnsupportedModel(

@@ -48,6 +48,7 @@ from headgraph.core.models.gguf_file import (
     is_gguf_spec,
     load_heads_gguf,
 )
+from headgraph.core.models.gguf_reads import shared_reads
 from headgraph.core.models.gguf_runnable import LazyGGUFSource, transformers_supports
 from headgraph.core.models.hub import (
     cached_snapshot,
@@ -309,7 +310,8 @@ def _load_gguf(path: Path, *, name: str, device: str, processing: str, model_roo
     if model_root is not None:
         check_model_folder(path, model_root, shown=shown)
     try:
-        heads = load_heads_gguf(path, device=device, name=name)
+        with shared_reads(find_gguf(path, shown=shown)):  # one parse for weights and tokenizer
+            heads = load_heads_gguf(path, device=device, name=name)
     except HeadgraphError as err:
         clean = scrubbed(err, name, path, model_root)
         if clean is err:
