@@ -259,6 +259,11 @@ def test_task_circuit_rule_boundaries(numbers: dict[str, Any]) -> None:
     n["tasks"]["tasks"]["induction"]["circuit"]["metrics"]["able"] = False
     v = next(v for v in recovery.task_verdicts(n) if v.key == "circuit_induction")
     assert v.verdict == NA and v.because.startswith("the model does not do the task")
+    n["tasks"]["tasks"]["induction"]["circuit"]["metrics"]["able"] = None  # the sign tests' third state
+    v = next(v for v in recovery.task_verdicts(n) if v.key == "circuit_induction")
+    p = n["tasks"]["tasks"]["induction"]["circuit"]["metrics"]["ability"]["follows"]["p"]
+    assert v.verdict == NA and v.because.startswith("too few prompt pairs to tell whether the model does the task")
+    assert f"clean above corrupt p = {p:.2g}" in v.because
     # A stage that could not run: the section says why, every other section still renders.
     n = copy.deepcopy(numbers)
     n["tasks"] = {"unavailable": "GET /api/tasks -> 503: overloaded", "failure": True}

@@ -111,7 +111,10 @@ def test_the_metric_table_and_curve_carry_the_apis_numbers(in_app: None, api: Ap
     assert getattr(find(chips, "stat-task-corrupt"), "data-value") == str(m["corrupt"])
     assert getattr(find(chips, "stat-task-clean-acc"), "data-value") == str(m["clean_accuracy"])
     assert getattr(find(chips, "stat-task-able"), "data-value") == "yes" and m["able"]
+    a = m["ability"]  # the two sign tests' p-values beside it and in the words
+    assert getattr(find(chips, "stat-task-able-p"), "data-value") == f"{a['answer']['p']:.2g} · {a['follows']['p']:.2g}"
     assert find(body, "task-words-0").children.startswith("demo does 'induction'")
+    assert f"distractor p = {a['answer']['p']:.2g} ({a['answer']['wins']}/{a['answer']['n']})" in task_words(data)[0]
     # Independent of the server: the demo's own forward on core's induction prompts, in float64.
     demo = load_demo_model()
     task = bundled_task("induction", demo)
@@ -245,6 +248,31 @@ def test_an_uploaded_task_is_stored_and_selected_and_a_bad_row_named(in_app: Non
     assert cls == "upload-error shown" and value is no_update
     assert "line 2: clean and corrupt are 4 and 3 tokens" in str(msg)
     assert "bad" not in {t["name"] for t in api.tasks()}
+
+
+@pytest.mark.slow
+def test_the_able_chip_and_words_say_which_state(in_app: None, api: ApiClient) -> None:
+    """Does not: the demo's subtraction (a circuit of 4 pairs, able decided on all 32); too few
+    pairs to tell: an uploaded task of two rows. Each with the API's p-values, as an error note."""
+    msg, *_ = upload_task(encoded([ROW, ROW2]), "few rows.jsonl", "?model=demo&view=task")
+    assert "2 prompt pairs" in msg
+    for search, state, first in (
+            ("task=subtraction&pairs=4", "no", "demo does not do 'subtraction' (sign tests over 16 units of 32"),
+            ("task=few-rows", "too few pairs", "Too few prompt pairs to tell whether demo does 'few-rows' "
+                                               "(sign tests over 2 units of 2 prompt pairs")):
+        params = view_params(parse_query(f"?model=demo&view=task&method=eap&{search}", VOCAB), "task", None)
+        assert params is not None
+        _fig, chips, body, _graph = task_view(params)
+        data = api.circuit("demo", params["task"], "eap", 1, 12, pairs=params["pairs"])
+        a = data["metrics"]["ability"]
+        assert data["metrics"]["able"] is {"no": False, "too few pairs": None}[state]
+        assert getattr(find(chips, "stat-task-able"), "data-value") == state
+        assert getattr(find(chips, "stat-task-able-p"), "data-value") == \
+            f"{a['answer']['p']:.2g} · {a['follows']['p']:.2g}"
+        words = find(body, "task-words-0")
+        assert words.children.startswith(first) and "error-note" in words.className
+        assert f"clean above corrupt p = {a['follows']['p']:.2g} ({a['follows']['wins']}/{a['follows']['n']})" \
+            in words.children
 
 
 @pytest.mark.slow

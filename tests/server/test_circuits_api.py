@@ -13,6 +13,7 @@ import httpx
 import numpy as np
 import pytest
 
+from headgraph.core.circuits.ability import task_ability
 from headgraph.core.circuits.attribution import attribute
 from headgraph.core.circuits.faithfulness import faithfulness
 from headgraph.core.circuits.mib import from_mib
@@ -111,6 +112,9 @@ def test_circuit_cold_needs_the_token_then_reads_anonymously(http, demo):
     assert body["task"]["hash"] == task.content_hash() and body["n_edges"] == att.n_edges == 257
     m = body["metrics"]
     assert m["clean"] == pytest.approx(att.metrics.clean, rel=1e-6) and m["able"]
+    assert att.metrics.ability is not None
+    ability = att.metrics.ability.to_dict()  # the paired sign tests on the same 32 pairs
+    assert {k: m["ability"][k] for k in ability} == ability and m["ability"]["state"] == "able"
     assert m["corrupt_accuracy"] == pytest.approx(att.metrics.corrupt_accuracy)
     order = att.order()[:30].tolist()
     assert [(e["writer"], e["reader"]) for e in body["edges"]] == \
@@ -172,6 +176,9 @@ def test_circuit_of_an_uploaded_task_and_unknown_names(http, demo):
     body = ok(http.get("/api/circuit", params=params, headers=SIGNED))
     task = parse_jsonl(jsonl(ROW, ROW2), demo, name="mine")
     assert body["task"]["hash"] == task.content_hash() and body["metrics"]["n_pairs"] == 2
+    # Two pairs: no outcome could reach the sign tests' 0.05, so neither "does" nor "does not".
+    a = body["metrics"]["ability"]
+    assert body["metrics"]["able"] is None and (a["state"], a["n_pairs"], a["n_units"]) == ("too_few_pairs", 2, 2)
     assert body["steps"] == 1 and body["bundled"] is False
     att = attribute(demo, task, method="eap")
     assert body["edges"][0]["score"] == pytest.approx(float(att.scores[att.order()[0]]), rel=1e-6)
@@ -179,6 +186,12 @@ def test_circuit_of_an_uploaded_task_and_unknown_names(http, demo):
     few = ok(http.get("/api/circuit", params={"model": "demo", "task": "induction", "method": "eap",
                                               "pairs": 4}, headers=SIGNED))
     assert few["metrics"]["n_pairs"] == 4 and few["task"]["hash"] == induction(demo, n=4).content_hash()
+    # ... whose able is decided on all 32 bundled pairs (4 alone would be too few to tell).
+    every = task_ability(demo, induction(demo, n=32))
+    assert few["metrics"]["able"] is True is every.able and task_ability(demo, induction(demo, n=4)).able is None
+    got = few["metrics"]["ability"]
+    assert (got["n_pairs"], got["answer"]["wins"], got["follows"]["wins"]) == \
+        (32, every.answer.wins, every.follows.wins)
     assert ok(http.get("/api/circuit/progress", params={"model": "demo", "task": "induction", "method": "eap",
                                                         "pairs": 4}))["state"] == "cached"
     err(http.get("/api/circuit", params={"model": "demo", "task": "induction", "pairs": 1}), 422)
@@ -209,7 +222,11 @@ def test_a_task_the_demo_cannot_do_is_said_so(http, demo, tmp_path, capsys):
     assert main(args) == 0  # cached now
     text = capsys.readouterr().out
     assert "task: addition (32 prompt pairs)" in text
-    assert "the model does not do this task (clean accuracy <= 50% or clean not above corrupt)" in text
+    a = att.metrics.ability
+    assert a is not None and m["ability"]["answer"]["p"] == pytest.approx(a.answer.p)
+    assert (f"the model does not do this task (answer beats distractor p = {a.answer.p:.2g} "
+            f"({a.answer.wins}/{a.answer.n}), follows the prompt p = {a.follows.p:.2g} "
+            f"({a.follows.wins}/{a.follows.n}); 16 units of 32 prompt pairs, alpha 0.05)") in text
 
 
 def test_cli_circuit_of_a_file(tmp_path, capsys):

@@ -36,6 +36,7 @@ from typing import Any
 
 import torch
 
+from headgraph.core.circuits.ability import Ability, decide, units
 from headgraph.core.circuits.model import PATHS, CircuitModel, Probe, circuit_model
 from headgraph.core.circuits.tasks import Task, batches, logit_diff
 from headgraph.core.errors import InvalidInput
@@ -113,21 +114,25 @@ def build_graph(cm: CircuitModel) -> Graph:
 class TaskMetrics:
     """The task metric (mean logit difference answer - distractor at the last position) on
     clean and corrupt prompts, and accuracy (share of prompts whose answer beats the
-    distractor)."""
+    distractor); ``ability``: whether the model does the task (core.circuits.ability's rule),
+    possibly on more pairs than these."""
 
     clean: float
     corrupt: float
     clean_accuracy: float
     corrupt_accuracy: float
     n_pairs: int
+    ability: Ability | None = None
 
     @property
-    def able(self) -> bool:
-        """The model does the task: most clean answers win and clean beats corrupt."""
-        return self.clean_accuracy > 0.5 and self.clean > self.corrupt
+    def able(self) -> bool | None:
+        """The model does the task (ability's paired sign tests); None: too few pairs to tell."""
+        return None if self.ability is None else self.ability.able
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.__dict__, "gap": self.clean - self.corrupt, "able": self.able}
+        out = {k: v for k, v in self.__dict__.items() if k != "ability"}
+        return {**out, "gap": self.clean - self.corrupt, "able": self.able,
+                "ability": None if self.ability is None else self.ability.to_dict()}
 
 
 @dataclass(frozen=True)
@@ -376,7 +381,8 @@ def attribute(model: Any, task: Task, *, method: str = DEFAULT_METHOD,
     w_idx, r_idx = graph.valid.nonzero(as_tuple=True)
     metrics = TaskMetrics(clean=float(clean_m.mean()), corrupt=float(corrupt_m.mean()),
                           clean_accuracy=float((clean_m > 0).double().mean()),
-                          corrupt_accuracy=float((corrupt_m > 0).double().mean()), n_pairs=N)
+                          corrupt_accuracy=float((corrupt_m > 0).double().mean()), n_pairs=N,
+                          ability=decide(clean_m, corrupt_m, units(task)))
     return CircuitAttribution(graph=graph, writer=w_idx, reader=r_idx, scores=S[w_idx, r_idx],
                               metrics=metrics, method=method, steps=steps, task=task.name,
                               task_hash=task.content_hash(), layer_indices=cm.layer_indices)

@@ -577,6 +577,12 @@ class SeriesOut(TypedDict):
     series: dict[str, list[Checkpoint]]
 
 
+class SignTestOut(TypedDict):
+    wins: int
+    n: int
+    p: float
+
+
 class SubgraphEdgeOut(TypedDict):
     """
     An edge (one valid score cell), best first.
@@ -632,16 +638,6 @@ class SubspacesRecovery(TypedDict):
     confidence: float
     n_resamples: int
     rows: list[MetricRow]
-
-
-class TaskMetricsOut(TypedDict):
-    clean: float | None
-    corrupt: float | None
-    clean_accuracy: float | None
-    corrupt_accuracy: float | None
-    n_pairs: int
-    gap: float | None
-    able: bool
 
 
 class TaskSummary(TypedDict):
@@ -776,6 +772,19 @@ class VocabularyOut(TypedDict):
     limits: Limits
 
 
+class AbilityOut(TypedDict):
+    able: bool | None
+    state: str
+    rule: str
+    alpha: float
+    min_units: int
+    n_pairs: int
+    n_units: int
+    n_mirrored: int
+    answer: SignTestOut
+    follows: SignTestOut
+
+
 class AblationOut(TypedDict):
     model: str
     pairing: str
@@ -788,26 +797,6 @@ class AblationOut(TypedDict):
     cached_only: bool
     ablation: Literal['mean', 'resample']
     verdict_rule: VerdictRule
-
-
-class CircuitOut(TypedDict):
-    model: str
-    task: dict[str, Any]
-    bundled: bool
-    content: str
-    method: str
-    steps: int
-    metrics: TaskMetricsOut
-    n_edges: int
-    layer_indices: list[int]
-    share: float
-    circuit_size: int | None
-    edges: list[CircuitEdge]
-    circuit: list[CircuitEdge]
-    faithfulness: FaithfulnessOut
-    patching: PatchingOut
-    mib: MibOut | None
-    lookup: list[CircuitEdge]
 
 
 class CompareOut(TypedDict):
@@ -886,6 +875,17 @@ class TaskList(TypedDict):
     tasks: list[TaskSummary]
 
 
+class TaskMetricsOut(TypedDict):
+    clean: float | None
+    corrupt: float | None
+    clean_accuracy: float | None
+    corrupt_accuracy: float | None
+    n_pairs: int
+    gap: float | None
+    able: bool | None
+    ability: AbilityOut
+
+
 class TimelineOut(TypedDict):
     series: str
     pairing: str
@@ -896,3 +896,23 @@ class TimelineOut(TypedDict):
     models: list[str]
     edges: list[Trajectory]
     method: str
+
+
+class CircuitOut(TypedDict):
+    model: str
+    task: dict[str, Any]
+    bundled: bool
+    content: str
+    method: str
+    steps: int
+    metrics: TaskMetricsOut
+    n_edges: int
+    layer_indices: list[int]
+    share: float
+    circuit_size: int | None
+    edges: list[CircuitEdge]
+    circuit: list[CircuitEdge]
+    faithfulness: FaithfulnessOut
+    patching: PatchingOut
+    mib: MibOut | None
+    lookup: list[CircuitEdge]

@@ -2,7 +2,8 @@
 
 Renders the URL's task (GET /api/tasks: the bundled ones, ioi to mcqa, and the uploaded
 ones), method (eap | eap-ig) and steps: the task metric first (clean and corrupt logit
-difference and accuracy; a model that cannot do the task is said to be unable), the circuit's
+difference and accuracy; whether the model does the task: yes, no or too few pairs to tell,
+with the p-values of its two sign tests), the circuit's
 top k edges as a table (source, target, reader, attribution, in the circuit; once the model's
 job is done, a head -> head edge's PK and CS of the pairing O -> its Q / K / V input, from GET
 /api/pk and /api/cs), the faithfulness curve (share of the gap recovered vs circuit size, the
@@ -38,11 +39,13 @@ from headgraph.frontend.figures.graph_filters import edge_counts
 from headgraph.frontend.figures.graph_layers import EDGE_DRAW_LIMIT
 from headgraph.frontend.figures.positions import grid_positions
 from headgraph.frontend.figures.task import (
+    ABLE_WORDS,
     TASK_EDGES_SHOWN_MAX,
     WeightGrids,
     edge_columns,
     faithfulness_figure,
     grid_value,
+    number_text,
     table_rows,
     task_words,
     with_scores,
@@ -73,11 +76,15 @@ def circuit_table(data: CircuitOut) -> html.Table:
 
 
 def summary(data: CircuitOut) -> list[Any]:
-    """Summary chips: the task metric first (clean, corrupt, accuracies, gap, able), then the
-    circuit (its size, the stated share, the edges scored), the EAP vs patching Spearman and
-    MIB's CPR (area under the faithfulness curve over 0.1 %..100 % of edges, higher is better)
-    and CMD (area under |1 - faithfulness|, lower is better)."""
+    """Summary chips: the task metric first (clean, corrupt, accuracies, gap, able: yes, no or too
+    few pairs, and its two sign tests' p-values), then the circuit (its size, the stated share,
+    the edges scored), the EAP vs patching Spearman and MIB's CPR (area under the faithfulness
+    curve over 0.1 %..100 % of edges, higher is better) and CMD (area under |1 - faithfulness|,
+    lower is better)."""
     m = data.get("metrics") or {}
+    a = m.get("ability") or {}
+    able_p = " · ".join((number_text((a.get("answer") or {}).get("p"), "{:.2g}"),
+                         number_text((a.get("follows") or {}).get("p"), "{:.2g}")))
     p = data.get("patching") or {}
     mib = data.get("mib") or {}
     return [stat("task", (data.get("task") or {}).get("name"), "task-name"),
@@ -85,7 +92,8 @@ def summary(data: CircuitOut) -> list[Any]:
             stat("corrupt metric", m.get("corrupt"), "task-corrupt", "{:.3f}"),
             stat("clean accuracy", m.get("clean_accuracy"), "task-clean-acc", "{:.0%}"),
             stat("corrupt accuracy", m.get("corrupt_accuracy"), "task-corrupt-acc", "{:.0%}"),
-            stat("able", "yes" if m.get("able") else "no", "task-able"),
+            stat("able", ABLE_WORDS[m.get("able")], "task-able"),
+            stat("able p (answer, follows)", able_p, "task-able-p"),
             stat("circuit size", data.get("circuit_size"), "task-circuit-size"),
             stat("share", data.get("share"), "task-share", "{:g}"),
             stat("edges scored", data.get("n_edges"), "task-n-edges"),
@@ -120,8 +128,7 @@ def task_view(params: dict[str, Any] | None) -> tuple:
     data = with_scores(data, grids)
     words = [html.P(line, className="validation-line", id=f"task-words-{i}")
              for i, line in enumerate(task_words(data))]
-    able = (data.get("metrics") or {}).get("able")
-    if not able:
+    if not (data.get("metrics") or {}).get("able"):  # does not, or too few pairs to tell
         words[0] = html.P(words[0].children, className="validation-line error-note", id="task-words-0")
     return faithfulness_figure(data), summary(data), [*words, circuit_table(data)], circuit_graph(data, grids)
 

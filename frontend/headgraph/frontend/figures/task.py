@@ -1,7 +1,7 @@
 """The task view's figure, table rows and words: a task's circuit (GET /api/circuit).
 
 From a GET /api/circuit answer (``metrics``: clean / corrupt metric and accuracy, ``gap``,
-``able``; ``edges``: the top edges by |attribution| with ``rank``, ``writer``, ``reader``,
+``able`` with its test, ``ability``; ``edges``: the top edges by |attribution| with ``rank``, ``writer``, ``reader``,
 ``path``, ``score``, ``in_circuit``; ``faithfulness``: ``sizes`` and ``recovered``, the
 share of the clean - corrupt gap recovered with only the top-n edges clean, ``share`` and
 ``circuit_size``; ``patching``: the EAP vs real edge patching Spearman): the faithfulness
@@ -16,7 +16,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from headgraph.frontend.api.answers import CircuitEdge, CircuitOut, ScoreGrid
+from headgraph.frontend.api.answers import CircuitEdge, CircuitOut, ScoreGrid, TaskMetricsOut
 from headgraph.frontend.figures.common import base_layout
 from headgraph.frontend.figures.palette import CLASS_PALETTE, NO_CLASS_COLOR
 
@@ -110,20 +110,39 @@ def table_rows(data: CircuitOut) -> list[dict[str, Any]]:
     return out
 
 
+ABLE_WORDS = {True: "yes", False: "no", None: "too few pairs"}  # the able chip's value per state
+
+
+def ability_text(metrics: TaskMetricsOut | dict[str, Any]) -> str:
+    """The paired sign tests behind ``able`` in brief: their p-values, the units read and alpha."""
+    a = metrics.get("ability") or {}
+    if not a:
+        return "no test"
+    ans, fol = a.get("answer") or {}, a.get("follows") or {}
+    return (f"sign tests over {a.get('n_units')} units of {a.get('n_pairs')} prompt pairs: the answer beats the "
+            f"distractor p = {number_text(ans.get('p'), '{:.2g}')} ({ans.get('wins')}/{ans.get('n')}), clean "
+            f"above corrupt p = {number_text(fol.get('p'), '{:.2g}')} ({fol.get('wins')}/{fol.get('n')}); "
+            f"both must be ≤ {a.get('alpha')}")
+
+
 def task_words(data: CircuitOut) -> list[str]:
-    """The task metric first, in words: whether the model does the task, then the circuit's
-    size at the stated share and the EAP vs patching check."""
+    """The task metric first, in words: whether the model does the task (does, does not, too few
+    pairs to tell; the sign tests' p-values), then the circuit's size at the stated share and the
+    EAP vs patching check."""
     m = data.get("metrics") or {}
     model, task = data.get("model"), (data.get("task") or {}).get("name")
     acc = number_text(m.get("clean_accuracy"), "{:.0%}")
+    seen = (f"the answer beats the distractor on {acc} of the {m.get('n_pairs')} clean prompts, logit difference "
+            f"{number_text(m.get('clean'))} clean vs {number_text(m.get('corrupt'))} corrupt")
+    tests = ability_text(m)
     if m.get("able"):
-        first = (f"{model} does '{task}': the answer beats the distractor on {acc} of the {m.get('n_pairs')} "
-                 f"clean prompts, logit difference {number_text(m.get('clean'))} clean vs "
-                 f"{number_text(m.get('corrupt'))} corrupt (gap {number_text(m.get('gap'))}).")
+        first = f"{model} does '{task}': {seen} (gap {number_text(m.get('gap'))}); {tests}."
+    elif m.get("able") is None:
+        a = m.get("ability") or {}
+        first = (f"Too few prompt pairs to tell whether {model} does '{task}' ({tests}): it takes "
+                 f"{a.get('min_units')} units for any outcome to reach p ≤ {a.get('alpha')}; {seen}.")
     else:
-        first = (f"{model} cannot do '{task}': the answer beats the distractor on only {acc} of the "
-                 f"{m.get('n_pairs')} clean prompts (logit difference {number_text(m.get('clean'))} clean vs "
-                 f"{number_text(m.get('corrupt'))} corrupt), so its circuit explains little.")
+        first = f"{model} does not do '{task}' ({tests}): {seen}, so its circuit explains little."
     f = data.get("faithfulness") or {}
     share = f.get("share", data.get("share"))
     size = f.get("circuit_size", data.get("circuit_size"))

@@ -27,10 +27,12 @@ RULE = ("on GET /api/recovery against the task's circuit, per pairing (OQ, OK, O
         "partly holds when on some and neither on the rest, does not hold when CS is better on one or PK on "
         "none; a PK win is then checked the same way against the table's trivial baselines (the layer gap and "
         "a seeded random ranking): where one of them is not beaten on a pairing PK won, the claim is not "
-        "supported over the trivial baselines; not applicable for a task the model does not do (GET "
-        "/api/circuit's able: clean accuracy > 0.5 and clean above corrupt), a circuit with no head → head "
-        "edge on these pairings, or a model that cannot run")
-ABLE_RULE = "a model does a task when its clean accuracy is above 0.5 and its clean logit difference above the corrupt one"
+        "supported over the trivial baselines; not applicable for a task the model does not do or has too few "
+        "prompt pairs to tell (GET /api/circuit's able, its metrics.ability: a model does a task when two "
+        "one-sided exact sign tests over the task's prompt pairs, a pair and its mirror one unit, both give "
+        "p ≤ 0.05: on clean prompts the answer beats the distractor, and clean minus corrupt logit difference "
+        "is positive, each more often than chance; under 5 units, too few pairs to tell), a circuit with no "
+        "head → head edge on these pairings, or a model that cannot run")
 
 
 def _signed(est: dict[str, Any] | None) -> str:
@@ -67,10 +69,26 @@ def why(answer: dict[str, Any] | None, otherwise: str) -> str:
 
 
 def doing(metrics: dict[str, Any]) -> str:
-    """A task's metrics in words: clean accuracy and the clean and corrupt logit differences."""
+    """A task's metrics in words: clean accuracy, the clean and corrupt logit differences and the
+    two sign tests behind ``able`` (their p-values, the units they read)."""
     acc = metrics.get("clean_accuracy")
+    a = metrics.get("ability") or {}
+    tests = "" if not a else (
+        f"; sign tests over {a.get('n_units')} units of {a.get('n_pairs')} prompt pairs: answer beats distractor "
+        f"p = {_p((a.get('answer') or {}).get('p'))}, clean above corrupt p = {_p((a.get('follows') or {}).get('p'))}")
     return (f"clean accuracy {'n/a' if acc is None else format(acc, '.0%')}, mean logit difference "
-            f"{fmt(metrics.get('clean'))} clean vs {fmt(metrics.get('corrupt'))} corrupt")
+            f"{fmt(metrics.get('clean'))} clean vs {fmt(metrics.get('corrupt'))} corrupt{tests}")
+
+
+def _p(p: Any) -> str:
+    return "n/a" if p is None else format(p, ".2g")
+
+
+def not_doing(metrics: dict[str, Any]) -> str:
+    """Why a task's circuit is not read: the model does not do it, or too few pairs to tell."""
+    if metrics.get("able") is None and metrics.get("ability"):
+        return f"too few prompt pairs to tell whether the model does this task ({doing(metrics)})"
+    return f"the model does not do this task ({doing(metrics)})"
 
 
 def task_verdict(name: str, entry: dict[str, Any]) -> Verdict:
@@ -84,7 +102,7 @@ def task_verdict(name: str, entry: dict[str, Any]) -> Verdict:
     metrics = circuit.get("metrics") or {}
     if not metrics.get("able"):
         return Verdict(key, claim, RULE, NA, {"metrics": metrics},
-                       f"the model does not do the task ({doing(metrics)})", title)
+                       not_doing(metrics).replace("this task", "the task"), title)
     answers = entry.get("pairings") or {}
     sides = {p: pairing_sides(d) for p, d in answers.items() if available(d) and d and d.get("n_reference")}
     decided = {p: s for p, s in sides.items() if s["cs"] is not None}
@@ -193,8 +211,8 @@ def _task_text(name: str, entry: dict[str, Any], v: Verdict | None) -> list[str]
         return text
     metrics = circuit.get("metrics") or {}
     if not metrics.get("able"):
-        text.append(f"The model does not do this task ({doing(metrics)}; {ABLE_RULE}), so its circuit explains "
-                    "little and there is no table.")
+        words = not_doing(metrics)  # the rule: the section's
+        text.append(f"{words[0].upper()}{words[1:]}, so its circuit explains little and there is no table.")
         return text
     answers = entry.get("pairings") or {}
     ref = next((d["circuit"] for d in answers.values() if available(d) and d and d.get("circuit")), None)

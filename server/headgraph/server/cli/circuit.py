@@ -1,9 +1,10 @@
 """``headgraph circuit``: a task's circuit (server.computations.circuits, core.circuits).
 
-Prints the task metric (clean, corrupt, accuracy; whether the model does the task), the
-strongest edges by attribution, the circuit size reaching the stated share of the metric
-gap, the faithfulness curve, MIB's CPR and CMD and the EAP vs patching Spearman; ``--mib``
-writes the circuit as a MIB circuit-track file. Cached like GET /api/circuit.
+Prints the task metric (clean, corrupt, accuracy; whether the model does the task by
+core.circuits.ability's paired sign tests, with their p-values), the strongest edges by
+attribution, the circuit size reaching the stated share of the metric gap, the faithfulness
+curve, MIB's CPR and CMD and the EAP vs patching Spearman; ``--mib`` writes the circuit as a
+MIB circuit-track file. Cached like GET /api/circuit.
 """
 
 from __future__ import annotations
@@ -33,6 +34,21 @@ def _num(value: Any, fmt: str = "{:.3f}") -> str:
     return "-" if value is None else fmt.format(value)
 
 
+def able_line(m: dict[str, Any]) -> str:
+    """Whether the model does the task, with the two sign tests' p-values (metrics' ability)."""
+    a = m["ability"]
+    tests = (f"answer beats distractor p = {a['answer']['p']:.2g} ({a['answer']['wins']}/"
+             f"{a['answer']['n']}), follows the prompt p = {a['follows']['p']:.2g} "
+             f"({a['follows']['wins']}/{a['follows']['n']}); {a['n_units']} units of "
+             f"{a['n_pairs']} prompt pairs, alpha {a['alpha']:g}")
+    if m["able"] is None:
+        return (f"too few pairs to tell whether the model does this task ({tests}; it takes "
+                f"{a['min_units']} units to reach it)")
+    if m["able"]:
+        return f"the model does this task ({tests})"
+    return f"the model does not do this task ({tests}): its circuit explains little"
+
+
 def circuit_text(r: dict[str, Any]) -> str:
     """The circuit answer (services.circuits.CircuitService.answer) as text."""
     m, f, p = r["metrics"], r["faithfulness"], r["patching"]
@@ -42,9 +58,7 @@ def circuit_text(r: dict[str, Any]) -> str:
              f"metric (logit difference answer - distractor, last position): clean "
              f"{_num(m['clean'])} (accuracy {_num(m['clean_accuracy'], '{:.0%}')}), corrupt "
              f"{_num(m['corrupt'])} (accuracy {_num(m['corrupt_accuracy'], '{:.0%}')})"]
-    if not m["able"]:
-        lines.append("the model does not do this task (clean accuracy <= 50% or clean not above "
-                     "corrupt): its circuit explains little")
+    lines.append(able_line(m))
     size = r["circuit_size"]
     lines.append(f"circuit: {size} of {r['n_edges']} edges recover >= {r['share']:.0%} of the "
                  "clean - corrupt gap" if size is not None else

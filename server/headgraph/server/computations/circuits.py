@@ -7,8 +7,11 @@ edges (Spearman), the curve measured on MIB's grid of edge fractions too (core.c
 CPR and CMD), reporting its stage and fraction while it runs (server.compute.progress:
 GET /api/circuit/progress reads them). Its key is the whole model (the store key's model fingerprint), the task's
 name and content (``bundled-n32-seed0`` for a bundled task, whose prompts are a function of
-the name and the model's tokenizer; the sha256 of the JSONL for an uploaded one), the method
-and the steps, so a task replaced under the same name is a new result.
+the name and the model's tokenizer; the sha256 of the JSONL for an uploaded one), the method,
+the steps and the payload's version (PAYLOAD_VERSION: an entry of an older shape is never
+served), so a task replaced under the same name is a new result. Whether the model does the
+task (metrics' ``able`` and ``ability``, core.circuits.ability) reads every prompt pair of a
+bundled task, whatever ``pairs`` the circuit ran on.
 
 The payload keeps every edge, strongest first, as arrays (writer index, reader index,
 score) beside the writer and reader names: a few hundred KB for SmolLM2's ~70,000 edges.
@@ -38,7 +41,7 @@ BUNDLED_SEED = 0
 PATCHED_EDGES = 24  # edges checked by real patching (Spearman against EAP)
 CIRCUIT_SHARE = 0.8  # the share of the metric gap the shown circuit recovers
 DEFAULT_TOP = 50
-PAYLOAD_VERSION = 2  # in the cache key: 2 = the curve on MIB's grid and "mib" (CPR, CMD)
+PAYLOAD_VERSION = 3  # in the cache key: 2 = the curve on MIB's grid and "mib" (CPR, CMD); 3 = metrics' "ability" (the paired sign tests, on every bundled pair)
 TASK_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"
 
 
@@ -114,6 +117,25 @@ def _stage(stage: str, start: float, width: float) -> Callable[[float, str], Non
     return progress
 
 
+def with_every_pair(source: Any, metrics: Any, task: str, jsonl: str | None, pairs: int) -> Any:
+    """``metrics`` (core TaskMetrics) with whether the model does the task decided on every
+    prompt pair of a bundled task (BUNDLED_PAIRS; two forwards each, core.circuits.ability),
+    however few pairs the circuit ran on; an uploaded task's circuit reads all its rows
+    already. A tokenizer that cannot take all of them keeps the circuit's pairs."""
+    from dataclasses import replace
+
+    from headgraph.core.circuits.ability import task_ability
+    from headgraph.core.errors import InvalidInput
+
+    if jsonl is not None or pairs >= BUNDLED_PAIRS:
+        return metrics
+    try:
+        every = build_task(source, task, None, BUNDLED_PAIRS)
+    except InvalidInput:
+        return metrics
+    return replace(metrics, ability=task_ability(source, every))
+
+
 def circuit(src: Inputs, *, task: str, jsonl: str | None, method: str, steps: int,
             pairs: int = BUNDLED_PAIRS) -> dict[str, Any]:
     """Task metrics, every edge's attribution, the faithfulness curve and the EAP vs patching
@@ -136,6 +158,7 @@ def circuit(src: Inputs, *, task: str, jsonl: str | None, method: str, steps: in
     att_w, faith_w, patch_w = stage_weights(steps)
     att = attribute(source, t, method=method, steps=steps,
                     progress=_stage("attribution", 0.0, att_w))
+    metrics = with_every_pair(source, att.metrics, task, jsonl, pairs)
     curve = faithfulness(source, t, att, share=CIRCUIT_SHARE, extra=mib_sizes(att.n_edges),
                          progress=_stage("faithfulness", att_w, faith_w))
     mib = curve_scores(curve.sizes, curve.metrics, curve.clean, curve.total_edges)
@@ -145,7 +168,7 @@ def circuit(src: Inputs, *, task: str, jsonl: str | None, method: str, steps: in
     order = att.order()
     return {"task": jsonable(t.to_dict()), "content": task_content(task, jsonl, pairs),
             "bundled": jsonl is None, "method": att.method, "steps": att.steps,
-            "metrics": jsonable(att.metrics.to_dict()), "n_edges": att.n_edges,
+            "metrics": jsonable(metrics.to_dict()), "n_edges": att.n_edges,
             "layer_indices": list(att.layer_indices),
             "writers": [n.to_dict() for n in att.graph.writers],
             "readers": [n.to_dict() for n in att.graph.readers],

@@ -21,6 +21,31 @@ class TaskList(BaseModel):
     tasks: list[TaskSummary]
 
 
+class SignTestOut(BaseModel):
+    wins: int = Field(description="units for (the answer wins / clean minus corrupt is positive)")
+    n: int = Field(description="units decided (a split mirrored unit is a tie, left out of the "
+                               "answer test)")
+    p: float = Field(description="one-sided exact binomial p-value P(X >= wins), X ~ Bin(n, 1/2); "
+                                 "1 when n = 0")
+
+
+class AbilityOut(BaseModel):
+    able: bool | None = Field(description="both tests give p <= alpha; null: too few units for "
+                                          "any test to reach alpha")
+    state: str = Field(description="'able' | 'not_able' | 'too_few_pairs'")
+    rule: str = Field(description="the rule in words")
+    alpha: float
+    min_units: int = Field(description="the fewest units that could reach alpha (5 at 0.05); fewer: "
+                                       "too few pairs to tell")
+    n_pairs: int = Field(description="prompt pairs read: every pair of a bundled task (32), "
+                                     "however few the circuit ran on; every row of an uploaded one")
+    n_units: int = Field(description="test units: prompt pairs, a pair and its mirror (clean and "
+                                     "corrupt swapped) counted once")
+    n_mirrored: int = Field(description="units that are a pair and its mirror")
+    answer: SignTestOut = Field(description="(a) on clean prompts the answer beats the distractor")
+    follows: SignTestOut = Field(description="(b) clean minus corrupt logit difference is positive")
+
+
 class TaskMetricsOut(BaseModel):
     clean: float | None = Field(description="mean logit difference answer - distractor at the "
                                             "last position, clean prompts")
@@ -30,8 +55,10 @@ class TaskMetricsOut(BaseModel):
     corrupt_accuracy: float | None
     n_pairs: int
     gap: float | None = Field(description="clean - corrupt")
-    able: bool = Field(description="the model does the task: clean accuracy > 0.5 and clean "
-                                   "above corrupt; false: its circuit explains little")
+    able: bool | None = Field(description="the model does the task (ability's paired sign tests "
+                                          "over the task's prompt pairs); false: its circuit "
+                                          "explains little; null: too few pairs to tell")
+    ability: AbilityOut = Field(description="the test behind able: its rule, p-values and units")
 
 
 class CircuitEdge(BaseModel):
