@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -55,3 +57,26 @@ def cache_opt(parser: argparse.ArgumentParser) -> None:
 
 def model_arg(parser: argparse.ArgumentParser, examples: str = "demo, gpt2, ...") -> None:
     parser.add_argument("model", help=f"registry name ({examples}) or a local checkpoint folder")
+
+
+@contextmanager
+def progress_bar(desc: str, quiet: bool = False) -> Iterator[None]:
+    """A progress bar on stderr (``desc: 42%|####  | stage: message``) fed by the
+    computations' progress reports (compute.progress) while the block runs; none when ``quiet``."""
+    from tqdm import tqdm
+
+    from headgraph.server.compute.progress import listening
+
+    bar = tqdm(total=1000, file=sys.stderr, desc=desc, unit="‰", disable=quiet,
+               bar_format="{desc}: {percentage:3.0f}%|{bar}| {postfix}")
+
+    def progress(stage: str, fraction: float, message: str) -> None:
+        bar.n = int(round(fraction * 1000))
+        bar.set_postfix_str(f"{stage}: {message}" if message else stage)
+        bar.refresh()
+
+    try:
+        with listening(progress):
+            yield
+    finally:
+        bar.close()

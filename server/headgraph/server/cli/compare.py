@@ -8,8 +8,6 @@ GET /api/compare answer.
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 import sys
 from collections.abc import Callable
@@ -17,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from headgraph.server.cli.common import cache_opt, resolve_model, services_for
+from headgraph.server.cli.tables import csv_text, text_table
 
 if TYPE_CHECKING:
     pass
@@ -27,19 +26,13 @@ def _num(v: float | None, digits: int = 3) -> str:
     return "-" if v is None else f"{v:.{digits}f}"
 
 
-def _table(heads: list[str], rows: list[list[str]]) -> list[str]:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(heads)]
-    return ["  ".join(h.ljust(w) for h, w in zip(heads, widths))] + \
-        ["  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in rows]
-
-
 def timeline_text(report: dict[str, Any]) -> str:
     """One row per edge: its PK at each step and the change from the first step to the last."""
     lines = [f"series: {report['series']}  pairing: {report['pairing']}  {report['selection']}"]
     heads = ["edge"] + [f"step {s}" for s in report["steps"]] + ["change"]
     rows = [[f"{e['source']} -> {e['target']}"] + [_num(v) for v in e["pk"]] + [_num(e["change"])]
             for e in report["edges"]]
-    return "\n".join(lines + _table(heads, rows)) + "\n"
+    return "\n".join(lines + text_table(heads, rows)) + "\n"
 
 
 def compare_text(report: dict[str, Any]) -> str:
@@ -55,25 +48,20 @@ def compare_text(report: dict[str, Any]) -> str:
         rows = [[f"{c['source']} -> {c['target']}", c["status"], _num(c["a"]), _num(c["b"]),
                  f"{c['delta']:+.3f}", str(c["rank_a"] or "-"), str(c["rank_b"] or "-")]
                 for c in report[part]]
-        lines += _table(heads, rows) if rows else ["  (none)"]
+        lines += text_table(heads, rows) if rows else ["  (none)"]
     lines += ["", "hubs:"]
     rows = [[m["name"], m["status"], str(m["rank_a"] or "-"), str(m["rank_b"] or "-"),
              str(m["degree_a"]), str(m["degree_b"])] for m in report["hub_moves"]]
-    lines += _table(["head", "status", "rank A", "rank B", "degree A", "degree B"], rows) \
+    lines += text_table(["head", "status", "rank A", "rank B", "degree A", "degree B"], rows) \
         if rows else ["  (none)"]
     return "\n".join(lines) + "\n"
 
 
 def compare_csv(report: dict[str, Any]) -> str:
     """Every edge of either top-k: source,target,status,a,b,delta,rank_a,rank_b."""
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["source", "target", "status", "a", "b", "delta", "rank_a", "rank_b"])
-    for c in report["gained"] + report["lost"] + report["changed"]:
-        w.writerow([c["source"], c["target"], c["status"], c["a"], c["b"], c["delta"],
-                    "" if c["rank_a"] is None else c["rank_a"],
-                    "" if c["rank_b"] is None else c["rank_b"]])
-    return buf.getvalue()
+    heads = ["source", "target", "status", "a", "b", "delta", "rank_a", "rank_b"]
+    return csv_text(heads, ([c[h] for h in heads]
+                            for c in report["gained"] + report["lost"] + report["changed"]))
 
 
 def _write(target: str | None, text: str) -> bool:

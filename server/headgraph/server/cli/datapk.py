@@ -10,6 +10,7 @@ import sys
 from typing import Any
 
 from headgraph.server.cli.common import cache_opt, fail, resolve_model, services_for
+from headgraph.server.cli.tables import cell, text_table
 from headgraph.server.computations.data_pk import (
     DATA_PK_PAIRINGS,
     DATA_PK_PROMPTS,
@@ -23,16 +24,9 @@ COLUMNS = (("rank", "rank", "{}"), ("source", "source", "{}"), ("target", "targe
            ("in_share", "in_share", "{:.4f}"), ("in baseline", "in_share_baseline", "{:.4f}"))
 
 
-def _fmt(value: Any, fmt: str) -> str:
-    return "-" if value is None else fmt.format(value)
-
-
 def datapk_text(report: dict[str, Any]) -> str:
     """The top edges of a data-weighted PK answer as an aligned table under its definitions."""
-    cells = [[_fmt(r.get(key), fmt) for _, key, fmt in COLUMNS] for r in report["top"]]
-    heads = [title for title, _, _ in COLUMNS]
-    widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(heads)]
-    left = {1, 2}
+    cells = [[cell(r.get(key), fmt) for _, key, fmt in COLUMNS] for r in report["top"]]
     base = report["top"][0]["out_share_baseline"] if report["top"] else None
     lines = [f"model: {report['model']}  pairing: {report['pairing']}  prompts: "
              f"{report['prompts']} ({report['n_prompts']} sequences, {report['n_positions']} "
@@ -42,11 +36,7 @@ def datapk_text(report: dict[str, Any]) -> str:
              + ("" if base is None else f" = {base:.4f}") + ")",
              "in_share = tr(U^T C_S U) / tr(U^T C_X U): share of the variance the target reads "
              "that the source contributes (in baseline: tr(C_S) / tr(C_X))",
-             "  ".join(h.ljust(w) if i in left else h.rjust(w)
-                       for i, (h, w) in enumerate(zip(heads, widths)))]
-    for c in cells:
-        lines.append("  ".join(v.ljust(w) if i in left else v.rjust(w)
-                               for i, (v, w) in enumerate(zip(c, widths))))
+             *text_table([title for title, _, _ in COLUMNS], cells, align="rllrrrrr")]
     return "\n".join(lines) + "\n"
 
 

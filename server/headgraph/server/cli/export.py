@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 import sys
 from pathlib import Path
@@ -19,6 +17,7 @@ from headgraph.core.names import (
     SIMILARITY_MODES,
 )
 from headgraph.server.cli.common import cache_opt, fail, resolve_model, services_for
+from headgraph.server.cli.tables import csv_text
 from headgraph.server.limits import GRAPH_K_MAX
 
 if TYPE_CHECKING:
@@ -71,16 +70,11 @@ def run(args: argparse.Namespace) -> int:
             text = json.dumps({"model": ref.id, "pairing": args.pairing, "metric": args.metric,
                                "order": args.order, "pairs": rows}) + "\n"
         else:
-            buf = io.StringIO()
             cols = ["source", "target", "pk", "normalized", "cs"]
             cols += ["cs_of"] if any("cs_of" in r for r in rows) else []
             cols += SIMILARITY_KINDS
             cols += ["z"] if args.metric == "z" else []
-            w = csv.DictWriter(buf, fieldnames=cols, lineterminator="\n")
-            w.writeheader()
-            for r in rows:
-                w.writerow({c: "" if r.get(c) is None else r[c] for c in cols})
-            text = buf.getvalue()
+            text = csv_text(cols, ([r.get(c) for c in cols] for r in rows))
     if args.output:
         Path(args.output).write_text(text)
         print(f"wrote {args.output}", file=sys.stderr)

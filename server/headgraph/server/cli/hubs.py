@@ -11,6 +11,7 @@ from typing import Any
 
 from headgraph.core.names import DEFAULT_K, GRAPH_PAIRINGS
 from headgraph.server.cli.common import cache_opt, fail, resolve_model, services_for
+from headgraph.server.cli.tables import text_table
 from headgraph.server.limits import GRAPH_K_MAX
 
 HUB_COLUMNS = (("rank", "rank", "{}"), ("node", "name", "{}"), ("in", "in_degree", "{}"),
@@ -23,8 +24,6 @@ def hub_text(report: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     """The ranked hub table as aligned text, preceded by the graph and hub rules."""
     cells = [[fmt.format(("yes" if r[key] else "") if key == "is_hub" else r[key])
               for _, key, fmt in HUB_COLUMNS] for r in rows]
-    heads = [title for title, _, _ in HUB_COLUMNS]
-    widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(heads)]
     lines = [f"model: {report['model']}",
              f"graph: {report['graph_rule']} (head granularity, pairings "
              f"{','.join(report['pairings'])}; edges "
@@ -32,10 +31,7 @@ def hub_text(report: dict[str, Any], rows: list[dict[str, Any]]) -> str:
              f"rule: {report['rule']}",
              f"hubs: {', '.join(report['hubs']) or '-'}",
              *hub_notes(report, rows),
-             "  ".join(h.rjust(w) if i != 1 else h.ljust(w) for i, (h, w) in enumerate(zip(heads, widths)))]
-    for c in cells:
-        lines.append("  ".join(v.rjust(w) if i != 1 else v.ljust(w)
-                               for i, (v, w) in enumerate(zip(c, widths))))
+             *text_table([title for title, _, _ in HUB_COLUMNS], cells, align="rlrrrrrrr")]
     return "\n".join(lines) + "\n"
 
 

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from headgraph.core.names import DEFAULT_K, GRAPH_PAIRINGS
-from headgraph.server.cli.common import cache_opt, fail, resolve_model, services_for
+from headgraph.server.cli.common import cache_opt, fail, progress_bar, resolve_model, services_for
+from headgraph.server.cli.tables import interval, text_table
 from headgraph.server.computations.circuits import (
     BUNDLED_PAIRS,
     BUNDLED_TASKS,
@@ -26,14 +27,6 @@ from headgraph.server.computations.circuits import (
 from headgraph.server.limits import CIRCUIT_PAIRS_MAX, CIRCUIT_PAIRS_MIN, CIRCUIT_STEPS_MAX, RECOVERY_K_MAX
 
 MAX_FILE_BYTES = 256 << 20  # a circuit file read whole (SmolLM2's MIB file is tens of MB)
-
-
-def _ci(est: dict[str, Any] | None) -> str:
-    if est is None or est["value"] is None:
-        return "-"
-    if est["low"] is None or est["high"] is None:
-        return f"{est['value']:.3f}"
-    return f"{est['value']:.3f} [{est['low']:.3f}, {est['high']:.3f}]"
 
 
 def _reference_line(report: dict[str, Any]) -> str:
@@ -59,11 +52,10 @@ def recovery_text(report: dict[str, Any]) -> str:
              report["method"], ""]
     heads = ("metric", f"top-{k} endpoint share", f"precision@{k}", "ROC-AUC",
              f"precision - {report['baseline']}", f"AUC - {report['baseline']}")
-    cells = [(r["metric"], _ci(r["endpoint_share"]), _ci(r["precision"]), _ci(r["auc"]),
-              _ci(r["precision_diff"]), _ci(r["auc_diff"])) for r in report["rows"]]
-    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(heads)]
-    lines.append("  ".join(h.ljust(w) for h, w in zip(heads, widths)))
-    lines += ["  ".join(v.ljust(w) for v, w in zip(c, widths)) for c in cells]
+    cells = [(r["metric"], interval(r["endpoint_share"]), interval(r["precision"]),
+              interval(r["auc"]), interval(r["precision_diff"]), interval(r["auc_diff"]))
+             for r in report["rows"]]
+    lines += text_table(heads, cells)
     return "\n".join(lines) + "\n"
 
 
@@ -161,10 +153,12 @@ def run(args: argparse.Namespace) -> int:
             return fail(f"{args.task} is not UTF-8 text (byte {err.start})")
         services = services_for(args)
         ref = resolve_model(services, args.model)
-        report = _with_progress(args, ref.id, name, lambda: services.recovery.answer_task(
-            ref, args.pairing, name, args.k, method=args.method or DEFAULT_METHOD,
-            steps=DEFAULT_STEPS if args.steps is None else args.steps,
-            pairs=BUNDLED_PAIRS if args.pairs is None else args.pairs, edges=args.edges, jsonl=jsonl))
+        with progress_bar(f"{ref.id} {name}", quiet=args.quiet):
+            report = services.recovery.answer_task(
+                ref, args.pairing, name, args.k, method=args.method or DEFAULT_METHOD,
+                steps=DEFAULT_STEPS if args.steps is None else args.steps,
+                pairs=BUNDLED_PAIRS if args.pairs is None else args.pairs, edges=args.edges,
+                jsonl=jsonl)
     else:
         services = services_for(args)
         ref = resolve_model(services, args.model)
@@ -173,23 +167,3 @@ def run(args: argparse.Namespace) -> int:
     sys.stdout.flush()
     return 0
 
-
-def _with_progress(args: argparse.Namespace, model: str, task: str, fn: Any) -> Any:
-    """``fn()`` with a progress bar on stderr while a circuit is computed (none with -q)."""
-    from tqdm import tqdm
-
-    from headgraph.server.compute.progress import listening
-
-    bar = tqdm(total=1000, file=sys.stderr, desc=f"{model} {task}", unit="‰", disable=args.quiet,
-               bar_format="{desc}: {percentage:3.0f}%|{bar}| {postfix}")
-
-    def progress(stage: str, fraction: float, message: str) -> None:
-        bar.n = int(round(fraction * 1000))
-        bar.set_postfix_str(f"{stage}: {message}" if message else stage)
-        bar.refresh()
-
-    try:
-        with listening(progress):
-            return fn()
-    finally:
-        bar.close()

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from headgraph.server.cli.common import cache_opt
+from headgraph.server.cli.tables import text_table
 from headgraph.server.settings import Settings
 
 COLUMNS = (("model", "model"), ("status", "status"), ("seconds", "seconds"),
@@ -35,21 +36,13 @@ def summary_text(report: dict[str, Any]) -> str:
     command that serves every swept model from the sweep's cache."""
     rows = report["rows"]
     cells = [[_cell(r, key) for _, key in COLUMNS] for r in rows]
-    heads = [title for title, _ in COLUMNS]
-    widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(heads)]
-    right = {2, 3}
-
-    def line(values: list[str]) -> str:
-        return "  ".join(v.rjust(w) if i in right else v.ljust(w)
-                         for i, (v, w) in enumerate(zip(values, widths))).rstrip()
-
     done = sum(r["status"] == "done" for r in rows)
     where = f"Ray cluster {report['address']}" if report.get("address") else \
         f"local Ray runtime, {report.get('workers')} workers"
     minutes = report["seconds"] / 60
     rate = f"{done / minutes:.1f} models/min" if minutes > 0 else "-"
     env = " ".join(f"{k}={shlex.quote(v)}" for k, v in report["serve_env"].items())
-    lines = [line(heads), *(line(c) for c in cells), "",
+    lines = [*text_table([title for title, _ in COLUMNS], cells, align="llrrl", strip=True), "",
              f"{done} of {len(rows)} models done in {report['seconds']:.1f} s ({rate}; {where}); "
              f"results: {','.join(report['results'])}",
              f"serve them: {env} headgraph serve"]

@@ -10,17 +10,10 @@ import sys
 from typing import Any
 
 from headgraph.server.cli.common import cache_opt, resolve_model, services_for
+from headgraph.server.cli.tables import interval, text_table
 from headgraph.server.computations.ablation import ABLATION_PAIRINGS
 from headgraph.server.computations.validation import DEFAULT_SAMPLE, DEFAULT_TOP
 from headgraph.server.limits import VALIDATION_SAMPLE_MAX, VALIDATION_TOP_MAX
-
-
-def _ci(iv: dict[str, Any]) -> str:
-    if iv["value"] is None:
-        return "-"
-    if iv["low"] is None or iv["high"] is None:
-        return f"{iv['value']:.3f}"
-    return f"{iv['value']:.3f} [{iv['low']:.3f}, {iv['high']:.3f}]"
 
 
 def validation_text(report: dict[str, Any]) -> str:
@@ -29,15 +22,13 @@ def validation_text(report: dict[str, Any]) -> str:
              f"{report['n_sample']} (seed {report['seed']})  top-k: {report['k']}",
              power_text(report.get("power")), report["method"]]
     for prompt_set, rows in report["summary"].items():
-        cells = [(r["metric"], _ci(r["random_rho"]), _ci(r["top_mean_effect"]), _ci(r["top_rho"])) for r in rows]
+        cells = [(r["metric"], interval(r["random_rho"]), interval(r["top_mean_effect"]),
+                  interval(r["top_rho"])) for r in rows]
         heads = (f"{prompt_set} prompts", "rho (random sample)", f"mean effect of top {report['k']}",
                  f"rho within top {report['k']}")
-        widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(heads)]
-        lines.append("")
-        lines.append("  ".join(h.ljust(w) for h, w in zip(heads, widths)))
-        lines += ["  ".join(v.ljust(w) for v, w in zip(c, widths)) for c in cells]
+        lines += ["", *text_table(heads, cells)]
         for d in (report.get("paired") or {}).get(prompt_set, []):
-            diff = _ci({"value": d["difference"], "low": d["low"], "high": d["high"]})
+            diff = interval({"value": d["difference"], "low": d["low"], "high": d["high"]})
             lines.append(f"  {d['metric_a']} - {d['metric_b']}: {diff} (paired, n = {d['n']}): "
                          + VERDICT_WORDS.get(d["verdict"], "undefined").format(a=d["metric_a"], b=d["metric_b"]))
     if report.get("precision"):

@@ -10,6 +10,7 @@ import sys
 from typing import Any
 
 from headgraph.server.cli.common import cache_opt, fail, resolve_model, services_for
+from headgraph.server.cli.tables import cell, text_table
 from headgraph.server.computations.ablation import ABLATION_PAIRINGS, ABLATIONS, DEFAULT_ABLATION, DEFAULT_ABLATION_TOP
 from headgraph.server.limits import ABLATION_TOP_MAX
 
@@ -18,19 +19,13 @@ VERIFY_COLUMNS = (("source", "source", "{}"), ("target", "target", "{}"), ("pk",
                   ("effect random", "effect_random", "{:.4f}"), ("verdict", "verdict", "{}"))
 
 
-def _fmt(value: Any, fmt: str) -> str:
-    return "-" if value is None else fmt.format(value)
-
-
 def verify_text(report: dict[str, Any]) -> str:
     """The path-ablation table (server.computations.ablation.ablation_view) as aligned text."""
-    cells = [[_fmt(r.get(key), fmt) for _, key, fmt in VERIFY_COLUMNS]
+    cells = [[cell(r.get(key), fmt) for _, key, fmt in VERIFY_COLUMNS]
              for r in report["edges"]]
-    heads = [title for title, _, _ in VERIFY_COLUMNS]
-    widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(heads)]
     measure = "TVD of the target's attention rows" if report["pairing"] != "OV" else \
         "relative change of the target's output"
-    rel = "; ".join(f"{name} {_fmt(v.get('reliability'), '{:.3f}')}"
+    rel = "; ".join(f"{name} {cell(v.get('reliability'), '{:.3f}')}"
                     for name, v in report["reliability"].items())
     lines = [f"model: {report['model']}  pairing: {report['pairing']} ({report['selection']})",
              f"effect: source output {report.get('ablation', 'mean')}-ablated on the target's "
@@ -39,10 +34,7 @@ def verify_text(report: dict[str, Any]) -> str:
              f"split-half reliability (Spearman-Brown): {rel}",
              f"verdict: {report['verdict_rule']['rule']}",
              f"here: verified = {report['verdict_rule']['summary']}",
-             "  ".join(h.ljust(w) if i < 2 else h.rjust(w) for i, (h, w) in enumerate(zip(heads, widths)))]
-    for c in cells:
-        lines.append("  ".join(v.ljust(w) if i < 2 else v.rjust(w)
-                               for i, (v, w) in enumerate(zip(c, widths))))
+             *text_table([title for title, _, _ in VERIFY_COLUMNS], cells, align="llrrrrr")]
     return "\n".join(lines) + "\n"
 
 
