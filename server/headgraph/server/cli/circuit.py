@@ -16,7 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from headgraph.server.cli.common import cache_opt, fail, resolve_model, services_for
+from headgraph.server.cli.common import cache_opt, fail, progress_bar, resolve_model, services_for
+from headgraph.server.cli.tables import text_table
 from headgraph.server.computations.circuits import (
     BUNDLED_PAIRS,
     BUNDLED_TASKS,
@@ -74,10 +75,7 @@ def circuit_text(r: dict[str, Any]) -> str:
                  f"{_num(p['spearman'])}")
     rows = [(str(e["rank"]), e["writer"], e["reader"], f"{e['score']:+.4f}",
              "*" if e["in_circuit"] else "") for e in r["edges"]]
-    heads = ("rank", "writer", "reader", "score", "circuit")
-    widths = [max([len(h)] + [len(row[i]) for row in rows]) for i, h in enumerate(heads)]
-    lines.append("  ".join(h.ljust(w) for h, w in zip(heads, widths)))
-    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in rows]
+    lines += text_table(("rank", "writer", "reader", "score", "circuit"), rows)
     return "\n".join(lines) + "\n"
 
 
@@ -138,22 +136,9 @@ def run(args: argparse.Namespace) -> int:
     services = services_for(args)
     ref = resolve_model(services, args.model)
     steps = args.steps if args.method == "eap-ig" else 1
-    from tqdm import tqdm
-
-    from headgraph.server.compute.progress import listening
-
-    bar = tqdm(total=1000, file=sys.stderr, desc=f"{ref.id} {name}", unit="‰", disable=args.quiet,
-               bar_format="{desc}: {percentage:3.0f}%|{bar}| {postfix}")
-
-    def progress(stage: str, fraction: float, message: str) -> None:
-        bar.n = int(round(fraction * 1000))
-        bar.set_postfix_str(f"{stage}: {message}" if message else stage)
-        bar.refresh()
-
-    try:
-        with listening(progress):
-            report = services.circuits.answer(ref, name, args.method, steps, args.top, jsonl=jsonl,
-                                              pairs=args.pairs)
+    with progress_bar(f"{ref.id} {name}", quiet=args.quiet):
+        report = services.circuits.answer(ref, name, args.method, steps, args.top, jsonl=jsonl,
+                                          pairs=args.pairs)
         if args.mib:
             mib = services.circuits.mib_file(ref, name, args.method, steps, size=args.mib_size,
                                              jsonl=jsonl, pairs=args.pairs)
@@ -161,8 +146,6 @@ def run(args: argparse.Namespace) -> int:
                 Path(args.mib).expanduser().write_text(json.dumps(mib))
             except OSError as err:
                 return fail(f"cannot write {args.mib}: {err.strerror or err}")
-    finally:
-        bar.close()
     sys.stdout.write(json.dumps(report) + "\n" if args.json else circuit_text(report))
     sys.stdout.flush()
     return 0
