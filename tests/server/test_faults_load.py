@@ -27,6 +27,9 @@ TOKEN = "lab-token-for-the-load-tests-0123456"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 WIDE = {"architecture": ARCHITECTURE, "n_layers": 16, "n_heads": 32, "d_model": 256,
         "d_head": 8, "d_vocab": 64, "n_ctx": 64}
+# A computation that surely runs for seconds: its reference and nulls take ~9 s on two quiet
+# cores (the wide model's ~2 s, which a quiet machine finished before the queue was looked at).
+WIDER = {**WIDE, "d_model": 512, "d_head": 16}
 ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HEADGRAPH_DEVICE": "cpu",
        "HEADGRAPH_API_TOKEN": TOKEN, "HEADGRAPH_COLD_PER_CLIENT": "1",
        "HEADGRAPH_COLD_QUEUE_PER_CLIENT": "1"}
@@ -48,14 +51,16 @@ def warm_reads(big: str) -> list[tuple[str, dict[str, object]]]:
 
 @pytest.fixture(scope="module")
 def lab(launch_server, tmp_path_factory):
-    """The lab-mode server; ``lab.big`` is the wide model's id (``random:<config.json>``)."""
+    """The lab-mode server; ``lab.big`` and ``lab.bigger`` are the wide models' ids (``random:<config.json>``)."""
     tmp = tmp_path_factory.mktemp("load")
-    (tmp / "wide").mkdir()
-    (tmp / "wide" / "config.json").write_text(json.dumps(WIDE))
-    big = f"random:{tmp / 'wide' / 'config.json'}"
-    with launch_server(tmp / "cache", env={**ENV, "HEADGRAPH_MODELS": f"demo,{big}"},
+    for name, config in (("wide", WIDE), ("wider", WIDER)):
+        (tmp / name).mkdir()
+        (tmp / name / "config.json").write_text(json.dumps(config))
+    big, bigger = (f"random:{tmp / name / 'config.json'}" for name in ("wide", "wider"))
+    with launch_server(tmp / "cache", env={**ENV, "HEADGRAPH_MODELS": f"demo,{big},{bigger}"},
                        check_errors=True) as srv:  # no 5xx, no unexpected error when it stops
         srv.big = big  # type: ignore[attr-defined]
+        srv.bigger = bigger  # type: ignore[attr-defined]
         yield srv
 
 
@@ -94,7 +99,7 @@ def test_a_client_runs_one_cold_computation_at_a_time_and_queues_the_next(lab):
     (never refused) and is answered once computed; the same request sent again joins the
     running one (answered like it); a third distinct one finds the queue full: 429. Cached
     reads are not limited. No timing is assumed: each answer is judged by whether the first was
-    still running (the first is sent a second ahead, so it holds the slot)."""
+    still running (the first, sent half a second ahead, holds the slot; it runs for seconds)."""
     warm = {"model": "demo", "pairing": "OK"}
     assert httpx.get(lab.url + "/api/pk", params=warm, headers=AUTH, timeout=300).status_code == 200
     answers: dict[str, httpx.Response] = {}
@@ -106,11 +111,11 @@ def test_a_client_runs_one_cold_computation_at_a_time_and_queues_the_next(lab):
         t.start()
         return t
 
-    first = get("first", "/api/reference", {"model": lab.big})
-    time.sleep(1.0)  # the first takes the slot on arrival, long before its computation ends
+    first = get("first", "/api/reference", {"model": lab.bigger})
+    time.sleep(0.5)  # the first takes the slot on arrival, long before its computation ends
     queued = get("queued", "/api/pk", {"model": lab.big, "pairing": "VO", "metric": "z"})
-    again = get("again", "/api/reference", {"model": lab.big})  # the running work, joined
-    time.sleep(1.0)  # the second is in the queue now (the queue holds one)
+    again = get("again", "/api/reference", {"model": lab.bigger})  # the running work, joined
+    time.sleep(0.5)  # the second is in the queue now (the queue holds one)
     refused: list[httpx.Response] = []
     cached_ok = []
     listed: list[dict[str, object]] = []  # GET /api/queue while the first ran
@@ -135,7 +140,7 @@ def test_a_client_runs_one_cold_computation_at_a_time_and_queues_the_next(lab):
     assert all(cached_ok)  # a cached read takes no cold slot
     # The client's queue as the page shows it: the first running, the second next in line.
     # (A look taken as the first's answer is on its way may already show the second running.)
-    first_w, second_w = f"reference · {lab.big}", f"pk · {lab.big} · VO"
+    first_w, second_w = f"reference · {lab.bigger}", f"pk · {lab.big} · VO"
     assert any(q["running"] == [first_w] and q["queued"] == [second_w] for q in listed), listed[:3]
     assert all(q["running"] in ([first_w], [second_w]) and q["queued"] in ([second_w], [])
                and q["per_client"] == 1 for q in listed), listed
